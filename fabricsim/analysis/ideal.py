@@ -1,0 +1,77 @@
+"""Idle-fabric references: how long a message (or a whole pattern) takes with nothing else running.
+
+For a message sent as a train of store-and-forward packets along a path of hops with
+serialisation times ``ser_i(s)`` and per-hop latency ``d_i`` (propagation plus the next node's
+forwarding latency), the last bit of ``n`` equal packets arrives after
+``sum_i (ser_i(s) + d_i) + (n - 1) * max_i ser_i(s)``. Queue pairs each end in a shorter last
+packet; those are appended with the exact tandem recursion
+``T_h = max(T_prev_h, T_{h-1} + d_h) + ser_h(s')``.
+Ideal figures always use real MTU packets, whatever ``cell_packets`` is, so the error of the
+cell approximation shows up in the slowdown.
+"""
+from __future__ import annotations
+
+PS_BITS = 8 * 10**12
+
+
+def _ser(nbytes, rate):
+    return -((-nbytes * PS_BITS) // rate)
+
+
+def message_packets(size: int, qps: int, mtu: int, header: int) -> tuple[int, list[int]]:
+    """(number of full-MTU packets, sizes in wire bytes of the partial ones) of a message."""
+    base, extra = divmod(size, qps)
+    full = 0
+    partial = []
+    for q in range(qps):
+        b = base + (1 if q < extra else 0)
+        f, r = divmod(b, mtu)
+        full += f
+        if r:
+            partial.append(r + header)
+    return full, partial
+
+
+def path_hops(topo, paths, src, dst):
+    """[(rate_bps, latency_ps)] for each link of one shortest path src -> dst."""
+    nodes = paths.one_path(src, dst)
+    g = topo.graph
+    hops = []
+    for a, b in zip(nodes, nodes[1:]):
+        d = min(g.get_edge_data(a, b).values(), key=lambda e: (-e["rate_bps"], e["delay_ps"]))
+        lat = d["delay_ps"] + (g.nodes[b].get("switch_latency_ps", 0) if g.nodes[b]["type"] == "switch" else 0)
+        hops.append((d["rate_bps"], lat))
+    return hops
+
+
+def train_time(hops, full: int, full_wire: int, partial: list[int]) -> int:
+    """Arrival of the last bit at the last hop for ``full`` packets of ``full_wire`` bytes then
+    the ``partial`` packets, starting at 0 on an idle path."""
+    T = [0] * len(hops)          # T[i]: when the last packet so far finishes serialising on hop i
+    if full:
+        acc = 0
+        mx = 0
+        for i, (rate, lat) in enumerate(hops):
+            s = _ser(full_wire, rate)
+            mx = max(mx, s)
+            acc += s
+            T[i] = acc + (full - 1) * mx
+            acc += lat
+    for w in sorted(partial, reverse=True):
+        arrive = 0
+        for i, (rate, lat) in enumerate(hops):
+            T[i] = max(T[i], arrive) + _ser(w, rate)
+            arrive = T[i] + lat
+    # T[-1] is the departure of the last bit from the last port; add the final link latency
+    return T[-1] + hops[-1][1]
+
+
+def ideal_fct_ps(topo, paths, msg, mtu: int, header: int, cache: dict | None = None) -> int:
+    key = (msg.src, msg.dst)
+    hops = cache.get(key) if cache is not None else None
+    if hops is None:
+        hops = path_hops(topo, paths, msg.src, msg.dst)
+        if cache is not None:
+            cache[key] = hops
+    full, partial = message_packets(msg.size_bytes, msg.qps, mtu, header)
+    return train_time(hops, full, mtu + header, partial)

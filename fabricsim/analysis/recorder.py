@@ -1,0 +1,60 @@
+"""What an engine records while it runs: message completions, packet latencies, goodput.
+
+Message rows are streamed to ``messages.partial.csv`` in the results folder as they finish
+(flushed every few hundred rows and at the end), so an interrupted run keeps what it finished.
+"""
+from __future__ import annotations
+
+import csv
+
+from .histogram import LogHistogram
+
+MESSAGE_COLUMNS = ["message_id", "src", "dst", "size_bytes", "qps", "start_ps", "release_ps", "end_ps",
+                   "fct_ps", "delivered_bytes", "dropped_bytes", "completed", "incomplete_reason"]
+
+
+class Recorder:
+    def __init__(self, latency_rel_error: float = 0.01, goodput_bin_ps: int = 10_000_000, stream_path=None):
+        self.latency = LogHistogram(latency_rel_error)
+        self.goodput: list[int] = []          # delivered payload bytes per bin
+        self.goodput_bin_ps = goodput_bin_ps
+        self.rows: list[tuple] = []
+        self.first_release = None
+        self.last_release = None
+        self.first_end = None
+        self.delivered_total = 0              # payload bytes delivered so far (receivers add)
+        self.delivered_at_last_release = 0
+        self.delivered_at_first_end = None
+        self._fh = None
+        self._writer = None
+        if stream_path is not None:
+            self._fh = open(stream_path, "w", newline="")
+            self._writer = csv.writer(self._fh)
+            self._writer.writerow(MESSAGE_COLUMNS)
+
+    def on_release(self, st, t):
+        if self.first_release is None or t < self.first_release:
+            self.first_release = t
+        if self.last_release is None or t >= self.last_release:
+            self.last_release = t
+            self.delivered_at_last_release = self.delivered_total
+
+    def on_message(self, st):
+        m = st.msg
+        completed = st.done and not st.reason
+        end = st.end if completed else None
+        if completed and (self.first_end is None or end < self.first_end):
+            self.first_end = end
+            self.delivered_at_first_end = self.delivered_total
+        row = (m.id, m.src, m.dst, m.size_bytes, m.qps, m.start_ps, st.release, end,
+               (end - st.release) if completed else None, st.delivered, st.dropped, completed, st.reason)
+        self.rows.append(row)
+        if self._writer is not None:
+            self._writer.writerow(["" if v is None else v for v in row])
+            if len(self.rows) % 256 == 0:
+                self._fh.flush()
+
+    def close(self):
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

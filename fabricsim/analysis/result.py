@@ -1,0 +1,223 @@
+"""The :class:`Result` of a run: pandas tables plus a summary dict (definitions in docs/metrics.md)."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .ideal import ideal_fct_ps, message_packets
+from .recorder import MESSAGE_COLUMNS
+
+PS_PER_S = 10**12
+
+
+@dataclass
+class Result:
+    """Everything a run produced.
+
+    Attributes
+    ----------
+    summary: dict
+        Headline figures (see docs/metrics.md), including ``seed`` and ``run`` metadata.
+    messages: DataFrame
+        One row per message (completed or not).
+    links: DataFrame
+        One row per directed link (egress port).
+    latency: DataFrame
+        Packet-latency histogram buckets.
+    goodput: DataFrame
+        Delivered payload per time bin.
+    scenario: dict
+        The resolved scenario (every default filled in).
+    output_dir: Path | None
+        Where the results folder was written, if anywhere.
+    """
+
+    summary: dict
+    messages: pd.DataFrame
+    links: pd.DataFrame
+    latency: pd.DataFrame
+    goodput: pd.DataFrame
+    scenario: dict
+    output_dir: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        eb = s["effective_bandwidth"]
+        return (f"<Result {s['scenario']} seed={s['seed']} status={s['run']['status']} "
+                f"messages={s['messages']['completed']}/{s['messages']['total']} "
+                f"goodput_fraction={eb['goodput_fraction']:.3f} completion_ratio={eb['completion_time_ratio']:.3f}>")
+
+    def headline(self) -> dict:
+        """A flat dict of the main figures, convenient for comparing runs in a DataFrame."""
+        s = self.summary
+        return {
+            "scenario": s["scenario"], "routing": s["routing"], "seed": s["seed"],
+            "goodput_fraction": s["effective_bandwidth"]["goodput_fraction"],
+            "completion_time_ratio": s["effective_bandwidth"]["completion_time_ratio"],
+            "fct_p50_us": s["fct"]["p50_ps"] / 1e6 if s["fct"]["p50_ps"] is not None else None,
+            "fct_p99_us": s["fct"]["p99_ps"] / 1e6 if s["fct"]["p99_ps"] is not None else None,
+            "latency_p99_us": s["packet_latency"]["p99_ps"] / 1e6 if s["packet_latency"]["count"] else None,
+            "drops": s["drops"]["packets"],
+        }
+
+
+def _pct(values, q):
+    if len(values) == 0:
+        return None
+    return float(np.percentile(values, q, method="inverted_cdf"))
+
+
+def _num(x):
+    if x is None:
+        return None
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    return x
+
+
+def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
+    """Assemble tables and summary from a finished engine run."""
+    sc = sim.scenario
+    simcfg = sc.simulation
+    topo = sim.topology
+    msgs = pd.DataFrame(recorder.rows, columns=MESSAGE_COLUMNS)
+    msgs = msgs.sort_values("message_id", kind="stable").reset_index(drop=True)
+    for c in ("release_ps", "end_ps", "fct_ps"):
+        msgs[c] = msgs[c].astype("Int64")
+    by_id = {m.id: m for m in sim.messages}
+    cache: dict = {}
+    ideal = [ideal_fct_ps(topo, sim.paths, by_id[i], simcfg.mtu, simcfg.header, cache) for i in msgs["message_id"]]
+    msgs.insert(msgs.columns.get_loc("fct_ps") + 1, "ideal_fct_ps", pd.array(ideal, dtype="Int64"))
+    msgs.insert(msgs.columns.get_loc("ideal_fct_ps") + 1, "slowdown",
+                (msgs["fct_ps"].astype("Float64") / msgs["ideal_fct_ps"].astype("Float64")))
+    done = msgs[msgs["completed"]]
+
+    # links
+    links = pd.DataFrame(outcome.links)
+    duration_all = max(outcome.end_ps, 1)
+    if len(links):
+        links.insert(2, "src_name", [topo.name_of(x) for x in links["src"]])
+        links.insert(4, "dst_name", [topo.name_of(x) for x in links["dst"]])
+        links["utilisation"] = links["tx_bytes"] * 8 * PS_PER_S / (links["rate_bps"] * duration_all)
+
+    # pattern window and effective bandwidth
+    released = msgs[msgs["release_ps"].notna()]
+    t0 = int(released["release_ps"].min()) if len(released) else 0
+    t_end = int(done["end_ps"].max()) if len(done) else None
+    all_done = len(done) == len(msgs) and len(msgs) > 0
+    duration = (t_end - t0) if (t_end is not None and all_done) else None
+    senders = sorted(set(m.src for m in sim.messages))
+    sender_capacity = sum(topo.host_rate_bps(h) for h in senders)
+    delivered = int(msgs["delivered_bytes"].sum())
+    span = max((t_end if t_end is not None else outcome.end_ps) - t0, 1)
+    if not all_done:
+        span = max(outcome.end_ps - t0, 1)
+    goodput_bps = delivered * 8 * PS_PER_S / span
+    # ideal duration: per-message ideal from its release, and per-host endpoint bound
+    ideal_pattern = None
+    if len(released):
+        per_msg = max(int(r.release_ps) - t0 + int(r.ideal_fct_ps) for r in released.itertuples())
+        wire_out: dict[int, int] = {}
+        wire_in: dict[int, int] = {}
+        overhead: dict[int, int] = {}
+        for m in sim.messages:
+            full, partial = message_packets(m.size_bytes, m.qps, simcfg.mtu, simcfg.header)
+            w = full * (simcfg.mtu + simcfg.header) + sum(partial)
+            wire_out[m.src] = wire_out.get(m.src, 0) + w
+            wire_in[m.dst] = wire_in.get(m.dst, 0) + w
+            ideal_m = ideal_fct_ps(topo, sim.paths, m, simcfg.mtu, simcfg.header, cache)
+            for h in (m.src, m.dst):
+                o = ideal_m - w * 8 * PS_PER_S // topo.host_rate_bps(h)
+                overhead[h] = min(overhead.get(h, o), o)
+        host_bound = max(max(w * 8 * PS_PER_S // topo.host_rate_bps(h) + overhead[h] for h, w in wire_out.items()),
+                         max(w * 8 * PS_PER_S // topo.host_rate_bps(h) + overhead[h] for h, w in wire_in.items()))
+        ideal_pattern = max(per_msg, host_bound)
+    all_active = None
+    if recorder.first_end is not None and recorder.last_release is not None and all_done \
+            and recorder.first_end > recorder.last_release:
+        w = recorder.first_end - recorder.last_release
+        b = recorder.delivered_at_first_end - recorder.delivered_at_last_release
+        all_active = b * 8 * PS_PER_S / w / sender_capacity if sender_capacity else None
+
+    lat = recorder.latency
+    fct = done["fct_ps"].astype("int64").to_numpy() if len(done) else np.array([], dtype=np.int64)
+    slow = done["slowdown"].astype("float64").to_numpy() if len(done) else np.array([])
+    incomplete = msgs[~msgs["completed"]]
+    offered = int(msgs["size_bytes"].sum())
+    injected = outcome.counters.get("injected_payload_bytes")
+    dropped_payload = int(outcome.counters.get("dropped_payload_bytes", 0))
+    summary = {
+        "scenario": sc.name,
+        "seed": simcfg.seed,
+        "engine": simcfg.engine,
+        "kernel": simcfg.kernel,
+        "routing": sc.routing.name,
+        "receiver": sc.receiver.name,
+        "congestion_control": sc.congestion_control.name,
+        "topology": {"name": topo.name, "hosts": topo.num_hosts, "switches": len(topo.switches),
+                     "links": topo.graph.number_of_edges()},
+        "messages": {
+            "total": int(len(msgs)), "completed": int(len(done)), "incomplete": int(len(incomplete)),
+            "incomplete_by_reason": {str(k): int(v) for k, v in incomplete["incomplete_reason"].value_counts().items()},
+        },
+        "bytes": {
+            "offered_payload_bytes": offered,
+            "injected_payload_bytes": injected,
+            "delivered_payload_bytes": delivered,
+            "dropped_payload_bytes": dropped_payload,
+            "in_flight_payload_bytes": (injected - delivered - dropped_payload) if injected is not None else None,
+        },
+        "pattern": {
+            "first_release_ps": t0 if len(released) else None,
+            "last_end_ps": t_end if all_done else None,
+            "duration_ps": duration,
+            "ideal_duration_ps": ideal_pattern,
+        },
+        "effective_bandwidth": {
+            "goodput_bps": goodput_bps,
+            "sender_capacity_bps": sender_capacity,
+            "goodput_fraction": goodput_bps / sender_capacity if sender_capacity else None,
+            "completion_time_ratio": (ideal_pattern / duration) if (duration and ideal_pattern) else None,
+            "goodput_while_all_active_fraction": all_active,
+        },
+        "fct": {"p50_ps": _pct(fct, 50), "p99_ps": _pct(fct, 99), "max_ps": int(fct.max()) if len(fct) else None,
+                "mean_ps": float(fct.mean()) if len(fct) else None},
+        "slowdown": {"p50": _pct(slow, 50), "p99": _pct(slow, 99), "max": float(slow.max()) if len(slow) else None},
+        "packet_latency": {
+            "count": int(lat.count), "p50_ps": _num(lat.percentile(50)), "p99_ps": _num(lat.percentile(99)),
+            "p999_ps": _num(lat.percentile(99.9)), "mean_ps": _num(lat.mean()),
+            "relative_error": lat.rel_error / 2,
+        },
+        "drops": {"packets": int(outcome.counters.get("dropped_packets", 0)),
+                  "bytes_on_wire": int(links["dropped_bytes"].sum()) if len(links) else 0,
+                  "by_reason": {"buffer_full": int(links["drops_buffer_full"].sum()) if len(links) else 0}},
+        "links": {
+            "max_utilisation": float(links["utilisation"].max()) if len(links) else None,
+            "max_peak_queue_bytes": int(links["peak_queue_bytes"].max()) if len(links) else None,
+        },
+        "run": {
+            "version": version, "status": outcome.status, "end_ps": outcome.end_ps, "wall_time_s": wall_s,
+            "events": outcome.events, "events_per_s": outcome.events / wall_s if wall_s > 0 else None,
+            "packet_hops": outcome.packet_hops,
+            "packet_hops_per_s": outcome.packet_hops / wall_s if wall_s > 0 else None,
+            **outcome.counters,
+        },
+    }
+    bin_ps = recorder.goodput_bin_ps
+    gp = np.asarray(recorder.goodput, dtype=np.int64)
+    goodput = pd.DataFrame({"bin_start_ps": np.arange(len(gp), dtype=np.int64) * bin_ps,
+                            "bin_end_ps": (np.arange(len(gp), dtype=np.int64) + 1) * bin_ps,
+                            "delivered_bytes": gp,
+                            "goodput_bps": gp * 8 * PS_PER_S / bin_ps})
+    return Result(summary=summary, messages=msgs, links=links, latency=lat.table(), goodput=goodput,
+                  scenario=sc.model_dump(mode="json"))
+
+
+def summary_json(summary: dict) -> str:
+    return json.dumps(summary, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o))

@@ -1,0 +1,138 @@
+"""``fabricsim`` command line: parse, call the API, map errors to exit codes.
+
+Exit status: 0 success, 2 bad input (one line on stderr naming file, field and what is
+allowed; nothing written), 1 a failure of the simulator itself.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import ConfigError, FabricsimError
+from .units import format_rate, format_time
+
+
+def _fail(exc: FabricsimError):
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(exc.exit_code)
+
+
+def _t(ps):
+    return "n/a" if ps is None else format_time(ps)
+
+
+def _print_summary(s: dict, out_dir):
+    eb = s["effective_bandwidth"]
+    m = s["messages"]
+    lat = s["packet_latency"]
+    lines = [
+        f"scenario {s['scenario']}  seed {s['seed']}  routing {s['routing']}  status {s['run']['status']}",
+        f"messages      {m['completed']}/{m['total']} completed"
+        + (f"  ({', '.join(f'{k}: {v}' for k, v in m['incomplete_by_reason'].items())})" if m["incomplete"] else ""),
+        "effective bw  goodput {gp} = {gf} of sender line rate; completion time ideal/actual {cr}".format(
+            gp=format_rate(eb["goodput_bps"]),
+            gf="n/a" if eb["goodput_fraction"] is None else f"{eb['goodput_fraction']:.3f}",
+            cr="n/a" if eb["completion_time_ratio"] is None else f"{eb['completion_time_ratio']:.3f}"),
+        f"message FCT   p50 {_t(s['fct']['p50_ps'])}  p99 {_t(s['fct']['p99_ps'])}  max {_t(s['fct']['max_ps'])}",
+        f"pkt latency   p50 {_t(lat['p50_ps'])}  p99 {_t(lat['p99_ps'])}  p99.9 {_t(lat['p999_ps'])}"
+        f"  ({lat['count']} packets)",
+        f"drops         {s['drops']['packets']} packets",
+        f"run           {s['run']['events']} events in {s['run']['wall_time_s']:.2f}s"
+        f" ({(s['run']['packet_hops_per_s'] or 0) / 1e6:.2f} M packet-hops/s)",
+    ]
+    if out_dir is not None:
+        lines.append(f"results       {out_dir}")
+    click.echo("\n".join(lines))
+
+
+@click.group()
+@click.version_option(__version__, prog_name="fabricsim")
+def main():
+    """fabricsim: simulate AI-cluster network fabrics at packet level."""
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "output", type=click.Path(file_okay=False), default=None,
+              help="results folder (default: outputs.dir or results/<scenario name>)")
+@click.option("--seed", type=int, default=None, help="replace simulation.seed")
+@click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
+              help="override a scenario field, e.g. --set routing.policy=adaptive (repeatable)")
+@click.option("-q", "--quiet", is_flag=True, help="no progress bar and no summary")
+@click.option("--json", "as_json", is_flag=True, help="print summary.json instead of the text summary")
+def run(scenario, output, seed, sets, quiet, as_json):
+    """Simulate SCENARIO and write a results folder."""
+    from .api import prepare, run as api_run
+    try:
+        loaded, _ = prepare(scenario, sets, seed)  # every input error surfaces before any output
+        sc = loaded.scenario
+        out = Path(output or sc.outputs.dir or Path("results") / sc.name)
+        if out.exists() and not out.is_dir():
+            raise ConfigError("exists and is not a folder", source=str(out), field="--output")
+        result = api_run(loaded, output_dir=out, progress=not quiet)
+    except FabricsimError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps(result.summary, indent=2, default=str))
+    elif not quiet:
+        _print_summary(result.summary, out)
+    if result.summary["run"]["status"] == "stalled":
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE")
+def validate(scenario, sets):
+    """Check SCENARIO (and its topology and traffic) without running it."""
+    from .api import prepare
+    try:
+        loaded, sim = prepare(scenario, sets)
+    except FabricsimError as exc:
+        _fail(exc)
+    t = sim.topology
+    click.echo(f"{scenario}: ok ({t.num_hosts} hosts, {len(t.switches)} switches, {len(sim.messages)} messages, "
+               f"routing {loaded.scenario.routing.name})")
+
+
+@main.group()
+def topo():
+    """Inspect topologies."""
+
+
+@topo.command("show")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def topo_show(file, as_json):
+    """Print node and link counts, tiers and bisection bandwidth of a topology (or scenario) FILE."""
+    from .config.scenario import load_yaml
+    from .topology import build_topology, load_topology_file
+    try:
+        data, _ = load_yaml(file)
+        if isinstance(data, dict) and "topology" in data:
+            from .config import load_scenario
+            loaded = load_scenario(file)
+            t = build_topology(loaded.scenario.topology, source=loaded.source, resolve=loaded.resolve_path)
+        else:
+            t = load_topology_file(file)
+        d = t.describe()
+    except FabricsimError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps(d, indent=2, default=str))
+        return
+    click.echo(f"topology      {d['name']}")
+    click.echo(f"nodes         {d['nodes']}  (" + ", ".join(f"{k}: {v}" for k, v in d["nodes_per_tier"].items()) + ")")
+    click.echo(f"links         {d['links']}  (" + ", ".join(f"{k}: {v}" for k, v in d["links_per_kind"].items()) + ")")
+    click.echo(f"link rates    {', '.join(format_rate(r) for r in d['link_rates_bps'])}")
+    click.echo(f"bisection     {format_rate(d['bisection_bps'])}")
+    if d.get("oversubscription") is not None:
+        click.echo(f"oversubscr.   {d['oversubscription']:g}:1")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

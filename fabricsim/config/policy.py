@@ -1,0 +1,95 @@
+"""Sections that name a model from a registry plus that model's own parameters.
+
+``routing: {policy: flowlet, gap: 5us}`` -> the flowlet policy's ``Params`` model validates
+``gap``. Unknown policy names and unknown parameters are rejected with the field named.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
+
+
+class PolicySection(BaseModel):
+    """Base: one ``name_field`` choosing from ``registry()``; all other keys are that model's params."""
+
+    model_config = ConfigDict(extra="allow")
+    name_field: ClassVar[str] = "policy"
+    default_name: ClassVar[str] = ""
+
+    name: str = ""
+    params: Any = None
+
+    @classmethod
+    def registry(cls):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split(cls, data):
+        if data is None:
+            data = {}
+        if isinstance(data, str):
+            data = {cls.name_field: data}
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a mapping with '{cls.name_field}', got {data!r}")
+        data = dict(data)
+        if "name" in data or "params" in data:
+            if set(data) <= {"name", "params"}:  # already split (round trip)
+                data = {cls.name_field: data.get("name"), **(data.get("params") or {})}
+        name = data.pop(cls.name_field, cls.default_name)
+        reg = cls.registry()
+        if not isinstance(name, str) or name not in reg:
+            raise ValueError(f"{cls.name_field}: " + reg.unknown_message(name))
+        impl = reg.get(name)
+        params_model = getattr(impl, "Params", None)
+        if params_model is None:
+            if data:
+                raise ValueError(f"{next(iter(data))}: {name!r} takes no parameters")
+            params = None
+        else:
+            params = params_model.model_validate(data)
+        return {"name": name, "params": params}
+
+    @model_serializer(mode="plain")
+    def _ser(self):
+        out = {self.name_field: self.name}
+        if self.params is not None:
+            out.update(self.params.model_dump(mode="json"))
+        return out
+
+
+class RoutingSection(PolicySection):
+    """``routing``: the switch forwarding policy among equal-cost egress ports."""
+
+    name_field: ClassVar[str] = "policy"
+    default_name: ClassVar[str] = "ecmp"
+
+    @classmethod
+    def registry(cls):
+        from ..routing import ROUTING
+        return ROUTING
+
+
+class ReceiverSection(PolicySection):
+    """``receiver``: the destination NIC's receive path."""
+
+    name_field: ClassVar[str] = "model"
+    default_name: ClassVar[str] = "ddp"
+
+    @classmethod
+    def registry(cls):
+        from ..receiver import RECEIVERS
+        return RECEIVERS
+
+
+class CongestionControlSection(PolicySection):
+    """``congestion_control``: the sender's rate/window control algorithm."""
+
+    name_field: ClassVar[str] = "algorithm"
+    default_name: ClassVar[str] = "none"
+
+    @classmethod
+    def registry(cls):
+        from ..cc import CC
+        return CC

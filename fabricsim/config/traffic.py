@@ -1,0 +1,56 @@
+"""Traffic section: a built-in pattern (permutation, all_to_all, incast) or a CSV message list."""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, Field, model_validator
+
+from .types import STRICT, PositiveSize, Time
+
+
+class _Common(BaseModel):
+    model_config = STRICT
+    message_size: PositiveSize = Field("1MiB", description="bytes per message, e.g. 4MiB")
+    qps_per_message: int = Field(1, ge=1, le=4096,
+                                 description="queue pairs a message is spread over (ECMP entropy)")
+    start: Time = Field(0, description="release time of every message")
+
+
+class PermutationTraffic(_Common):
+    """Every host sends one message to a distinct host; no host sends to itself (a derangement).
+
+    ``locality: cross_leaf`` also forbids destinations under the sender's own leaf.
+    """
+
+    pattern: Literal["permutation"] = "permutation"
+    locality: Literal["any", "cross_leaf"] = "any"
+
+
+class AllToAllTraffic(_Common):
+    """Every host sends ``message_size`` bytes to every other host."""
+
+    pattern: Literal["all_to_all"] = "all_to_all"
+
+
+class IncastTraffic(_Common):
+    """``senders`` hosts each send one message to ``receiver`` (N to 1)."""
+
+    pattern: Literal["incast"] = "incast"
+    senders: int = Field(8, ge=1)
+    receiver: int = Field(0, ge=0)
+
+
+class CsvTraffic(BaseModel):
+    """A message list in CSV: columns ``src, dst, size_bytes`` (or ``size`` with units) and
+    optionally ``start_ps`` (or ``start`` with units), ``id``, ``qps``, ``deps`` (ids separated by
+    ``;``) and ``gap_ps`` / ``gap`` (compute time between the dependencies finishing and the start).
+    """
+
+    model_config = STRICT
+    pattern: Literal["csv"] = "csv"
+    path: str
+    qps_per_message: int = Field(1, ge=1, le=4096)
+
+
+TrafficConfig = Annotated[Union[PermutationTraffic, AllToAllTraffic, IncastTraffic, CsvTraffic],
+                          Field(discriminator="pattern")]

@@ -1,0 +1,290 @@
+"""Packet-level engine: every packet (or cell) crosses every hop as one scheduled callback.
+
+Data path, per packet:
+
+1. ``Nic.tx``: the source NIC picks the next queue pair round-robin, cuts one packet, serialises
+   it on its port and schedules the packet's arrival at the peer switch.
+2. ``Switch.arrive``: look up the equal-cost egress ports for the destination (cached), let the
+   routing policy pick one, enqueue by Lindley's recursion (drop-tail if the buffer is full) and
+   schedule the arrival at the next node at ``busy_until + propagation + its forwarding latency``.
+3. The receiver model's ``on_packet`` at the destination host accounts the payload and completes
+   the message.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from ..cc import CC
+from ..receiver import RECEIVERS
+from ..routing import ROUTING
+from ..net.packet import Packet, QueuePair, five_tuple_hash
+from ..net.port import PS_BITS, Port, SharedBuffer
+from .interface import ENGINES, RunOutcome, SimulationInput
+from .kernel import make_kernel
+
+
+class MessageState:
+    """Runtime state of one message."""
+
+    __slots__ = ("msg", "size", "release", "end", "delivered", "dropped", "injected", "pending_deps",
+                 "dependents", "done", "reason")
+
+    def __init__(self, msg):
+        self.msg = msg
+        self.size = msg.size_bytes
+        self.release = None
+        self.end = None
+        self.delivered = 0
+        self.dropped = 0
+        self.injected = 0
+        self.pending_deps = len(msg.deps)
+        self.dependents = []
+        self.done = False
+        self.reason = ""
+
+
+class Switch:
+    __slots__ = ("id", "name", "engine", "table", "paths", "port_to", "choose", "shared", "ports", "kernel")
+
+    def __init__(self, node, name, engine):
+        self.id = node
+        self.name = name
+        self.engine = engine
+        self.table = {}         # dst host -> tuple of egress ports
+        self.port_to = {}       # neighbour id -> list of ports
+        self.ports = []
+        self.shared = None
+
+    def lookup(self, dst):
+        ports = []
+        for nbr in self.paths.next_hops(self.id, dst):
+            ports.extend(self.port_to[nbr])
+        if not ports:
+            raise RuntimeError(f"switch {self.name} has no route to host {dst}")
+        t = self.table[dst] = tuple(ports)
+        return t
+
+    def arrive(self, t, pkt):
+        ports = self.table.get(pkt.dst) or self.lookup(pkt.dst)
+        port = ports[0] if len(ports) == 1 else self.choose(self, ports, pkt, t)
+        bu = port.busy_until
+        if bu < t:
+            bu = t
+        elif port.buffer is not None and (bu - t) * port.rate // PS_BITS + pkt.wire > port.buffer:
+            self.engine.drop(port, pkt)
+            return
+        if self.shared is not None and self.shared.used(t) + pkt.wire > self.shared.size:
+            self.engine.drop(port, pkt)
+            return
+        bu += -((-pkt.wire * PS_BITS) // port.rate)
+        port.busy_until = bu
+        if bu - t > port.peak_ps:
+            port.peak_ps = bu - t
+        port.tx_bytes += pkt.wire
+        port.tx_packets += pkt.npk
+        self.kernel.schedule(bu + port.offset, port.deliver, pkt)
+
+
+class Nic:
+    """One NIC port of a host: round-robin over its active queue pairs, line-rate sending."""
+
+    __slots__ = ("host", "port", "active", "busy", "kernel", "seg", "mtu", "header", "engine")
+
+    def __init__(self, host, port, engine, kernel, mtu, header, cell):
+        self.host = host
+        self.port = port
+        self.active = deque()
+        self.busy = False
+        self.kernel = kernel
+        self.mtu = mtu
+        self.header = header
+        self.seg = mtu * cell
+        self.engine = engine
+
+    def add(self, t, qp):
+        self.active.append(qp)
+        if not self.busy:
+            self.busy = True
+            self.kernel.schedule(t, self.tx, None)
+
+    def tx(self, t, _):
+        active = self.active
+        qp = active.popleft()
+        payload = qp.remaining if qp.remaining < self.seg else self.seg
+        qp.remaining -= payload
+        if qp.remaining:
+            active.append(qp)
+        npk = -(-payload // self.mtu)
+        wire = payload + npk * self.header
+        pkt = Packet(qp, qp.dst, wire, payload, qp.seq, t, npk)
+        qp.seq += npk
+        qp.msg.injected += payload
+        port = self.port
+        done = t + -((-wire * PS_BITS) // port.rate)
+        port.busy_until = done
+        port.tx_bytes += wire
+        port.tx_packets += npk
+        if done - t > port.peak_ps:
+            port.peak_ps = done - t
+        kernel = self.kernel
+        kernel.schedule(done + port.offset, port.deliver, pkt)
+        if active:
+            kernel.schedule(done, self.tx, None)
+        else:
+            self.busy = False
+
+
+@ENGINES.register("packet")
+class PacketEngine:
+    """Packet-level discrete-event engine (see module doc)."""
+
+    name = "packet"
+
+    def __init__(self, sim: SimulationInput, recorder):
+        self.sim = sim
+        self.recorder = recorder
+        sc = sim.scenario
+        simcfg = sc.simulation
+        self.kernel = make_kernel(simcfg.kernel)
+        self.time_limit = simcfg.time_limit
+        topo = sim.topology
+        g = topo.graph
+        streams = sim.streams
+        self.routing = ROUTING.get(sc.routing.name)(sc.routing.params, streams)
+        self.cc = CC.get(sc.congestion_control.name)(sc.congestion_control.params, streams)
+        self.receiver = RECEIVERS.get(sc.receiver.name)(sc.receiver.params, self)
+        self.dropped_payload = 0
+        self.dropped_packets = 0
+        # nodes
+        self.switches: dict[int, Switch] = {}
+        for n in topo.switches:
+            sw = Switch(n, g.nodes[n]["name"], self)
+            sw.paths = sim.paths
+            sw.choose = self.routing.choose
+            sw.kernel = self.kernel
+            if g.nodes[n].get("buffer_mode") == "shared" and g.nodes[n].get("buffer_bytes") is not None:
+                sw.shared = SharedBuffer(g.nodes[n]["buffer_bytes"])
+            self.switches[n] = sw
+        self.nics: dict[int, list[Nic]] = {h: [] for h in topo.hosts}
+        self.ports: list[Port] = []
+        for u, v, _k, d in topo.links():
+            for a, b in ((u, v), (v, u)):
+                peer_lat = g.nodes[b].get("switch_latency_ps", 0) if g.nodes[b]["type"] == "switch" else 0
+                per_port_buf = None
+                if g.nodes[a]["type"] == "switch" and g.nodes[a].get("buffer_mode") == "per_port":
+                    per_port_buf = g.nodes[a].get("buffer_bytes")
+                p = Port(len(self.ports), a, b, d["kind"], d["rate_bps"], d["delay_ps"], peer_lat, per_port_buf)
+                self.ports.append(p)
+                if g.nodes[b]["type"] == "switch":
+                    p.deliver = self.switches[b].arrive
+                else:
+                    p.deliver = self.receiver.on_packet
+                if g.nodes[a]["type"] == "switch":
+                    sw = self.switches[a]
+                    sw.port_to.setdefault(b, []).append(p)
+                    sw.ports.append(p)
+                    if sw.shared is not None:
+                        sw.shared.ports.append(p)
+                else:
+                    self.nics[a].append(Nic(a, p, self, self.kernel, simcfg.mtu, simcfg.header,
+                                            simcfg.cell_packets))
+        # messages
+        self.states = {m.id: MessageState(m) for m in sim.messages}
+        for st in self.states.values():
+            for dep in st.msg.deps:
+                self.states[dep].dependents.append(st)
+        self._qp_uid = 0
+        self._salt = streams.u64("flows.5tuple")
+        self.remaining = len(self.states)
+
+    # ------------------------------------------------------------------ message lifecycle
+    def release(self, t, st: MessageState):
+        """Hand a message to its source NIC: split it over its queue pairs."""
+        m = st.msg
+        st.release = t
+        self.recorder.on_release(st, t)
+        nics = self.nics[m.src]
+        base, extra = divmod(m.size_bytes, m.qps)
+        for q in range(m.qps):
+            size = base + (1 if q < extra else 0)
+            if size == 0:
+                continue
+            uid = self._qp_uid
+            self._qp_uid += 1
+            sport = 49152 + (uid & 0x3FFF)
+            h = five_tuple_hash(self._salt, m.src, m.dst, sport ^ (uid >> 14) * 7919)
+            nic = nics[q % len(nics)]
+            nic.add(t, QueuePair(uid, st, m.src, m.dst, sport, h, size, nic.port))
+
+    def message_done(self, st: MessageState, t: int):
+        if st.done:
+            return
+        st.done = True
+        st.end = t
+        if st.dropped:
+            st.reason = "packet_dropped"
+        self.remaining -= 1
+        self.recorder.on_message(st)
+        if st.reason:
+            self._fail_dependents(st)
+            return
+        for dep in st.dependents:
+            dep.pending_deps -= 1
+            if dep.pending_deps == 0:
+                self.kernel.schedule(max(t + dep.msg.gap_ps, dep.msg.start_ps), self.release, dep)
+
+    def _fail_dependents(self, st):
+        for dep in st.dependents:
+            if not dep.done and not dep.reason:
+                dep.reason = "dependency_incomplete"
+                self._fail_dependents(dep)
+
+    def drop(self, port: Port, pkt):
+        port.drops += 1
+        port.dropped_bytes += pkt.wire
+        self.dropped_payload += pkt.payload
+        self.dropped_packets += pkt.npk
+        st = pkt.qp.msg
+        st.dropped += pkt.payload
+        if st.delivered + st.dropped == st.size:
+            self.message_done(st, self.kernel.now)
+
+    # ------------------------------------------------------------------ run
+    def run(self, progress=None) -> RunOutcome:
+        for st in self.states.values():
+            if st.pending_deps == 0:
+                self.kernel.schedule(st.msg.start_ps, self.release, st)
+        status = "complete"
+        try:
+            how = self.kernel.run(self.time_limit, progress=progress)
+        except KeyboardInterrupt:
+            how = "interrupted"
+        now = self.kernel.now
+        if how == "time_limit":
+            status = "time_limit"
+        elif how == "interrupted":
+            status = "interrupted"
+        elif self.remaining:
+            status = "stalled"
+        reason = {"time_limit": "time_limit", "interrupted": "interrupted"}.get(status, "")
+        for st in self.states.values():
+            if not st.done:
+                if not st.reason:
+                    if st.release is None:
+                        st.reason = "not_released" if not reason else reason
+                    else:
+                        st.reason = reason or ("packet_dropped" if st.dropped else "stalled")
+                self.recorder.on_message(st)
+        hops = sum(p.tx_packets for p in self.ports)
+        links = [{
+            "link_id": p.index, "src": p.owner, "dst": p.peer, "kind": p.kind, "rate_bps": p.rate,
+            "delay_ps": p.delay, "tx_bytes": p.tx_bytes, "tx_packets": p.tx_packets,
+            "peak_queue_bytes": p.peak_queue_bytes, "drops_buffer_full": p.drops,
+            "dropped_bytes": p.dropped_bytes,
+        } for p in self.ports]
+        counters = {"dropped_packets": self.dropped_packets, "dropped_payload_bytes": self.dropped_payload,
+                    "injected_payload_bytes": sum(st.injected for st in self.states.values())}
+        if hasattr(self.routing, "new_flowlets"):
+            counters["new_flowlets"] = self.routing.new_flowlets
+        return RunOutcome(status=status, end_ps=now, events=self.kernel.events, packet_hops=hops,
+                          links=links, counters=counters)

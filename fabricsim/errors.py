@@ -1,0 +1,60 @@
+"""Exceptions with the exit codes the CLI maps them to.
+
+Every user-facing error is one line: ``FILE: FIELD.PATH: what is wrong (allowed: ...)``.
+:class:`ConfigError` (and its subclasses) mean bad input and exit with status 2;
+:class:`SimulationError` means the simulator itself failed and exits with status 1.
+"""
+from __future__ import annotations
+
+
+class FabricsimError(Exception):
+    """Base of all fabricsim errors."""
+
+    exit_code = 1
+
+
+class ConfigError(FabricsimError):
+    """Bad input: a malformed scenario, topology, trace or parameter (exit status 2).
+
+    Parameters
+    ----------
+    message:
+        What is wrong and what is allowed.
+    source:
+        The file (or "<dict>" for in-memory input) the error was found in.
+    field:
+        Dotted path of the offending field, e.g. ``topology.spines``.
+    line:
+        1-based line number in ``source`` where known.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, source: str | None = None, field: str | None = None,
+                 line: int | None = None):
+        self.message = message
+        self.source = source
+        self.field = field
+        self.line = line
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        parts = []
+        if self.source:
+            parts.append(f"{self.source}:{self.line}" if self.line else self.source)
+        if self.field:
+            parts.append(self.field)
+        parts.append(self.message)
+        return ": ".join(parts)
+
+
+class TopologyError(ConfigError):
+    """A topology that cannot be built or routed (exit status 2)."""
+
+
+class TrafficError(ConfigError):
+    """Traffic that does not fit the topology or is malformed (exit status 2)."""
+
+
+class SimulationError(FabricsimError):
+    """The simulation failed for a reason that is not bad input (exit status 1)."""

@@ -1,0 +1,35 @@
+"""Contract of a routing policy.
+
+A switch with several equal-cost egress ports for a packet calls
+``policy.choose(switch, ports, pkt, now_ps) -> Port``. ``ports`` is a tuple of
+:class:`~fabricsim.net.port.Port` sorted by neighbour id; the policy may read their state
+(``queued_bytes(now)``, ``busy_until``, ``rate``, counters) and the packet's queue pair
+(``pkt.qp.hash`` is the seeded 5-tuple hash). Policies are built once per simulation with
+``(params, streams)`` and keep their own state; randomness comes from a named stream.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from ..registry import Registry
+
+ROUTING: Registry = Registry("routing policy")
+
+
+class PolicyParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class RoutingPolicy:
+    """Base class: subclasses set ``Params`` and implement :meth:`choose`."""
+
+    Params: type[PolicyParams] | None = None
+    #: True if the policy may send packets of one flow over different paths
+    reorders = True
+
+    def __init__(self, params, streams):
+        self.params = params
+        self.streams = streams
+
+    def choose(self, switch, ports, pkt, now):  # pragma: no cover - abstract
+        raise NotImplementedError

@@ -1,0 +1,14 @@
+"""``spray``: every packet takes a uniformly random equal-cost port (random packet spraying)."""
+from __future__ import annotations
+
+from .base import ROUTING, RoutingPolicy
+
+
+@ROUTING.register("spray")
+class Spray(RoutingPolicy):
+    def __init__(self, params, streams):
+        super().__init__(params, streams)
+        self._random = streams.py("routing.spray").random
+
+    def choose(self, switch, ports, pkt, now):
+        return ports[int(self._random() * len(ports))]

@@ -1,0 +1,64 @@
+"""Equal-cost next hops on a topology: the routing semantics every engine shares.
+
+A packet for host ``d`` at switch ``s`` may leave by any link to a neighbour that is one hop
+closer to ``d``; switches never forward through a host. Distances are computed lazily by a
+multi-source BFS from each destination's set of attachment switches and cached per set, so
+hosts under the same leaf share one BFS.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from .model import Topology
+
+
+class EqualCostPaths:
+    """``next_hops(switch, dst_host)`` -> sorted neighbour ids one hop closer to ``dst_host``."""
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        g = topo.graph
+        self._switch_nbrs = {n: sorted({m for m in g.neighbors(n) if g.nodes[m]["type"] == "switch"})
+                             for n in topo.switches}
+        self._attach = {h: frozenset(g.neighbors(h)) for h in topo.hosts}
+        self._dist: dict[frozenset, dict[int, int]] = {}
+
+    def attachments(self, host: int) -> frozenset:
+        return self._attach[host]
+
+    def _distances(self, leaves: frozenset) -> dict[int, int]:
+        d = self._dist.get(leaves)
+        if d is None:
+            d = {s: 0 for s in leaves}
+            q = deque(sorted(leaves))
+            nbrs = self._switch_nbrs
+            while q:
+                x = q.popleft()
+                for y in nbrs[x]:
+                    if y not in d:
+                        d[y] = d[x] + 1
+                        q.append(y)
+            self._dist[leaves] = d
+        return d
+
+    def next_hops(self, switch: int, dst: int) -> list[int]:
+        leaves = self._attach[dst]
+        if switch in leaves:
+            return [dst]
+        d = self._distances(leaves)
+        here = d.get(switch)
+        if here is None:
+            return []
+        return [n for n in self._switch_nbrs[switch] if d.get(n, -1) == here - 1]
+
+    def one_path(self, src: int, dst: int) -> list[int]:
+        """One shortest host-to-host node path (first choice at every hop)."""
+        path = [src]
+        sw = min(self._attach[src], key=lambda s: (self._distances(self._attach[dst]).get(s, 1 << 30), s))
+        path.append(sw)
+        while path[-1] != dst:
+            nh = self.next_hops(path[-1], dst)
+            if not nh:
+                raise ValueError(f"no route from {src} to {dst}")
+            path.append(nh[0])
+        return path

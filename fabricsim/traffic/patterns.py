@@ -1,0 +1,185 @@
+"""Built-in traffic patterns -> lists of :class:`Message`. One generator per pattern name."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from ..errors import TrafficError
+from ..registry import Registry
+from .message import Message
+
+PATTERNS: Registry = Registry("traffic pattern")
+
+
+def generate(cfg, topo, streams, source: str = "<scenario>", resolve=None) -> list[Message]:
+    """Messages of a traffic section on a topology. Raises TrafficError for misfits."""
+    return PATTERNS.get(cfg.pattern)(cfg, topo, streams, source, resolve)
+
+
+@PATTERNS.register("permutation")
+def permutation(cfg, topo, streams, source, resolve):
+    """Each host sends to one other host, each host receives once (seeded random derangement)."""
+    H = topo.num_hosts
+    if H < 2:
+        raise TrafficError("a permutation needs at least 2 hosts", source=source, field="traffic.pattern")
+    rng = streams.py("traffic.permutation")
+    group = {h: topo.edge_switch(h) for h in topo.hosts}
+    if cfg.locality == "cross_leaf":
+        sizes: dict[int, int] = {}
+        for h in topo.hosts:
+            sizes[group[h]] = sizes.get(group[h], 0) + 1
+        if max(sizes.values()) * 2 > H:
+            raise TrafficError("cross_leaf needs every leaf to hold at most half of the hosts",
+                               source=source, field="traffic.locality")
+        bad = lambda i, j: group[i] == group[j]  # noqa: E731
+    else:
+        bad = lambda i, j: i == j  # noqa: E731
+    perm = list(topo.hosts)
+    rng.shuffle(perm)
+    # repair forbidden pairs by random swaps that fix both ends (terminates quickly in practice)
+    for _ in range(100 * H):
+        wrong = [i for i in range(H) if bad(i, perm[i])]
+        if not wrong:
+            break
+        for i in wrong:
+            if not bad(i, perm[i]):
+                continue
+            for _try in range(4 * H):
+                j = rng.randrange(H)
+                if not bad(i, perm[j]) and not bad(j, perm[i]):
+                    perm[i], perm[j] = perm[j], perm[i]
+                    break
+    else:  # pragma: no cover - only for degenerate inputs
+        raise TrafficError("could not build a permutation with that locality", source=source,
+                           field="traffic.locality")
+    return [Message(i, h, perm[h], cfg.message_size, cfg.start, cfg.qps_per_message)
+            for i, h in enumerate(topo.hosts)]
+
+
+@PATTERNS.register("all_to_all")
+def all_to_all(cfg, topo, streams, source, resolve):
+    """Every ordered pair of distinct hosts exchanges one message."""
+    H = topo.num_hosts
+    if H < 2:
+        raise TrafficError("all_to_all needs at least 2 hosts", source=source, field="traffic.pattern")
+    out = []
+    for s in topo.hosts:
+        for k in range(1, H):
+            d = (s + k) % H
+            out.append(Message(len(out), s, d, cfg.message_size, cfg.start, cfg.qps_per_message))
+    return out
+
+
+@PATTERNS.register("incast")
+def incast(cfg, topo, streams, source, resolve):
+    """``senders`` hosts (seeded random choice among the others) send one message each to ``receiver``."""
+    H = topo.num_hosts
+    if cfg.receiver >= H:
+        raise TrafficError(f"host {cfg.receiver} is not in the topology (allowed: 0..{H - 1})",
+                           source=source, field="traffic.receiver")
+    if cfg.senders > H - 1:
+        raise TrafficError(f"{cfg.senders} senders but only {H - 1} other hosts (allowed: 1..{H - 1})",
+                           source=source, field="traffic.senders")
+    others = [h for h in topo.hosts if h != cfg.receiver]
+    chosen = sorted(streams.py("traffic.incast").sample(others, cfg.senders))
+    return [Message(i, s, cfg.receiver, cfg.message_size, cfg.start, cfg.qps_per_message)
+            for i, s in enumerate(chosen)]
+
+
+def _time_col(row, names, source, line, units_parse):
+    from .. import units
+    for n in names:
+        v = row.get(n)
+        if v not in (None, ""):
+            scale = {"start_ps": 1, "start_ns": 10**3, "start_us": 10**6, "gap_ps": 1, "gap_ns": 10**3,
+                     "gap_us": 10**6}.get(n)
+            try:
+                if scale:
+                    x = float(v) * scale
+                    if x < 0:
+                        raise ValueError("must not be negative")
+                    return int(round(x))
+                return units.parse_time(v)
+            except ValueError as exc:
+                raise TrafficError(f"bad time {v!r}: {exc}", source=source, field=n, line=line) from None
+    return 0
+
+
+@PATTERNS.register("csv")
+def csv_messages(cfg, topo, streams, source, resolve):
+    """Read a CSV message list (see :class:`fabricsim.config.traffic.CsvTraffic`)."""
+    from .. import units
+    path = Path(resolve(cfg.path) if resolve else cfg.path)
+    if not path.exists():
+        raise TrafficError(f"message list {cfg.path!r} not found", source=source, field="traffic.path")
+    src_name = str(path)
+    H = topo.num_hosts
+    out: list[Message] = []
+    ids = set()
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        cols = set(reader.fieldnames or [])
+        need = [("src",), ("dst",), ("size_bytes", "size")]
+        for alts in need:
+            if not cols & set(alts):
+                raise TrafficError(f"missing column {' or '.join(alts)} (have: {', '.join(sorted(cols)) or 'none'})",
+                                   source=src_name, line=1)
+        for lineno, row in enumerate(reader, start=2):
+            def req_int(name, lo=0, hi=None):
+                v = row.get(name)
+                try:
+                    x = int(v)
+                except (TypeError, ValueError):
+                    raise TrafficError(f"expected an integer, got {v!r}", source=src_name, field=name,
+                                       line=lineno) from None
+                if x < lo or (hi is not None and x > hi):
+                    allowed = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+                    raise TrafficError(f"{x} out of range (allowed: {allowed})", source=src_name, field=name,
+                                       line=lineno)
+                return x
+            s = req_int("src", 0, H - 1)
+            d = req_int("dst", 0, H - 1)
+            if s == d:
+                raise TrafficError(f"src and dst are both {s}", source=src_name, field="dst", line=lineno)
+            if row.get("size_bytes") not in (None, ""):
+                size = req_int("size_bytes", 1)
+            else:
+                try:
+                    size = units.parse_size(row.get("size"))
+                except ValueError as exc:
+                    raise TrafficError(str(exc), source=src_name, field="size", line=lineno) from None
+                if size <= 0:
+                    raise TrafficError("size must be > 0", source=src_name, field="size", line=lineno)
+            start = _time_col(row, ("start_ps", "start_ns", "start_us", "start"), src_name, lineno, None)
+            gap = _time_col(row, ("gap_ps", "gap_ns", "gap_us", "gap"), src_name, lineno, None)
+            mid = req_int("id", 0) if row.get("id") not in (None, "") else len(out)
+            if mid in ids:
+                raise TrafficError(f"duplicate message id {mid}", source=src_name, field="id", line=lineno)
+            ids.add(mid)
+            qps = req_int("qps", 1, 4096) if row.get("qps") not in (None, "") else cfg.qps_per_message
+            deps_raw = (row.get("deps") or "").strip()
+            try:
+                deps = tuple(int(x) for x in deps_raw.split(";") if x.strip()) if deps_raw else ()
+            except ValueError:
+                raise TrafficError(f"deps must be message ids separated by ';', got {deps_raw!r}",
+                                   source=src_name, field="deps", line=lineno) from None
+            out.append(Message(mid, s, d, size, start, qps, deps, gap))
+    if not out:
+        raise TrafficError("the message list is empty", source=src_name, line=1)
+    for m in out:
+        for dep in m.deps:
+            if dep not in ids or dep == m.id:
+                raise TrafficError(f"message {m.id} depends on unknown message {dep}", source=src_name,
+                                   field="deps")
+    _check_acyclic(out, src_name)
+    return out
+
+
+def _check_acyclic(msgs, source):
+    import networkx as nx
+    g = nx.DiGraph()
+    g.add_nodes_from(m.id for m in msgs)
+    g.add_edges_from((d, m.id) for m in msgs for d in m.deps)
+    if not nx.is_directed_acyclic_graph(g):
+        cyc = nx.find_cycle(g)
+        raise TrafficError(f"dependency cycle through messages {[e[0] for e in cyc]}", source=source, field="deps")

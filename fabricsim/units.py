@@ -1,0 +1,157 @@
+"""Human unit strings at the edge, integers inside.
+
+Inside fabricsim every quantity is an integer in an SI base unit: rates in bit/s,
+sizes in bytes, times in picoseconds. This module turns strings such as ``"800Gbps"``,
+``"4KiB"`` or ``"1.5us"`` into those integers and formats them back.
+
+>>> parse_rate("800Gbps")
+800000000000
+>>> parse_size("4KiB")
+4096
+>>> parse_time("1.5us")
+1500000
+>>> format_time(1500000)
+'1.5us'
+"""
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+_NUM = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
+_RE = re.compile(r"^\s*" + _NUM + r"\s*([A-Za-z/]*)\s*$")
+
+RATE_UNITS = {
+    "bps": 1, "b/s": 1,
+    "kbps": 10**3, "kb/s": 10**3,
+    "mbps": 10**6, "mb/s": 10**6,
+    "gbps": 10**9, "gb/s": 10**9, "g": 10**9,
+    "tbps": 10**12, "tb/s": 10**12,
+}
+SIZE_UNITS = {
+    "b": 1, "": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+TIME_UNITS = {
+    "ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**6, "ms": 10**9, "s": 10**12,
+}
+
+PS_PER_S = 10**12
+
+
+def _parse(value, units: dict[str, int], kind: str, allow_bare: bool, example: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a {kind} such as {example!r}, got {value!r}")
+    if isinstance(value, (int, float)) and value < 0:
+        raise ValueError(f"{value!r}: a {kind} must not be negative")
+    if isinstance(value, int):
+        if not allow_bare:
+            raise ValueError(f"a {kind} needs a unit, such as {example!r}; got bare number {value}")
+        return value
+    if isinstance(value, float):
+        if not allow_bare:
+            raise ValueError(f"a {kind} needs a unit, such as {example!r}; got bare number {value}")
+        if value != int(value):
+            raise ValueError(f"a bare {kind} must be a whole number, got {value}")
+        return int(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a {kind} such as {example!r}, got {value!r}")
+    if value.strip().startswith("-"):
+        raise ValueError(f"{value!r}: a {kind} must not be negative")
+    m = _RE.match(value)
+    if not m:
+        raise ValueError(f"cannot read {value!r} as a {kind}; write e.g. {example!r}")
+    number, unit = m.group(1), m.group(2)
+    key = unit.lower() if unit != "B" else "b"
+    if kind == "size":
+        # sizes are case-sensitive about b (bit) vs B (byte): only bytes are accepted
+        if unit and unit[-1] == "b" and unit.lower() not in ("kib", "mib", "gib", "tib"):
+            raise ValueError(f"{value!r}: sizes are in bytes (B, KB, KiB, MiB...), not bits")
+        key = unit.lower()
+    if key not in units:
+        if not unit and not allow_bare:
+            raise ValueError(f"a {kind} needs a unit, such as {example!r}; got {value!r}")
+        allowed = ", ".join(sorted({u for u in units if u}))
+        raise ValueError(f"unknown {kind} unit {unit!r} in {value!r} (allowed: {allowed})")
+    try:
+        exact = Decimal(number) * units[key]
+    except InvalidOperation as exc:  # pragma: no cover - regex prevents it
+        raise ValueError(f"cannot read {value!r} as a {kind}") from exc
+    if exact != exact.to_integral_value():
+        raise ValueError(f"{value!r} is not a whole number of {'bytes' if kind == 'size' else 'base units'}"
+                         f" ({exact})")
+    return int(exact)
+
+
+def parse_rate(value) -> int:
+    """Rate string -> bit/s (``"400Gbps"`` -> 400_000_000_000). Bare numbers are bit/s."""
+    return _parse(value, RATE_UNITS, "rate", True, "400Gbps")
+
+
+def parse_size(value) -> int:
+    """Size string -> bytes (``"4KiB"`` -> 4096, ``"1MB"`` -> 1_000_000). Bare numbers are bytes."""
+    return _parse(value, SIZE_UNITS, "size", True, "4KiB")
+
+
+def parse_time(value) -> int:
+    """Time string -> picoseconds (``"600ns"`` -> 600_000). A unit is required (bare 0 allowed)."""
+    if value == 0:
+        return 0
+    return _parse(value, TIME_UNITS, "time", False, "600ns")
+
+
+def serialisation_ps(size_bytes: int, rate_bps: int) -> int:
+    """Time to put ``size_bytes`` on a link of ``rate_bps``, rounded up to a whole picosecond."""
+    return -((-size_bytes * 8 * PS_PER_S) // rate_bps)
+
+
+def _fmt(value: float, units: list[tuple[str, int]]) -> str:
+    for name, scale in units:
+        if abs(value) >= scale:
+            q = value / scale
+            return f"{q:.4g}{name}"
+    return f"{value:g}{units[-1][0]}"
+
+
+def format_time(ps: float) -> str:
+    """Picoseconds -> short human string (``1500000`` -> ``'1.5us'``)."""
+    if ps == 0:
+        return "0s"
+    return _fmt(ps, [("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3), ("ps", 1)])
+
+
+def format_rate(bps: float) -> str:
+    """bit/s -> short human string (``4e11`` -> ``'400Gbps'``)."""
+    if bps == 0:
+        return "0bps"
+    return _fmt(bps, [("Tbps", 10**12), ("Gbps", 10**9), ("Mbps", 10**6), ("kbps", 10**3), ("bps", 1)])
+
+
+def format_size(nbytes: float) -> str:
+    """bytes -> short human string in binary units (``4096`` -> ``'4KiB'``)."""
+    if nbytes == 0:
+        return "0B"
+    return _fmt(nbytes, [("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1)])
+
+
+def _exact(value: int, units: list[tuple[str, int]]) -> str:
+    for name, scale in units:
+        if value % scale == 0 and value >= scale:
+            return f"{value // scale}{name}"
+    return f"{value}{units[-1][0]}"
+
+
+def exact_time(ps: int) -> str:
+    """Picoseconds -> the largest unit that represents it exactly (``600000`` -> ``'600ns'``)."""
+    return "0s" if ps == 0 else _exact(ps, [("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3), ("ps", 1)])
+
+
+def exact_rate(bps: int) -> str:
+    """bit/s -> exact human string (``400_000_000_000`` -> ``'400Gbps'``)."""
+    return "0bps" if bps == 0 else _exact(bps, [("Tbps", 10**12), ("Gbps", 10**9), ("Mbps", 10**6), ("kbps", 10**3), ("bps", 1)])
+
+
+def exact_size(nbytes: int) -> str:
+    """bytes -> exact human string (``4096`` -> ``'4KiB'``, ``82`` -> ``'82B'``)."""
+    return "0B" if nbytes == 0 else _exact(nbytes, [("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1)])
