@@ -25,6 +25,8 @@ class Recorder:
         self.delivered_total = 0              # payload bytes delivered so far (receivers add)
         self.delivered_at_last_release = 0
         self.delivered_at_first_end = None
+        self.last_first_arrival = None
+        self.delivered_at_last_first_arrival = 0
         self._fh = None
         self._writer = None
         if stream_path is not None:
@@ -38,6 +40,11 @@ class Recorder:
         if self.last_release is None or t >= self.last_release:
             self.last_release = t
             self.delivered_at_last_release = self.delivered_total
+
+    def on_first_arrival(self, st, t):
+        """The first payload of a message reached its receiver (called once per message)."""
+        self.last_first_arrival = t
+        self.delivered_at_last_first_arrival = self.delivered_total
 
     def on_message(self, st):
         m = st.msg

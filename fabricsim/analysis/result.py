@@ -104,7 +104,8 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     if len(links):
         links.insert(2, "src_name", [topo.name_of(x) for x in links["src"]])
         links.insert(4, "dst_name", [topo.name_of(x) for x in links["dst"]])
-        links["utilisation"] = links["tx_bytes"] * 8 * PS_PER_S / (links["rate_bps"] * duration_all)
+        links["utilisation"] = links["tx_bytes"].astype("float64") * 8e12 / (links["rate_bps"].astype("float64")
+                                                                               * duration_all)
 
     # pattern window and effective bandwidth
     released = msgs[msgs["release_ps"].notna()]
@@ -138,11 +139,13 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         host_bound = max(max(w * 8 * PS_PER_S // topo.host_rate_bps(h) + overhead[h] for h, w in wire_out.items()),
                          max(w * 8 * PS_PER_S // topo.host_rate_bps(h) + overhead[h] for h, w in wire_in.items()))
         ideal_pattern = max(per_msg, host_bound)
+    # "while all active": from the moment the last message's first byte arrived to the first completion
     all_active = None
-    if recorder.first_end is not None and recorder.last_release is not None and all_done \
-            and recorder.first_end > recorder.last_release:
-        w = recorder.first_end - recorder.last_release
-        b = recorder.delivered_at_first_end - recorder.delivered_at_last_release
+    if recorder.first_end is not None and recorder.last_first_arrival is not None and all_done \
+            and recorder.last_release is not None and recorder.last_release < recorder.first_end \
+            and recorder.first_end > recorder.last_first_arrival:
+        w = recorder.first_end - recorder.last_first_arrival
+        b = recorder.delivered_at_first_end - recorder.delivered_at_last_first_arrival
         all_active = b * 8 * PS_PER_S / w / sender_capacity if sender_capacity else None
 
     lat = recorder.latency
@@ -214,7 +217,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     goodput = pd.DataFrame({"bin_start_ps": np.arange(len(gp), dtype=np.int64) * bin_ps,
                             "bin_end_ps": (np.arange(len(gp), dtype=np.int64) + 1) * bin_ps,
                             "delivered_bytes": gp,
-                            "goodput_bps": gp * 8 * PS_PER_S / bin_ps})
+                            "goodput_bps": gp.astype("float64") * 8e12 / bin_ps})
     return Result(summary=summary, messages=msgs, links=links, latency=lat.table(), goodput=goodput,
                   scenario=sc.model_dump(mode="json"))
 

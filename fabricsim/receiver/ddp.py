@@ -32,6 +32,8 @@ class DirectDataPlacement(Receiver):
         series[b] += pkt.payload
         self._rec.delivered_total += pkt.payload
         st = pkt.qp.msg
+        if not st.delivered:
+            self._rec.on_first_arrival(st, t)
         st.delivered += pkt.payload
         if st.delivered + st.dropped == st.size:
             self._done(st, t)

@@ -1,0 +1,272 @@
+"""The packet engine against theory: exact latencies, line rate, bottleneck sharing, ECMP
+balls-into-bins, adaptive and spray near ideal, conservation and determinism."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fabricsim
+from fabricsim.units import serialisation_ps
+
+G = 10**9
+
+
+def leaf_spine(n_per_leaf=4, leaves=2, spines=2, host_rate="400Gbps", fabric_rate="400Gbps",
+               host_delay="500ns", fabric_delay="700ns", latency="600ns", **extra):
+    return {"kind": "leaf_spine", "hosts_per_leaf": n_per_leaf, "leaves": leaves, "spines": spines,
+            "host_link": {"rate": host_rate, "delay": host_delay},
+            "fabric_link": {"rate": fabric_rate, "delay": fabric_delay}, "switch_latency": latency, **extra}
+
+
+def csv_traffic(tmp_path, rows, name="m.csv"):
+    p = tmp_path / name
+    lines = ["id,src,dst,size_bytes,start_ps,deps,gap_ps"]
+    for r in rows:
+        r = {"start_ps": 0, "deps": "", "gap_ps": 0, **r}
+        lines.append(f"{r['id']},{r['src']},{r['dst']},{r['size_bytes']},{r['start_ps']},{r['deps']},{r['gap_ps']}")
+    p.write_text("\n".join(lines) + "\n")
+    return {"pattern": "csv", "path": str(p)}
+
+
+def scenario(topology, traffic, routing="ecmp", seed=1, **sim):
+    return {"name": "t", "topology": topology, "traffic": traffic, "routing": {"policy": routing},
+            "simulation": {"seed": seed, **sim}}
+
+
+# ---------------------------------------------------------------------------------------------
+# one packet, one flow, one bottleneck
+
+
+@pytest.mark.parametrize("host_rate,fabric_rate", [("400Gbps", "400Gbps"), ("200Gbps", "800Gbps")])
+def test_one_packet_latency_is_sum_of_serialisation_propagation_and_switch_delays(tmp_path, host_rate,
+                                                                                  fabric_rate):
+    payload = 1000
+    res = fabricsim.run(scenario(leaf_spine(host_rate=host_rate, fabric_rate=fabric_rate),
+                                 csv_traffic(tmp_path, [{"id": 0, "src": 0, "dst": 5, "size_bytes": payload}])))
+    wire = payload + 82
+    hr, fr = fabricsim.units.parse_rate(host_rate), fabricsim.units.parse_rate(fabric_rate)
+    # host -> leaf -> spine -> leaf -> host: 4 serialisations, 4 propagations, 3 switches
+    expected = (2 * serialisation_ps(wire, hr) + 2 * serialisation_ps(wire, fr)
+                + 2 * 500_000 + 2 * 700_000 + 3 * 600_000)
+    row = res.messages.iloc[0]
+    assert row["fct_ps"] == expected
+    assert row["ideal_fct_ps"] == expected
+    assert row["slowdown"] == 1.0
+    # the latency histogram holds that one packet within its documented relative error
+    lat = res.summary["packet_latency"]
+    assert lat["count"] == 1
+    assert abs(lat["p50_ps"] - expected) / expected <= lat["relative_error"]
+
+
+def test_one_long_flow_reaches_line_rate_times_payload_efficiency(tmp_path):
+    size = 32 * 2**20
+    res = fabricsim.run(scenario(leaf_spine(), csv_traffic(tmp_path, [{"id": 0, "src": 0, "dst": 6,
+                                                                       "size_bytes": size}])))
+    row = res.messages.iloc[0]
+    goodput = size * 8 / (row["fct_ps"] / 1e12)
+    expected = 400 * G * 4096 / (4096 + 82)
+    assert abs(goodput - expected) / expected < 0.01
+    # and the idle-fabric reference agrees with the simulation exactly
+    assert row["fct_ps"] == row["ideal_fct_ps"]
+
+
+def test_two_flows_share_one_bottleneck_at_its_rate(tmp_path):
+    size = 8 * 2**20
+    # hosts 0 and 1 (leaf 0) both send to host 4 (leaf 1): its downlink is the bottleneck
+    res = fabricsim.run(scenario(leaf_spine(), csv_traffic(tmp_path, [
+        {"id": 0, "src": 0, "dst": 4, "size_bytes": size}, {"id": 1, "src": 1, "dst": 4, "size_bytes": size}]),
+        routing="adaptive"))
+    m = res.messages
+    assert m["completed"].all()
+    # steady state: goodput in the 10us bins strictly inside the transfer (first and last are partial)
+    series = res.goodput["goodput_bps"].to_numpy()[1:-1]
+    throughput = series.mean()
+    bottleneck = 400 * G * 4096 / (4096 + 82)
+    assert abs(throughput - bottleneck) / bottleneck < 0.01
+    assert series.min() > 0.98 * bottleneck
+    assert res.goodput["delivered_bytes"].sum() == 2 * size
+    # FIFO without congestion control: both flows get about half while both run
+    assert abs(int(m["end_ps"].iloc[0]) - int(m["end_ps"].iloc[1])) / int(m["end_ps"].max()) < 0.05
+    down = res.links[(res.links["dst"] == 4)]
+    assert 0.98 < down["utilisation"].iloc[0] <= 1.0  # busy for (almost) the whole run
+
+
+# ---------------------------------------------------------------------------------------------
+# ECMP and balls into bins
+
+
+def _uplink_fraction(res):
+    L = res.links
+    up = L[(L["kind"] == "leaf-spine") & L["src_name"].str.startswith("leaf")]
+    return float((up["tx_bytes"] > 0).mean()), up
+
+
+def test_ecmp_uplink_usage_matches_balls_into_bins_and_sets_throughput():
+    """n flows hashed onto n uplinks: E[used fraction] = 1 - (1 - 1/n)^n. With two leaves the
+    spine downlinks carry exactly the uplinks' flows, so the aggregate goodput while all flows
+    run is that fraction of capacity (times payload efficiency)."""
+    n = 8
+    expected = 1 - (1 - 1 / n) ** n
+    fractions, all_active = [], []
+    for seed in range(1, 21):
+        res = fabricsim.run(scenario(leaf_spine(n_per_leaf=n, leaves=2, spines=n),
+                                     {"pattern": "permutation", "locality": "cross_leaf",
+                                      "message_size": "1MiB"}, routing="ecmp", seed=seed))
+        f, _ = _uplink_fraction(res)
+        fractions.append(f)
+        all_active.append(res.summary["effective_bandwidth"]["goodput_while_all_active_fraction"]
+                          / (4096 / 4178))
+    assert abs(np.mean(fractions) - expected) < 0.03
+    assert abs(np.mean(all_active) - expected) < 0.05
+
+
+def test_ecmp_completion_is_set_by_the_most_collided_link():
+    for seed in (1, 2, 3):
+        res = fabricsim.run(scenario(leaf_spine(n_per_leaf=8, leaves=2, spines=8),
+                                     {"pattern": "permutation", "locality": "cross_leaf",
+                                      "message_size": "2MiB"}, routing="ecmp", seed=seed))
+        _, up = _uplink_fraction(res)
+        wire_per_msg = 512 * 4178
+        k_max = int(round(up["tx_bytes"].max() / wire_per_msg))
+        ratio = res.summary["effective_bandwidth"]["completion_time_ratio"]
+        assert ratio < res.summary["effective_bandwidth"]["goodput_while_all_active_fraction"]
+        assert abs(ratio - 1 / k_max) < 0.1 / k_max
+
+
+FABRIC = leaf_spine(n_per_leaf=8, leaves=4, spines=8)
+
+
+@pytest.mark.parametrize("policy,floor", [("adaptive", 0.9), ("spray", 0.85)])
+def test_adaptive_and_spray_approach_ideal_completion(policy, floor):
+    for seed in (1, 2, 3):
+        res = fabricsim.run(scenario(FABRIC, {"pattern": "permutation", "locality": "cross_leaf",
+                                              "message_size": "4MiB"}, routing=policy, seed=seed))
+        assert res.summary["messages"]["completed"] == 32
+        assert res.summary["effective_bandwidth"]["completion_time_ratio"] >= floor
+        ecmp = fabricsim.run(scenario(FABRIC, {"pattern": "permutation", "locality": "cross_leaf",
+                                               "message_size": "4MiB"}, routing="ecmp", seed=seed))
+        assert ecmp.summary["effective_bandwidth"]["completion_time_ratio"] < 0.6
+
+
+def test_more_queue_pairs_help_ecmp():
+    ratios = {}
+    for qps in (1, 16):
+        r = []
+        for seed in range(1, 6):
+            res = fabricsim.run(scenario(leaf_spine(n_per_leaf=8, leaves=2, spines=8),
+                                         {"pattern": "permutation", "locality": "cross_leaf",
+                                          "message_size": "2MiB", "qps_per_message": qps},
+                                         routing="ecmp", seed=seed))
+            r.append(res.summary["effective_bandwidth"]["completion_time_ratio"])
+        ratios[qps] = np.mean(r)
+    assert ratios[16] > ratios[1] + 0.15
+
+
+def test_flowlet_keeps_a_line_rate_flow_on_one_path():
+    # a back-to-back flow never pauses longer than the gap, so it is never re-pathed
+    res = fabricsim.run(scenario(leaf_spine(n_per_leaf=4, leaves=2, spines=4),
+                                 {"pattern": "permutation", "locality": "cross_leaf", "message_size": "1MiB"},
+                                 routing="flowlet"))
+    _, up = _uplink_fraction(res)
+    per_msg = 256 * 4178
+    assert set((up["tx_bytes"] % per_msg).tolist()) == {0}
+    # one flowlet per flow: only the source leaf has a choice of port (spines have one way down)
+    assert res.summary["run"]["new_flowlets"] == 8
+
+
+# ---------------------------------------------------------------------------------------------
+# conservation, determinism, cells, dependencies
+
+
+def test_finite_buffers_conserve_bytes_and_report_incomplete_messages():
+    topo = leaf_spine(n_per_leaf=8, leaves=2, spines=2, buffer={"mode": "per_port", "size": "64KiB"})
+    res = fabricsim.run(scenario(topo, {"pattern": "incast", "senders": 8, "receiver": 0,
+                                        "message_size": "256KiB"}))
+    b = res.summary["bytes"]
+    assert res.summary["drops"]["packets"] > 0
+    assert b["injected_payload_bytes"] == b["delivered_payload_bytes"] + b["dropped_payload_bytes"]
+    assert b["in_flight_payload_bytes"] == 0
+    m = res.messages
+    incomplete = m[~m["completed"]]
+    assert len(incomplete) > 0
+    assert set(incomplete["incomplete_reason"]) == {"packet_dropped"}
+    assert (incomplete["delivered_bytes"] + incomplete["dropped_bytes"] == incomplete["size_bytes"]).all()
+    assert res.summary["messages"]["incomplete_by_reason"] == {"packet_dropped": len(incomplete)}
+    # drops are counted where they happened: on the receiver's downlink (and congested uplinks)
+    dropped_links = res.links[res.links["drops_buffer_full"] > 0]
+    assert 0 in set(dropped_links["dst"])
+    assert dropped_links["drops_buffer_full"].sum() == res.summary["drops"]["packets"]
+    assert (res.links["peak_queue_bytes"] <= 64 * 1024).all()
+
+
+def test_time_limit_reports_in_flight_and_unfinished_messages():
+    res = fabricsim.run(scenario(leaf_spine(), {"pattern": "permutation", "message_size": "4MiB"},
+                                 time_limit="20us"))
+    assert res.summary["run"]["status"] == "time_limit"
+    assert set(res.messages["incomplete_reason"]) == {"time_limit"}
+    b = res.summary["bytes"]
+    assert b["in_flight_payload_bytes"] > 0
+    assert b["injected_payload_bytes"] == (b["delivered_payload_bytes"] + b["dropped_payload_bytes"]
+                                           + b["in_flight_payload_bytes"])
+
+
+def test_same_seed_same_results_other_seed_other_collisions():
+    sc = scenario(FABRIC, {"pattern": "permutation", "locality": "cross_leaf", "message_size": "512KiB"})
+    a, b = fabricsim.run(sc), fabricsim.run(sc)
+    pd.testing.assert_frame_equal(a.messages, b.messages)
+    pd.testing.assert_frame_equal(a.links, b.links)
+    c = fabricsim.run({**sc, "simulation": {"seed": 2}})
+    _, ua = _uplink_fraction(a)
+    _, uc = _uplink_fraction(c)
+    assert not np.array_equal(ua["tx_bytes"].to_numpy(), uc["tx_bytes"].to_numpy())
+    assert a.summary["seed"] == 1 and c.summary["seed"] == 2
+
+
+def test_heap_and_simpy_kernels_agree():
+    sc = scenario(leaf_spine(n_per_leaf=4, leaves=2, spines=2),
+                  {"pattern": "permutation", "message_size": "256KiB"}, routing="spray")
+    a = fabricsim.run(sc)
+    b = fabricsim.run({**sc, "simulation": {"seed": 1, "kernel": "simpy"}})
+    pd.testing.assert_frame_equal(a.messages, b.messages)
+    pd.testing.assert_frame_equal(a.links, b.links)
+
+
+def test_cells_converge_to_packet_results_as_they_shrink():
+    errors = []
+    base = None
+    for cell in (1, 2, 4, 16):
+        res = fabricsim.run(scenario(FABRIC, {"pattern": "permutation", "locality": "cross_leaf",
+                                              "message_size": "1MiB"}, routing="adaptive",
+                                     cell_packets=cell))
+        fct = res.messages["fct_ps"].astype("int64").to_numpy()
+        if base is None:
+            base = fct
+            continue
+        errors.append(float(np.mean(np.abs(fct - base) / base)))
+        assert res.summary["packet_latency"]["count"] == 32 * 256   # counted in MTU packets
+    assert errors[0] < errors[-1]
+    assert errors[0] < 0.05
+
+
+def test_dependencies_release_after_the_gap(tmp_path):
+    tr = csv_traffic(tmp_path, [{"id": 0, "src": 0, "dst": 5, "size_bytes": 65536},
+                                {"id": 1, "src": 5, "dst": 1, "size_bytes": 65536, "deps": "0",
+                                 "gap_ps": 3_000_000},
+                                {"id": 2, "src": 2, "dst": 6, "size_bytes": 1000, "start_ps": 100}])
+    res = fabricsim.run(scenario(leaf_spine(), tr))
+    m = res.messages.set_index("message_id")
+    assert m.loc[1, "release_ps"] == m.loc[0, "end_ps"] + 3_000_000
+    assert m.loc[2, "release_ps"] == 100
+    assert m["completed"].all()
+
+
+def test_effective_bandwidth_of_a_lone_message_is_ideal(tmp_path):
+    res = fabricsim.run(scenario(leaf_spine(), csv_traffic(tmp_path, [{"id": 0, "src": 0, "dst": 6,
+                                                                       "size_bytes": 4 * 2**20}])))
+    eb = res.summary["effective_bandwidth"]
+    assert eb["completion_time_ratio"] == pytest.approx(1.0)
+    assert eb["goodput_fraction"] == pytest.approx(
+        4 * 2**20 * 8 / (res.messages["fct_ps"].iloc[0] / 1e12) / (400 * G))
