@@ -16,8 +16,16 @@ from .errors import ConfigError, FabricsimError
 from .units import format_rate, format_time
 
 
-def _fail(exc: FabricsimError):
-    click.echo(f"error: {exc}", err=True)
+def _fail(exc: FabricsimError, scenario: str | None = None, sets=()):
+    """Print ``error: FILE[:LINE]: field.path: message`` as one line and exit with its status."""
+    if scenario is not None and isinstance(exc, ConfigError):
+        from .config.scenario import locate, parse_overrides
+        try:
+            overrides = parse_overrides(list(sets))
+        except ConfigError:
+            overrides = []
+        locate(exc, scenario, overrides=overrides)
+    click.echo("error: " + " ".join(str(exc).split()), err=True)
     sys.exit(exc.exit_code)
 
 
@@ -56,8 +64,8 @@ def main():
 
 
 @main.command()
-@click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "output", type=click.Path(file_okay=False), default=None,
+@click.argument("scenario", type=click.Path())
+@click.option("-o", "--output", "output", type=click.Path(), default=None,
               help="results folder (default: outputs.dir or results/<scenario name>)")
 @click.option("--seed", type=int, default=None, help="replace simulation.seed")
 @click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
@@ -75,7 +83,7 @@ def run(scenario, output, seed, sets, quiet, as_json):
             raise ConfigError("exists and is not a folder", source=str(out), field="--output")
         result = api_run(loaded, output_dir=out, progress=not quiet)
     except FabricsimError as exc:
-        _fail(exc)
+        _fail(exc, scenario, list(sets) + ([f"simulation.seed={seed}"] if seed is not None else []))
     if as_json:
         click.echo(json.dumps(result.summary, indent=2, default=str))
     elif not quiet:
@@ -85,7 +93,7 @@ def run(scenario, output, seed, sets, quiet, as_json):
 
 
 @main.command()
-@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.argument("scenario", type=click.Path())
 @click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE")
 def validate(scenario, sets):
     """Check SCENARIO (and its topology and traffic) without running it."""
@@ -93,7 +101,7 @@ def validate(scenario, sets):
     try:
         loaded, sim = prepare(scenario, sets)
     except FabricsimError as exc:
-        _fail(exc)
+        _fail(exc, scenario, sets)
     t = sim.topology
     click.echo(f"{scenario}: ok ({t.num_hosts} hosts, {len(t.switches)} switches, {len(sim.messages)} messages, "
                f"routing {loaded.scenario.routing.name})")
@@ -105,7 +113,7 @@ def topo():
 
 
 @topo.command("show")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def topo_show(file, as_json):
     """Print node and link counts, tiers and bisection bandwidth of a topology (or scenario) FILE."""
@@ -121,7 +129,7 @@ def topo_show(file, as_json):
             t = load_topology_file(file)
         d = t.describe()
     except FabricsimError as exc:
-        _fail(exc)
+        _fail(exc, file)
     if as_json:
         click.echo(json.dumps(d, indent=2, default=str))
         return

@@ -29,6 +29,8 @@ class ConfigError(FabricsimError):
     """
 
     exit_code = 2
+    #: True when the offending value came from a ``--set`` override rather than the file
+    from_override = False
 
     def __init__(self, message: str, source: str | None = None, field: str | None = None,
                  line: int | None = None):

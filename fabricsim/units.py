@@ -15,11 +15,12 @@ sizes in bytes, times in picoseconds. This module turns strings such as ``"800Gb
 """
 from __future__ import annotations
 
+import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 
 _NUM = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
-_RE = re.compile(r"^\s*" + _NUM + r"\s*([A-Za-z/]*)\s*$")
+_RE = re.compile(r"^\s*" + _NUM + r"\s*([A-Za-z/\u00b5\u03bc]*)\s*$")
 
 RATE_UNITS = {
     "bps": 1, "b/s": 1,
@@ -34,14 +35,25 @@ SIZE_UNITS = {
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
 TIME_UNITS = {
-    "ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**6, "ms": 10**9, "s": 10**12,
+    "ps": 1, "ns": 10**3, "us": 10**6, "\u00b5s": 10**6, "\u03bcs": 10**6, "ms": 10**9, "s": 10**12,
 }
 
 PS_PER_S = 10**12
 
+#: how each kind's units are spelled in error messages
+_DISPLAY = {
+    "rate": "bps, kbps, Mbps, Gbps, Tbps (or b/s, kb/s, ...)",
+    "size": "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB",
+    "time": "ps, ns, us, ms, s",
+}
+#: largest accepted magnitude in base units (guards against '1e999999999B')
+MAX_VALUE = 10**40
+
 
 def _parse(value, units: dict[str, int], kind: str, allow_bare: bool, example: str) -> int:
     if isinstance(value, bool):
+        raise ValueError(f"expected a {kind} such as {example!r}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"expected a {kind} such as {example!r}, got {value!r}")
     if isinstance(value, (int, float)) and value < 0:
         raise ValueError(f"{value!r}: a {kind} must not be negative")
@@ -69,15 +81,23 @@ def _parse(value, units: dict[str, int], kind: str, allow_bare: bool, example: s
         if unit and unit[-1] == "b" and unit.lower() not in ("kib", "mib", "gib", "tib"):
             raise ValueError(f"{value!r}: sizes are in bytes (B, KB, KiB, MiB...), not bits")
         key = unit.lower()
+    if not unit and allow_bare:
+        key, units = "", {"": 1}  # a bare number is in base units
     if key not in units:
         if not unit and not allow_bare:
             raise ValueError(f"a {kind} needs a unit, such as {example!r}; got {value!r}")
-        allowed = ", ".join(sorted({u for u in units if u}))
-        raise ValueError(f"unknown {kind} unit {unit!r} in {value!r} (allowed: {allowed})")
+        raise ValueError(f"unknown {kind} unit {unit!r} in {value!r} (allowed: {_DISPLAY[kind]})")
     try:
-        exact = Decimal(number) * units[key]
+        dec = Decimal(number)
+        if dec and dec.adjusted() > 60:
+            raise ValueError(f"{value!r} is too large for a {kind}")
+        with localcontext() as ctx:  # exact: no rounding to the default 28 digits
+            ctx.prec = len(number) + 80
+            exact = dec * units[key]
     except InvalidOperation as exc:  # pragma: no cover - regex prevents it
         raise ValueError(f"cannot read {value!r} as a {kind}") from exc
+    if exact > MAX_VALUE:
+        raise ValueError(f"{value!r} is too large for a {kind} (allowed: up to {MAX_VALUE:.0e} base units)")
     if exact != exact.to_integral_value():
         raise ValueError(f"{value!r} is not a whole number of {'bytes' if kind == 'size' else 'base units'}"
                          f" ({exact})")
@@ -96,8 +116,12 @@ def parse_size(value) -> int:
 
 def parse_time(value) -> int:
     """Time string -> picoseconds (``"600ns"`` -> 600_000). A unit is required (bare 0 allowed)."""
-    if value == 0:
+    if value == 0 and not isinstance(value, bool):
         return 0
+    if isinstance(value, str):
+        m = _RE.match(value)
+        if m and not m.group(2) and Decimal(m.group(1)) == 0:  # "0" needs no unit either
+            return 0
     return _parse(value, TIME_UNITS, "time", False, "600ns")
 
 

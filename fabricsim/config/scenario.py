@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from ..errors import ConfigError
 from .policy import CongestionControlSection, ReceiverSection, RoutingSection
@@ -18,12 +18,12 @@ class SimulationConfig(BaseModel):
     """Engine, seed, time limit and packetisation."""
 
     model_config = STRICT
-    seed: int = Field(1, ge=0, le=2**63 - 1)
+    seed: StrictInt = Field(1, ge=0, le=2**63 - 1)
     time_limit: PositiveTime = Field("1s", description="simulated time after which the run stops (default 1s)")
     mtu: PositiveSize = Field("4KiB", description="payload bytes per packet (RoCEv2 path MTU)")
     header: Size = Field("82B", description="per-packet wire overhead: Eth+FCS 18, IPv4 20, UDP 8, BTH 12, "
                                         "ICRC 4, preamble+IFG 20")
-    cell_packets: int = Field(1, ge=1, le=1024,
+    cell_packets: StrictInt = Field(1, ge=1, le=1024,
                               description="MTU-sized packets simulated as one unit (1 = exact)")
     engine: Literal["packet"] = "packet"
     kernel: Literal["heap", "simpy"] = "heap"
@@ -36,7 +36,7 @@ class OutputsConfig(BaseModel):
     dir: str | None = Field(None, description="results folder; default results/<scenario name>")
     formats: list[Literal["parquet", "csv"]] = Field(default_factory=lambda: ["parquet", "csv"], min_length=1)
     timeseries_bin: PositiveTime = Field("10us", description="bin width of the goodput time series (10us)")
-    latency_rel_error: float = Field(0.01, gt=0, le=0.5,
+    latency_rel_error: StrictFloat = Field(0.01, gt=0, le=0.5,
                                      description="relative bin width of the packet-latency histogram")
 
 
@@ -79,44 +79,165 @@ class Scenario(BaseModel):
 
 
 def _node_line(node: yaml.Node | None, path: tuple) -> int | None:
-    """1-based line of the YAML node at ``path`` (or of its deepest existing parent)."""
-    line = None
+    """1-based line of the YAML entry at ``path``: the line of its key (or list item), else of
+    its deepest existing parent."""
+    if node is None:
+        return None
+    line = node.start_mark.line + 1
     for key in path:
-        if node is None:
-            break
-        line = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
-            nxt = None
-            for k, v in node.value:
-                if k.value == str(key):
-                    nxt = v
-                    line = k.start_mark.line + 1
-                    break
-            node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            found = next(((k, v) for k, v in node.value if getattr(k, "value", None) == str(key)), None)
+            if found is None:
+                break
+            line = found[0].start_mark.line + 1
+            node = found[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
             node = node.value[key]
+            line = node.start_mark.line + 1
         else:
-            node = None
-    if node is not None:
-        line = node.start_mark.line + 1
+            break
     return line
 
 
+_UNION_SECTIONS = {"topology", "traffic"}
+_UNION_TAGS = {"leaf_spine", "explicit", "file", "permutation", "all_to_all", "incast", "csv"}
+
+
 def _clean_loc(loc: tuple) -> tuple:
-    """Drop pydantic's union-tag and validator entries from an error location."""
+    """Drop pydantic's union-tag and validator entries from an error location.
+
+    A union tag is only dropped right after the section holding the union (``topology``,
+    ``traffic``) or at the very start (a topology file), so a user key that happens to be
+    spelled like a tag (``topology: {file: x}``) is still reported.
+    """
     out = []
-    for part in loc:
-        if isinstance(part, str) and (part in ("leaf_spine", "explicit", "file", "permutation",
-                                               "all_to_all", "incast", "csv")
-                                      or part.startswith("function-") or "[" in part):
-            continue
+    for i, part in enumerate(loc):
+        if isinstance(part, str):
+            if part.startswith("function-") or "[" in part or part.endswith("Config"):
+                continue
+            if part in _UNION_TAGS and (i == 0 or (i == 1 and loc[0] in _UNION_SECTIONS)):
+                continue
         out.append(part)
     return tuple(out)
 
 
+def format_field(loc) -> str | None:
+    """``('topology', 'links', 1, 'b')`` -> ``'topology.links[1].b'``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or None
+
+
+def parse_field(field: str) -> tuple:
+    """Inverse of :func:`format_field`: ``'topology.links[1].b'`` -> ``('topology', 'links', 1, 'b')``."""
+    out: list = []
+    for part in field.split("."):
+        name, *idx = part.split("[")
+        if name:
+            out.append(name)
+        for i in idx:
+            i = i.rstrip("]")
+            out.append(int(i) if i.isdigit() else i)
+    return tuple(out)
+
+
+def _bound_message(err: dict) -> str | None:
+    """Pydantic's generic constraint messages -> 'got X (allowed: ...)'."""
+    ctx = err.get("ctx") or {}
+    got = err.get("input")
+    t = err["type"]
+    bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
+              "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
+    if t in bounds:
+        op, key = bounds[t]
+        return f"got {got!r} (allowed: {op} {ctx.get(key)})"
+    if t in ("int_type", "int_parsing", "int_from_float"):
+        return f"got {got!r} (allowed: a whole number)"
+    if t in ("float_type", "float_parsing"):
+        return f"got {got!r} (allowed: a number)"
+    if t in ("string_type",):
+        return f"got {got!r} (allowed: a string)"
+    if t in ("bool_type", "bool_parsing"):
+        return f"got {got!r} (allowed: true or false)"
+    if t == "missing":
+        return "required field is missing"
+    if t in ("model_type", "model_attributes_type", "dict_type"):
+        return f"got {got!r} (allowed: a mapping of fields)"
+    if t == "list_type":
+        return f"got {got!r} (allowed: a list)"
+    if t == "string_pattern_mismatch":
+        return f"got {got!r} (allowed: letters, digits, '_', '.', '-')"
+    if t in ("too_short", "too_long"):
+        return err["msg"].replace("List should", "list should")
+    return None
+
+
+def _model_of(annotation, value):
+    """The pydantic model class an annotation stands for, given the input ``value`` (picks the
+    member of a discriminated union by its tag)."""
+    import types
+    import typing
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _model_of(typing.get_args(annotation)[0], value)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        models = [m for m in (_model_of(a, value) for a in members) if m is not None]
+        if len(models) == 1:
+            return models[0]
+        for m in models:
+            for tag in ("kind", "pattern"):
+                fld = m.model_fields.get(tag)
+                if fld is not None and isinstance(value, dict) and value.get(tag, fld.default) == fld.default:
+                    return m
+        return None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def allowed_fields(model, loc: tuple, data) -> list[str] | None:
+    """Field names allowed in the mapping at ``loc`` under ``model`` (None if unknown)."""
+    import typing
+    from .policy import PolicySection
+    for key in loc:
+        if isinstance(key, int):
+            data = data[key] if isinstance(data, list) and key < len(data) else None
+            continue
+        if model is None or not isinstance(data, dict):
+            return None
+        if issubclass(model, PolicySection):
+            return None  # parameters of a policy: handled below
+        fld = model.model_fields.get(key)
+        if fld is None:
+            return None
+        data = data.get(key)
+        ann = fld.annotation
+        while typing.get_origin(ann) is list:
+            ann = typing.get_args(ann)[0]
+        model = _model_of(ann, data if not isinstance(data, list) else (data[0] if data else None))
+    if model is None:
+        return None
+    if issubclass(model, PolicySection):
+        name = data.get(model.name_field, model.default_name) if isinstance(data, dict) else model.default_name
+        try:
+            impl = model.registry().get(name)
+        except Exception:
+            return None
+        params = getattr(impl, "Params", None)
+        return [model.name_field] + (sorted(params.model_fields) if params else [])
+    return sorted(model.model_fields)
+
+
 def validation_to_config_error(exc: ValidationError, source: str, root: yaml.Node | None,
-                               prefix: tuple = ()) -> ConfigError:
-    """First pydantic error -> one-line ConfigError naming file, field path (and line)."""
+                               prefix: tuple = (), data=None, model=None) -> ConfigError:
+    """First pydantic error -> one-line ConfigError naming file, field path (and line).
+
+    With the input ``data`` and the root ``model``, unknown fields list the allowed ones."""
     err = exc.errors()[0]
     loc = prefix + _clean_loc(tuple(err["loc"]))
     msg = err["msg"]
@@ -127,15 +248,99 @@ def validation_to_config_error(exc: ValidationError, source: str, root: yaml.Nod
             and " " not in msg.split(": ", 1)[0]:
         sub, msg = msg.split(": ", 1)
         loc = loc + tuple(sub.split("."))
+    ctx = err.get("ctx") or {}
     if err["type"] == "extra_forbidden":
-        msg = "unknown field (check spelling; see docs/scenarios.md for allowed fields)"
-    elif err["type"] in ("literal_error", "union_tag_invalid"):
-        ctx = err.get("ctx") or {}
-        expected = ctx.get("expected") or ctx.get("expected_tags")
+        allowed = None
+        if model is not None:
+            try:
+                allowed = allowed_fields(model, loc[len(prefix):-1], data)
+            except Exception:  # best effort: never hide the real error
+                allowed = None
+        if allowed:
+            import difflib
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            msg = f"unknown field (allowed: {', '.join(allowed)}){hint}"
+        else:
+            msg = "unknown field (check spelling)"
+    elif err["type"] == "union_tag_invalid":
+        key = str(ctx.get("discriminator", "kind")).strip("'")
+        loc = loc + (key,)
+        msg = f"got {ctx.get('tag')!r} (allowed: {ctx.get('expected_tags')})"
+    elif err["type"] == "literal_error":
+        expected = ctx.get("expected")
         if expected:
-            msg = f"got {err.get('input')!r}; allowed: {expected}"
-    field = ".".join(str(p) for p in loc) or None
-    return ConfigError(msg, source=source, field=field, line=_node_line(root, loc) if root else None)
+            msg = f"got {err.get('input')!r} (allowed: {expected})"
+    else:
+        msg = _bound_message(err) or msg
+    msg = " ".join(msg.split())  # one line
+    return ConfigError(msg, source=source, field=format_field(loc),
+                       line=_node_line(root, loc) if root else None)
+
+
+def _override_of(field: str | None, overrides) -> tuple[str, str] | None:
+    """``(key, how it was given)`` of the override that set ``field`` (or one of its parents or children)."""
+    if not field:
+        return None
+    try:
+        loc = parse_field(field)
+    except ValueError:
+        return None
+    for key, value, *label in reversed(list(overrides)):
+        k = tuple(key.split("."))
+        n = min(len(k), len(loc))
+        if n and tuple(str(x) for x in loc[:n]) == k[:n]:
+            return key, (label[0] if label else f"--set {key}={value}")
+    return None
+
+
+def mark_override(exc: ConfigError, overrides) -> ConfigError:
+    """If ``exc`` is about a field given by ``--set`` (or ``--seed``), say so and drop the file
+    line, which would point at the value the override replaced."""
+    hit = _override_of(exc.field, overrides)
+    if hit is not None and not exc.from_override:
+        _, shown = hit
+        exc.from_override = True
+        exc.line = None
+        exc.message = f"{exc.message} (from {shown})"
+        exc.args = (exc.one_line(),)
+    return exc
+
+
+def locate(exc: ConfigError, path: str | Path, root: yaml.Node | None = None, overrides=()) -> ConfigError:
+    """Fill in the line of an error raised after validation (topology or traffic building)
+    when it names a field of the YAML file ``path``. ``overrides`` are as returned by
+    :func:`parse_overrides`; errors about them get no line. Returns ``exc`` (updated in place)."""
+    if exc.source != str(path) or not exc.field:
+        return exc
+    mark_override(exc, overrides)
+    if exc.line is not None or exc.from_override:
+        return exc
+    if root is None:
+        try:
+            _, root = load_yaml(path)
+        except ConfigError:
+            return exc
+    if root is None:
+        return exc
+    try:
+        loc = parse_field(exc.field)
+    except ValueError:
+        return exc
+    if loc and _has_path(root, loc[:1]):
+        exc.line = _node_line(root, loc)
+        exc.args = (exc.one_line(),)
+    return exc
+
+
+def _has_path(node, path) -> bool:
+    for key in path:
+        if not isinstance(node, yaml.MappingNode):
+            return False
+        node = next((v for k, v in node.value if k.value == str(key)), None)
+        if node is None:
+            return False
+    return True
 
 
 def load_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
@@ -146,7 +351,7 @@ def load_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
     except FileNotFoundError:
         raise ConfigError("file not found", source=str(path)) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc.__class__.__name__}", source=str(path)) from None
+        raise ConfigError(f"cannot read: {exc.__class__.__name__} (allowed: a readable UTF-8 YAML file)", source=str(path)) from None
     try:
         data = yaml.safe_load(text)
         node = yaml.compose(text)
@@ -158,31 +363,35 @@ def load_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
     return data, node
 
 
-def set_path(data: dict, dotted: str, value: Any) -> None:
+def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> None:
     """Apply one ``--set a.b.c=value`` override to nested dicts (value parsed as YAML)."""
     keys = dotted.split(".")
+    if not dotted or any(not k for k in keys):
+        raise ConfigError(f"--set {dotted}={value}: empty key in the field path", source=source)
     cur = data
-    for k in keys[:-1]:
+    for i, k in enumerate(keys[:-1]):
         nxt = cur.get(k)
         if nxt is None:
             nxt = cur[k] = {}
         if not isinstance(nxt, dict):
-            raise ConfigError(f"cannot set {dotted}: {k} is not a section", field=dotted, source="--set")
+            raise ConfigError(f"{'.'.join(keys[:i + 1])} is a value, not a section", field=dotted, source=source)
         cur = nxt
     cur[keys[-1]] = value
 
 
-def parse_overrides(items: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
+def parse_overrides(items: list[str] | tuple[str, ...], source: str = "--set") -> list[tuple[str, Any, str]]:
+    """``["a.b=1"]`` -> ``[("a.b", 1, "--set a.b=1")]`` (values parsed as YAML; the last item is how
+    the override was written, for error messages)."""
     out = []
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"expected key.path=value, got {item!r}", source="--set")
+            raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE", source=source)
         key, raw = item.split("=", 1)
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
-        out.append((key.strip(), value))
+        out.append((key.strip(), value, f"--set {item}"))
     return out
 
 
@@ -193,6 +402,8 @@ class LoadedScenario:
         self.scenario = scenario
         self.source = source
         self.base_dir = base_dir
+        self.root: yaml.Node | None = None  # YAML node tree, for line numbers
+        self.overrides: list[tuple] = []  # (key, value, as written) applied by --set / --seed
 
     def resolve_path(self, rel: str) -> Path:
         p = Path(rel)
@@ -232,12 +443,21 @@ def load_scenario(source: str | Path | dict | Scenario, overrides=(), seed: int 
     data = copy.deepcopy(data)
     if isinstance(source, (str, Path)) and "name" not in data:
         data["name"] = Path(source).stem
-    for key, value in parse_overrides(list(overrides)):
-        set_path(data, key, value)
+    applied: list = parse_overrides(list(overrides), source=name)
+    for key, value, _ in applied:
+        try:
+            set_path(data, key, value, source=name)
+        except ConfigError as exc:
+            raise mark_override(exc, applied) from None
     if seed is not None:
-        set_path(data, "simulation.seed", seed)
+        set_path(data, "simulation.seed", seed, source=name)
+        applied.append(("simulation.seed", seed, f"--seed {seed}"))
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise validation_to_config_error(exc, name, root) from None
-    return LoadedScenario(scenario, name, base)
+        raise mark_override(validation_to_config_error(exc, name, root, data=data, model=Scenario),
+                            applied) from None
+    loaded = LoadedScenario(scenario, name, base)
+    loaded.root = root
+    loaded.overrides = applied
+    return loaded

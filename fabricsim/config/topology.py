@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, StrictFloat, StrictInt, model_validator
 
 from .types import STRICT, PositiveSize, PositiveTime, Rate, Time
 
@@ -45,15 +45,15 @@ class LeafSpineConfig(BaseModel):
 
     model_config = STRICT
     kind: Literal["leaf_spine"] = "leaf_spine"
-    hosts_per_leaf: int = Field(4, ge=1)
-    leaves: int = Field(4, ge=1)
-    spines: int = Field(4, ge=0)
-    links_per_spine: int = Field(1, ge=1)
+    hosts_per_leaf: StrictInt = Field(4, ge=1)
+    leaves: StrictInt = Field(4, ge=1)
+    spines: StrictInt = Field(4, ge=0)
+    links_per_spine: StrictInt = Field(1, ge=1)
     host_link: LinkSpec = Field(default_factory=LinkSpec)
     fabric_link: LinkSpec = Field(default_factory=LinkSpec)
     switch_latency: Time = Field("600ns", description="port-to-port forwarding latency [EST] 0.6-1.0us")
     buffer: BufferSpec = Field(default_factory=BufferSpec)
-    oversubscription: float | None = Field(None, gt=0)
+    oversubscription: StrictFloat | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _check(self):
@@ -81,7 +81,7 @@ class NodeSpec(BaseModel):
     model_config = STRICT
     name: str = Field(min_length=1)
     type: Literal["host", "switch"]
-    tier: int | None = Field(None, ge=0, description="0 for hosts; 1 leaf, 2 spine, ... for switches")
+    tier: StrictInt | None = Field(None, ge=0, description="0 for hosts; 1 leaf, 2 spine, ... for switches")
     switch_latency: Time | None = None
     buffer: BufferSpec | None = None
 
@@ -94,7 +94,7 @@ class LinkListSpec(BaseModel):
     b: str
     rate: Rate
     delay: Time = "500ns"
-    count: int = Field(1, ge=1)
+    count: StrictInt = Field(1, ge=1)
 
 
 class ExplicitTopologyConfig(BaseModel):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, StrictInt, model_validator
 
 from .types import STRICT, PositiveSize, Time
 
@@ -11,7 +11,7 @@ from .types import STRICT, PositiveSize, Time
 class _Common(BaseModel):
     model_config = STRICT
     message_size: PositiveSize = Field("1MiB", description="bytes per message, e.g. 4MiB")
-    qps_per_message: int = Field(1, ge=1, le=4096,
+    qps_per_message: StrictInt = Field(1, ge=1, le=4096,
                                  description="queue pairs a message is spread over (ECMP entropy)")
     start: Time = Field(0, description="release time of every message")
 
@@ -36,8 +36,8 @@ class IncastTraffic(_Common):
     """``senders`` hosts each send one message to ``receiver`` (N to 1)."""
 
     pattern: Literal["incast"] = "incast"
-    senders: int = Field(8, ge=1)
-    receiver: int = Field(0, ge=0)
+    senders: StrictInt = Field(8, ge=1)
+    receiver: StrictInt = Field(0, ge=0)
 
 
 class CsvTraffic(BaseModel):
@@ -49,7 +49,7 @@ class CsvTraffic(BaseModel):
     model_config = STRICT
     pattern: Literal["csv"] = "csv"
     path: str
-    qps_per_message: int = Field(1, ge=1, le=4096)
+    qps_per_message: StrictInt = Field(1, ge=1, le=4096)
 
 
 TrafficConfig = Annotated[Union[PermutationTraffic, AllToAllTraffic, IncastTraffic, CsvTraffic],

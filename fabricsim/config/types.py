@@ -18,7 +18,7 @@ def _positive(parse, kind):
     def check(v):
         value = parse(v)
         if value <= 0:
-            raise ValueError(f"{kind} must be greater than zero, got {v!r}")
+            raise ValueError(f"got {v!r} (allowed: a {kind} greater than zero)")
         return value
     return check
 

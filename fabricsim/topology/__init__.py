@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from ..config.topology import ExplicitTopologyConfig, LeafSpineConfig, TopologyFileRef
 from ..errors import TopologyError
@@ -13,25 +13,29 @@ from .model import Topology
 
 __all__ = ["Topology", "build_topology", "load_topology_file", "build_leaf_spine", "build_explicit"]
 
-_FILE_ADAPTER = TypeAdapter(LeafSpineConfig | ExplicitTopologyConfig)
+_FILE_MODELS = {"leaf_spine": LeafSpineConfig, "explicit": ExplicitTopologyConfig}
 
 
 def load_topology_file(path: str | Path) -> Topology:
     """Load a topology YAML file (``kind: leaf_spine`` or ``kind: explicit``)."""
-    from ..config.scenario import load_yaml, validation_to_config_error
+    from ..config.scenario import _node_line, load_yaml, locate, validation_to_config_error
     data, root = load_yaml(path)
     if not isinstance(data, dict):
         raise TopologyError("a topology file must be a YAML mapping", source=str(path), line=1)
     data.setdefault("kind", "leaf_spine")
-    if data.get("kind") not in ("leaf_spine", "explicit"):
-        raise TopologyError(f"unknown topology kind {data.get('kind')!r} (allowed: leaf_spine, explicit)",
-                            source=str(path), field="kind", line=2)
+    model = _FILE_MODELS.get(data["kind"]) if isinstance(data["kind"], str) else None
+    if model is None:
+        raise TopologyError(f"got {data.get('kind')!r} (allowed: 'leaf_spine', 'explicit')",
+                            source=str(path), field="kind", line=_node_line(root, ("kind",)))
     try:
-        cfg = _FILE_ADAPTER.validate_python(data)
+        cfg = model.model_validate(data)
     except ValidationError as exc:
-        err = validation_to_config_error(exc, str(path), root)
+        err = validation_to_config_error(exc, str(path), root, data=data, model=model)
         raise TopologyError(err.message, source=err.source, field=err.field, line=err.line) from None
-    return build_topology(cfg, source=str(path), prefix="", name=Path(path).stem)
+    try:
+        return build_topology(cfg, source=str(path), prefix="", name=Path(path).stem)
+    except TopologyError as exc:
+        raise locate(exc, str(path), root) from None
 
 
 def build_topology(cfg, source: str = "<scenario>", resolve=None, prefix: str = "topology",
@@ -40,10 +44,11 @@ def build_topology(cfg, source: str = "<scenario>", resolve=None, prefix: str = 
     if isinstance(cfg, LeafSpineConfig):
         return build_leaf_spine(cfg, name=name or "leaf_spine")
     if isinstance(cfg, ExplicitTopologyConfig):
-        return build_explicit(cfg, source=source, prefix=prefix or "topology", name=name or "explicit")
+        return build_explicit(cfg, source=source, prefix=prefix, name=name or "explicit")
     if isinstance(cfg, TopologyFileRef):
         path = resolve(cfg.path) if resolve else Path(cfg.path)
-        if not Path(path).exists():
-            raise TopologyError(f"topology file {cfg.path!r} not found", source=source, field="topology.path")
+        if not Path(path).is_file():
+            raise TopologyError(f"topology file {cfg.path!r} not found (looked at {path})", source=source,
+                                field=f"{prefix}.path" if prefix else "path")
         return load_topology_file(path)
     raise TopologyError(f"unsupported topology {type(cfg).__name__}", source=source, field="topology")

@@ -1,6 +1,7 @@
 """Topology from an explicit list of nodes and links."""
 from __future__ import annotations
 
+import difflib
 from collections import deque
 
 import networkx as nx
@@ -14,21 +15,26 @@ def build_explicit(cfg: ExplicitTopologyConfig, source: str = "<topology>", pref
                    name: str = "explicit") -> Topology:
     """Hosts get ids 0..H-1 in the order listed, switches follow. Tiers missing from the file are
     the hop distance from the nearest host. Raises :class:`TopologyError` naming the item."""
+    def at(sub: str) -> str:
+        return f"{prefix}.{sub}" if prefix else sub
+
+    index = {n.name: i for i, n in reversed(list(enumerate(cfg.nodes)))}
     ids: dict[str, int] = {}
     hosts = [n for n in cfg.nodes if n.type == "host"]
     switches = [n for n in cfg.nodes if n.type == "switch"]
     if not hosts:
-        raise TopologyError("a topology needs at least one host", source=source, field=f"{prefix}.nodes")
+        raise TopologyError("a topology needs at least one host", source=source, field=at("nodes"))
     for i, n in enumerate(cfg.nodes):
-        if n.name in ids or n.name in {m.name for m in cfg.nodes[:i]}:
-            raise TopologyError(f"duplicate node name {n.name!r}", source=source, field=f"{prefix}.nodes[{i}].name")
+        if index[n.name] != i:
+            raise TopologyError(f"duplicate node name {n.name!r} (first at nodes[{index[n.name]}])",
+                                source=source, field=at(f"nodes[{i}].name"))
     for i, n in enumerate(hosts + switches):
         ids[n.name] = i
     g = nx.MultiGraph()
     for n in hosts:
         if n.tier not in (None, 0):
             raise TopologyError(f"host {n.name!r} must be tier 0, got {n.tier}", source=source,
-                                field=f"{prefix}.nodes.{n.name}.tier")
+                                field=at(f"nodes[{index[n.name]}].tier"))
         g.add_node(ids[n.name], type="host", tier=0, name=n.name)
     for n in switches:
         buf = n.buffer or cfg.buffer
@@ -39,24 +45,26 @@ def build_explicit(cfg: ExplicitTopologyConfig, source: str = "<topology>", pref
         for end in ("a", "b"):
             nm = getattr(link, end)
             if nm not in ids:
-                raise TopologyError(f"unknown node {nm!r} (not in nodes)", source=source,
-                                    field=f"{prefix}.links[{i}].{end}")
+                close = difflib.get_close_matches(nm, list(ids), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TopologyError(f"unknown node {nm!r} (allowed: a name listed in nodes){hint}", source=source,
+                                    field=at(f"links[{i}].{end}"))
         if link.a == link.b:
-            raise TopologyError("a link must join two different nodes", source=source, field=f"{prefix}.links[{i}]")
+            raise TopologyError("a link must join two different nodes", source=source, field=at(f"links[{i}]"))
         u, v = ids[link.a], ids[link.b]
         if g.nodes[u]["type"] == "host" and g.nodes[v]["type"] == "host":
             raise TopologyError("hosts connect to switches, not to each other", source=source,
-                                field=f"{prefix}.links[{i}]")
+                                field=at(f"links[{i}]"))
         for _ in range(link.count):
             g.add_edge(u, v, rate_bps=link.rate, delay_ps=link.delay, kind="")
     for n in hosts:
         if g.degree(ids[n.name]) == 0:
-            raise TopologyError(f"host {n.name!r} has no link", source=source, field=f"{prefix}.nodes.{n.name}")
+            raise TopologyError(f"host {n.name!r} has no link", source=source, field=at(f"nodes[{index[n.name]}]"))
     if not nx.is_connected(g):
         comps = sorted(nx.connected_components(g), key=len)
         lonely = sorted(g.nodes[x]["name"] for x in comps[0])[:3]
         raise TopologyError(f"the topology is disconnected; e.g. {', '.join(lonely)} cannot reach the rest",
-                            source=source, field=f"{prefix}.links")
+                            source=source, field=at("links"))
     # tiers by distance from the hosts where not given
     dist = {h: 0 for h in range(len(hosts))}
     q = deque(dist)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 from ..errors import TrafficError
@@ -96,8 +97,8 @@ def _time_col(row, names, source, line, units_parse):
             try:
                 if scale:
                     x = float(v) * scale
-                    if x < 0:
-                        raise ValueError("must not be negative")
+                    if not math.isfinite(x) or x < 0:
+                        raise ValueError("must be a finite number >= 0")
                     return int(round(x))
                 return units.parse_time(v)
             except ValueError as exc:
@@ -110,21 +111,27 @@ def csv_messages(cfg, topo, streams, source, resolve):
     """Read a CSV message list (see :class:`fabricsim.config.traffic.CsvTraffic`)."""
     from .. import units
     path = Path(resolve(cfg.path) if resolve else cfg.path)
-    if not path.exists():
-        raise TrafficError(f"message list {cfg.path!r} not found", source=source, field="traffic.path")
+    if not path.is_file():
+        raise TrafficError(f"message list {cfg.path!r} not found (looked at {path})", source=source,
+                           field="traffic.path")
     src_name = str(path)
     H = topo.num_hosts
     out: list[Message] = []
     ids = set()
+    lines: dict[int, int] = {}  # message id -> CSV line
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
-        cols = set(reader.fieldnames or [])
+        try:
+            cols = set(reader.fieldnames or [])
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise TrafficError(f"not valid CSV: {exc}", source=src_name, line=1) from None
         need = [("src",), ("dst",), ("size_bytes", "size")]
         for alts in need:
             if not cols & set(alts):
                 raise TrafficError(f"missing column {' or '.join(alts)} (have: {', '.join(sorted(cols)) or 'none'})",
-                                   source=src_name, line=1)
-        for lineno, row in enumerate(reader, start=2):
+                                   source=src_name, field=alts[0], line=1)
+        for row in _rows(reader, src_name):
+            lineno = reader.line_num
             def req_int(name, lo=0, hi=None):
                 v = row.get(name)
                 try:
@@ -156,6 +163,7 @@ def csv_messages(cfg, topo, streams, source, resolve):
             if mid in ids:
                 raise TrafficError(f"duplicate message id {mid}", source=src_name, field="id", line=lineno)
             ids.add(mid)
+            lines[mid] = lineno
             qps = req_int("qps", 1, 4096) if row.get("qps") not in (None, "") else cfg.qps_per_message
             deps_raw = (row.get("deps") or "").strip()
             try:
@@ -168,18 +176,36 @@ def csv_messages(cfg, topo, streams, source, resolve):
         raise TrafficError("the message list is empty", source=src_name, line=1)
     for m in out:
         for dep in m.deps:
-            if dep not in ids or dep == m.id:
-                raise TrafficError(f"message {m.id} depends on unknown message {dep}", source=src_name,
-                                   field="deps")
-    _check_acyclic(out, src_name)
+            if dep == m.id:
+                raise TrafficError(f"message {m.id} depends on itself", source=src_name, field="deps",
+                                   line=lines[m.id])
+            if dep not in ids:
+                raise TrafficError(f"message {m.id} depends on unknown message {dep} (allowed: ids in the id column)",
+                                   source=src_name, field="deps", line=lines[m.id])
+    _check_acyclic(out, src_name, lines)
     return out
 
 
-def _check_acyclic(msgs, source):
+def _rows(reader, source):
+    """Iterate a DictReader, turning CSV syntax errors into one-line TrafficErrors."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise TrafficError(f"not valid CSV: {exc}", source=source, line=reader.line_num or None) from None
+        yield row
+
+
+def _check_acyclic(msgs, source, lines=None):
     import networkx as nx
     g = nx.DiGraph()
     g.add_nodes_from(m.id for m in msgs)
     g.add_edges_from((d, m.id) for m in msgs for d in m.deps)
     if not nx.is_directed_acyclic_graph(g):
-        cyc = nx.find_cycle(g)
-        raise TrafficError(f"dependency cycle through messages {[e[0] for e in cyc]}", source=source, field="deps")
+        cyc = [e[0] for e in nx.find_cycle(g)]
+        first = min(cyc, key=lambda i: (lines or {}).get(i, 0))
+        raise TrafficError(f"dependency cycle through messages {' -> '.join(map(str, cyc + cyc[:1]))} "
+                           "(allowed: deps that form no cycle)", source=source, field="deps",
+                           line=(lines or {}).get(first))

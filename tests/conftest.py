@@ -1,0 +1,71 @@
+"""Shared fixtures: the repository layout, a small valid scenario, a file writer and a CLI runner."""
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = REPO / "scenarios"
+TOPOLOGIES = REPO / "topologies"
+TRACES = REPO / "traces"
+
+# A 4-host (2 leaves x 2 hosts, 2 spines) scenario that validates and runs in well under a second.
+# Line numbers matter: tests that check reported lines count from here.
+BASE_SCENARIO = """\
+name: t
+topology:
+  kind: leaf_spine
+  hosts_per_leaf: 2
+  leaves: 2
+  spines: 2
+traffic:
+  pattern: permutation
+  message_size: 64KiB
+routing:
+  policy: ecmp
+simulation:
+  seed: 1
+  time_limit: 1ms
+"""
+
+
+@pytest.fixture
+def write(tmp_path):
+    """``write(name, text)`` -> Path of a file written under tmp_path (text is dedented)."""
+
+    def _write(name: str, text: str) -> Path:
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+        return p
+
+    return _write
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+ERROR_RE = re.compile(r"^(?::(?P<line>\d+))?(?:: (?P<field>[^\s:]+))?: (?P<msg>.+)$")
+
+
+def parse_error_line(text: str, source: str | Path) -> dict:
+    """Split ``error: SOURCE[:LINE]: field.path: message`` (exactly one line) into its parts.
+
+    Fails the calling test if the text is not one such line naming ``source``.
+    """
+    lines = text.splitlines()
+    assert len(lines) == 1, f"expected exactly one line, got {len(lines)}: {text!r}"
+    line = lines[0]
+    prefix = f"error: {source}"
+    assert line.startswith(prefix), f"{line!r} does not start with {prefix!r}"
+    m = ERROR_RE.match(line[len(prefix):])
+    assert m, f"cannot parse {line!r} as 'error: FILE[:LINE]: field: message'"
+    d = m.groupdict()
+    d["line"] = int(d["line"]) if d["line"] else None
+    return d
