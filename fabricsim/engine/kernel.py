@@ -6,6 +6,13 @@ run in the order they were scheduled (FIFO), which makes runs deterministic.
 
 Two kernels share this contract:
 
+* ``schedule(time_ps, fn, arg)``: put ``fn(time_ps, arg)`` on the agenda.
+* ``seq`` and ``push(entry)``: the low-level form of ``schedule`` for hot paths. An agenda entry
+  is the tuple ``(time_ps, next(kernel.seq), fn, arg)``; events run in ``(time_ps, seq)`` order.
+  A caller may build an entry now and ``push`` it later (the packet engine keeps each port's
+  later arrivals off the agenda until the earlier ones have run): it still runs in the place its
+  ``seq`` gave it, exactly as if it had been scheduled when the entry was built.
+
 * :class:`HeapKernel` (default): a plain ``heapq`` agenda. Chosen after measuring SimPy's per-event
   cost as the bottleneck of the per-packet datapath (see benchmarks/README.md).
 * :class:`SimpyKernel`: the same contract on a :class:`simpy.Environment`, for process-style
@@ -22,6 +29,7 @@ Two kernels share this contract:
 """
 from __future__ import annotations
 
+from functools import partial
 from heapq import heappop, heappush
 from itertools import count
 from typing import Any, Callable
@@ -38,18 +46,21 @@ class HeapKernel:
         self.now = 0
         self.events = 0
         self._heap: list = []
-        self._seq = count()
+        self.seq = count()
+        # push(entry): a C-level partial, as cheap to call from a callback as heappush itself
+        self.push = partial(heappush, self._heap)
         self._stop = False
 
     def schedule(self, time_ps: int, fn: Callback, arg: Any = None) -> None:
         """Run ``fn(time_ps, arg)`` at absolute time ``time_ps`` (>= now)."""
-        heappush(self._heap, (time_ps, next(self._seq), fn, arg))
+        heappush(self._heap, (time_ps, next(self.seq), fn, arg))
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current event."""
         self._stop = True
 
     def pending(self) -> int:
+        """Entries on the agenda (entries held back by callers, see ``push``, are not counted)."""
         return len(self._heap)
 
     def run(self, until_ps: int, progress: Callable[[int], None] | None = None,
@@ -94,17 +105,25 @@ class SimpyKernel:
         self.env = simpy.Environment()
         self.events = 0
         self._stop = False
+        # SimPy's own event counter: an entry's seq is the eid SimPy orders same-time events by
+        self.seq = self.env._eid
 
     @property
     def now(self) -> int:
         return self.env.now
 
-    def schedule(self, time_ps: int, fn: Callback, arg: Any = None) -> None:
+    def push(self, entry) -> None:
+        """Schedule a ready-made ``(time_ps, seq, fn, arg)`` entry: what ``env.schedule(ev, NORMAL,
+        delay)`` does, with the eid drawn when the entry was built."""
+        time_ps, seq, fn, arg = entry
         ev = self._simpy.Event(self.env)
         ev._ok = True
         ev._value = None
         ev.callbacks.append(lambda _e, fn=fn, arg=arg, t=time_ps: self._fire(fn, t, arg))
-        self.env.schedule(ev, 1, time_ps - self.env.now)
+        heappush(self.env._queue, (time_ps, 1, seq, ev))
+
+    def schedule(self, time_ps: int, fn: Callback, arg: Any = None) -> None:
+        self.push((time_ps, next(self.seq), fn, arg))
 
     def _fire(self, fn, t, arg):
         self.events += 1

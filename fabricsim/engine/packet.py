@@ -44,7 +44,8 @@ class MessageState:
 
 
 class Switch:
-    __slots__ = ("id", "name", "engine", "table", "paths", "port_to", "choose", "shared", "ports", "kernel")
+    __slots__ = ("id", "name", "engine", "table", "paths", "port_to", "choose", "shared", "ports", "kernel",
+                 "push", "seq")
 
     def __init__(self, node, name, engine):
         self.id = node
@@ -65,6 +66,12 @@ class Switch:
         return t
 
     def arrive(self, t, pkt):
+        # This packet's entry has left the agenda: the next arrival from the same port joins it
+        # (only each port's first pending arrival is on the agenda, see fabricsim/net/port.py).
+        inflight = pkt.hop.inflight
+        inflight.popleft()
+        if inflight:
+            self.push(inflight[0])
         ports = self.table.get(pkt.dst) or self.lookup(pkt.dst)
         port = ports[0] if len(ports) == 1 else self.choose(self, ports, pkt, t)
         bu = port.busy_until
@@ -82,13 +89,19 @@ class Switch:
             port.peak_ps = bu - t
         port.tx_bytes += pkt.wire
         port.tx_packets += pkt.npk
-        self.kernel.schedule(bu + port.offset, port.deliver, pkt)
+        # = kernel.schedule(bu + port.offset, port.deliver, pkt), held in the port's inflight
+        entry = (bu + port.offset, next(self.seq), port.deliver, pkt)
+        pkt.hop = port
+        inflight = port.inflight
+        inflight.append(entry)
+        if len(inflight) == 1:
+            self.push(entry)
 
 
 class Nic:
     """One NIC port of a host: round-robin over its active queue pairs, line-rate sending."""
 
-    __slots__ = ("host", "port", "active", "busy", "kernel", "seg", "mtu", "header", "engine")
+    __slots__ = ("host", "port", "active", "busy", "kernel", "seg", "mtu", "header", "engine", "push", "seq")
 
     def __init__(self, host, port, engine, kernel, mtu, header, cell):
         self.host = host
@@ -96,6 +109,8 @@ class Nic:
         self.active = deque()
         self.busy = False
         self.kernel = kernel
+        self.push = kernel.push
+        self.seq = kernel.seq
         self.mtu = mtu
         self.header = header
         self.seg = mtu * cell
@@ -116,20 +131,25 @@ class Nic:
             active.append(qp)
         npk = -(-payload // self.mtu)
         wire = payload + npk * self.header
-        pkt = Packet(qp, qp.dst, wire, payload, qp.seq, t, npk)
+        port = self.port
+        pkt = Packet(qp, qp.dst, wire, payload, qp.seq, t, npk, port)
         qp.seq += npk
         qp.msg.injected += payload
-        port = self.port
         done = t + -((-wire * PS_BITS) // port.rate)
         port.busy_until = done
         port.tx_bytes += wire
         port.tx_packets += npk
         if done - t > port.peak_ps:
             port.peak_ps = done - t
-        kernel = self.kernel
-        kernel.schedule(done + port.offset, port.deliver, pkt)
+        # = kernel.schedule(done + port.offset, port.deliver, pkt), held in the port's inflight
+        seq = self.seq
+        entry = (done + port.offset, next(seq), port.deliver, pkt)
+        inflight = port.inflight
+        inflight.append(entry)
+        if len(inflight) == 1:
+            self.push(entry)
         if active:
-            kernel.schedule(done, self.tx, None)
+            self.push((done, next(seq), self.tx, None))
         else:
             self.busy = False
 
@@ -153,6 +173,8 @@ class PacketEngine:
         self.routing = ROUTING.get(sc.routing.name)(sc.routing.params, streams)
         self.cc = CC.get(sc.congestion_control.name)(sc.congestion_control.params, streams)
         self.receiver = RECEIVERS.get(sc.receiver.name)(sc.receiver.params, self)
+        self._push = self.kernel.push
+        self._on_packet = self.receiver.on_packet
         self.dropped_payload = 0
         self.dropped_packets = 0
         # nodes
@@ -162,6 +184,8 @@ class PacketEngine:
             sw.paths = sim.paths
             sw.choose = self.routing.choose
             sw.kernel = self.kernel
+            sw.push = self.kernel.push
+            sw.seq = self.kernel.seq
             if g.nodes[n].get("buffer_mode") == "shared" and g.nodes[n].get("buffer_bytes") is not None:
                 sw.shared = SharedBuffer(g.nodes[n]["buffer_bytes"])
             self.switches[n] = sw
@@ -178,7 +202,7 @@ class PacketEngine:
                 if g.nodes[b]["type"] == "switch":
                     p.deliver = self.switches[b].arrive
                 else:
-                    p.deliver = self.receiver.on_packet
+                    p.deliver = self._to_host
                 if g.nodes[a]["type"] == "switch":
                     sw = self.switches[a]
                     sw.port_to.setdefault(b, []).append(p)
@@ -196,6 +220,14 @@ class PacketEngine:
         self._qp_uid = 0
         self._salt = streams.u64("flows.5tuple")
         self.remaining = len(self.states)
+
+    def _to_host(self, t, pkt):
+        """Arrival at a host: advance the port's inflight (as Switch.arrive), then the receiver."""
+        inflight = pkt.hop.inflight
+        inflight.popleft()
+        if inflight:
+            self._push(inflight[0])
+        self._on_packet(t, pkt)
 
     # ------------------------------------------------------------------ message lifecycle
     def release(self, t, st: MessageState):

@@ -28,11 +28,12 @@ class QueuePair:
 
 
 class Packet:
-    """One wire unit. ``wire`` includes headers; ``t_tx`` is when its first bit left the source NIC."""
+    """One wire unit. ``wire`` includes headers; ``t_tx`` is when its first bit left the source NIC;
+    ``hop`` is the port it is crossing (whose ``inflight`` holds its pending arrival)."""
 
-    __slots__ = ("qp", "dst", "wire", "payload", "seq", "t_tx", "npk")
+    __slots__ = ("qp", "dst", "wire", "payload", "seq", "t_tx", "npk", "hop")
 
-    def __init__(self, qp, dst, wire, payload, seq, t_tx, npk):
+    def __init__(self, qp, dst, wire, payload, seq, t_tx, npk, hop=None):
         self.qp = qp
         self.dst = dst
         self.wire = wire
@@ -40,6 +41,7 @@ class Packet:
         self.seq = seq
         self.t_tx = t_tx
         self.npk = npk          # MTU packets this unit stands for (1 unless cells are used)
+        self.hop = hop
 
 
 MASK64 = (1 << 64) - 1

@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""Packet-engine speed: packet-hops per wall second, next to bare event loops run in the same process.
+
+Usage::
+
+    python3 benchmarks/bench_packet.py              # 128-host fabric, writes results/packet_speed.json
+    python3 benchmarks/bench_packet.py --quick      # 32-host fabric, a few seconds
+    python3 benchmarks/bench_packet.py --profile    # also cProfile the ecmp and adaptive runs
+
+What is measured (all in one process, one after the other, so they share the machine's state):
+
+* ``bare_heapq``: the cheapest possible event loop on this machine: ``heappop`` a
+  ``(time, seq, fn, arg)`` tuple (the layout of :class:`~fabricsim.engine.kernel.HeapKernel`),
+  call ``fn(time, arg)``, and the callback ``heappush``-es its next event. Measured at several
+  agenda sizes, because a ``heappop`` gets slower as the heap outgrows the CPU caches.
+* ``heap_kernel``: the same minimal callbacks through ``HeapKernel.schedule`` / ``HeapKernel.run``.
+* ``bare_simpy``: the same loop as SimPy events with one callback each, driven by ``env.step()``.
+* ``simpy_kernel``: the minimal callbacks through :class:`~fabricsim.engine.kernel.SimpyKernel`.
+* ``engine``: ``fabricsim.run(scenario)`` on a leaf-spine, cross-leaf permutation, for each
+  routing policy, on ``simulation.kernel: heap`` (best of ``--repeat``) and ``simpy``; the two
+  kernels must give identical messages and links tables (asserted).
+
+The shared machine makes absolute rates drift by tens of percent between runs; the headline is
+the ratio of engine packet-hops/s to the bare heapq loop measured minutes apart in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import heapq
+import io
+import json
+import os
+import platform
+import pstats
+import random
+import sys
+import time
+from itertools import count
+from pathlib import Path
+
+import fabricsim
+from fabricsim.engine.kernel import HeapKernel, SimpyKernel
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results" / "packet_speed.json"
+
+FULL = dict(hosts_per_leaf=16, leaves=8, spines=16, message_size="4MiB", bare_events=1_000_000, repeat=3,
+            pending=(64, 1024, 8192, 32768))
+QUICK = dict(hosts_per_leaf=8, leaves=4, spines=8, message_size="1MiB", bare_events=200_000, repeat=1,
+             pending=(1024, 8192))
+REFERENCE_PENDING = 1024   # agenda size of the bare loop used as the machine-speed reference
+
+
+# ---------------------------------------------------------------------------------------------
+# bare loops
+
+def _periods(pending: int, seed: int = 1) -> list[tuple[int, int]]:
+    """``pending`` independent periodic event streams: (first time, period) in ps, period 50-150 ns."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(pending):
+        d = rng.randrange(50_000, 150_000)
+        out.append((rng.randrange(0, d), d))
+    return out
+
+
+def bare_heapq(n_events: int, pending: int) -> float:
+    """Events/s of a minimal heapq loop with ``pending`` events always on the agenda."""
+    heap: list = []
+    seq = count()
+    push, pop = heapq.heappush, heapq.heappop
+
+    def cb(t, d):  # the minimal callback: schedule its own next occurrence
+        push(heap, (t + d, next(seq), cb, d))
+
+    for t0, d in _periods(pending):
+        push(heap, (t0, next(seq), cb, d))
+    n = 0
+    start = time.perf_counter()
+    while n < n_events:
+        t, _, fn, arg = pop(heap)
+        fn(t, arg)
+        n += 1
+    return n / (time.perf_counter() - start)
+
+
+def heap_kernel_loop(n_events: int, pending: int) -> float:
+    """Events/s of the minimal callbacks through the HeapKernel API (schedule/run)."""
+    k = HeapKernel()
+    schedule = k.schedule
+
+    def cb(t, d):
+        schedule(t + d, cb, d)
+
+    for t0, d in _periods(pending):
+        schedule(t0, cb, d)
+    until = n_events * 100_000 // pending          # mean period is 100 ns
+    start = time.perf_counter()
+    k.run(until)
+    return k.events / (time.perf_counter() - start)
+
+
+def bare_simpy(n_events: int, pending: int) -> float:
+    """Events/s of a minimal SimPy loop: triggered events with one callback, ``env.step()``."""
+    import simpy
+    env = simpy.Environment()
+    Event = simpy.Event
+    sched = env.schedule
+
+    def cb(ev):
+        d = ev._value
+        nxt = Event(env)
+        nxt._ok = True
+        nxt._value = d
+        nxt.callbacks.append(cb)
+        sched(nxt, 1, d)
+
+    for t0, d in _periods(pending):
+        ev = Event(env)
+        ev._ok = True
+        ev._value = d
+        ev.callbacks.append(cb)
+        sched(ev, 1, t0)
+    step = env.step
+    n = 0
+    start = time.perf_counter()
+    while n < n_events:
+        step()
+        n += 1
+    return n / (time.perf_counter() - start)
+
+
+def simpy_kernel_loop(n_events: int, pending: int) -> float:
+    """Events/s of the minimal callbacks through the SimpyKernel API."""
+    k = SimpyKernel()
+    schedule = k.schedule
+
+    def cb(t, d):
+        schedule(t + d, cb, d)
+
+    for t0, d in _periods(pending):
+        schedule(t0, cb, d)
+    until = n_events * 100_000 // pending
+    start = time.perf_counter()
+    k.run(until)
+    return k.events / (time.perf_counter() - start)
+
+
+def measure_loops(n_events: int, pendings) -> dict:
+    out = {}
+    for name, fn in (("bare_heapq", bare_heapq), ("heap_kernel", heap_kernel_loop),
+                     ("bare_simpy", bare_simpy), ("simpy_kernel", simpy_kernel_loop)):
+        sizes = pendings if name == "bare_heapq" else (REFERENCE_PENDING,)
+        # the SimPy loops are ~3x slower: fewer events keep the run short
+        n = n_events if "heap" in name else max(n_events // 3, 1000)
+        out[name] = {str(p): _best(lambda: fn(n, p), 2) for p in sizes}
+    return out
+
+
+def _best(fn, repeat: int) -> float:
+    best = 0.0
+    for _ in range(repeat):
+        gc.collect()
+        best = max(best, fn())
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine
+
+def scenario(cfg: dict, routing: str, kernel: str = "heap") -> dict:
+    return {
+        "name": f"bench_{cfg['hosts_per_leaf'] * cfg['leaves']}h_{routing}",
+        "topology": {"kind": "leaf_spine", "hosts_per_leaf": cfg["hosts_per_leaf"], "leaves": cfg["leaves"],
+                     "spines": cfg["spines"], "host_link": {"rate": "400Gbps", "delay": "500ns"},
+                     "fabric_link": {"rate": "400Gbps", "delay": "500ns"}, "switch_latency": "600ns"},
+        "traffic": {"pattern": "permutation", "locality": "cross_leaf", "message_size": cfg["message_size"],
+                    "qps_per_message": 1},
+        "routing": {"policy": routing},
+        "simulation": {"seed": 1, "kernel": kernel, "time_limit": "1s"},
+        "outputs": {"formats": ["csv"]},
+    }
+
+
+def run_engine(cfg: dict, routing: str, kernel: str):
+    """One ``fabricsim.run``; returns (row, result). Rates use the engine's own wall time
+    (``summary.run.wall_time_s`` covers the event loop only, not scenario parsing or tables)."""
+    gc.collect()
+    t0 = time.perf_counter()
+    res = fabricsim.run(scenario(cfg, routing, kernel))
+    total = time.perf_counter() - t0
+    run = res.summary["run"]
+    row = {"routing": routing, "kernel": kernel, "status": run["status"], "events": run["events"],
+           "packet_hops": run["packet_hops"], "wall_s": run["wall_time_s"], "total_wall_s": total,
+           "events_per_s": run["events_per_s"], "packet_hops_per_s": run["packet_hops_per_s"],
+           "messages_completed": res.summary["messages"]["completed"],
+           "simulated_ps": run["end_ps"]}
+    return row, res
+
+
+def same_tables(a, b) -> bool:
+    return a.messages.equals(b.messages) and a.links.equals(b.links)
+
+
+# ---------------------------------------------------------------------------------------------
+# profile
+
+#: tottime buckets of the profile breakdown: (bucket, predicate on (file, function))
+BUCKETS = [
+    ("heap (heappush/heappop, kernel loop, schedule)",
+     lambda f, fn: fn in ("<built-in method _heapq.heappop>", "<built-in method _heapq.heappush>",
+                          "<built-in method builtins.next>")
+     or (f.endswith("engine/kernel.py") and fn in ("run", "schedule"))),
+    ("routing policy (choose, random)",
+     lambda f, fn: "/routing/" in f or fn == "<method 'random' of '_random.Random' objects>"),
+    ("Switch.arrive (lookup, Lindley queue)", lambda f, fn: f.endswith("engine/packet.py") and fn in ("arrive", "lookup")),
+    ("Nic.tx (+ Packet())", lambda f, fn: (f.endswith("engine/packet.py") and fn == "tx")
+     or (f.endswith("net/packet.py") and fn == "__init__")),
+    ("receiver (ddp.on_packet, message_done)",
+     lambda f, fn: "/receiver/" in f or fn in ("message_done", "<built-in method math.log>")),
+]
+
+
+def profile_run(cfg: dict, routing: str, top: int = 15) -> dict:
+    """cProfile one heap-kernel run: top functions by tottime and a bucketed breakdown of the
+    event loop's time (fractions of the engine's total tottime, setup excluded)."""
+    from fabricsim.api import prepare
+    from fabricsim.analysis.recorder import Recorder
+    from fabricsim.engine import ENGINES
+    _, sim = prepare(scenario(cfg, routing))
+    engine = ENGINES.get("packet")(sim, Recorder())
+    pr = cProfile.Profile()
+    pr.enable()
+    engine.run()
+    pr.disable()
+    st = pstats.Stats(pr)
+    total = 0.0
+    rows = []
+    buckets = {name: 0.0 for name, _ in BUCKETS}
+    buckets["other"] = 0.0
+    for (f, line, fn), (cc, nc, tt, ct, _callers) in st.stats.items():
+        total += tt
+        rows.append((tt, ct, nc, f"{Path(f).name}:{line}({fn})" if line else fn))
+        for name, pred in BUCKETS:
+            if pred(f, fn):
+                buckets[name] += tt
+                break
+        else:
+            buckets["other"] += tt
+    rows.sort(reverse=True)
+    buf = io.StringIO()
+    st.stream = buf
+    st.sort_stats("tottime").print_stats(top)
+    return {"routing": routing, "profiled_s": total,
+            "breakdown": {k: v / total for k, v in buckets.items()},
+            "top": [{"function": name, "ncalls": nc, "tottime_s": round(tt, 4), "cumtime_s": round(ct, 4)}
+                    for tt, ct, nc, name in rows[:top]],
+            "pstats_text": buf.getvalue()}
+
+
+# ---------------------------------------------------------------------------------------------
+
+def machine_info() -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
+            "platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
+            "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+
+
+def run_benchmark(cfg: dict, routings=("ecmp", "adaptive", "spray"), simpy: bool = True,
+                  profile: bool = False, log=print) -> dict:
+    out = {"machine": machine_info(), "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()},
+           "fabricsim_version": fabricsim.__version__}
+    log(f"bare event loops ({cfg['bare_events']:,} events) ...")
+    loops = measure_loops(cfg["bare_events"], cfg["pending"])
+    out["loops_events_per_s"] = loops
+    ref = loops["bare_heapq"][str(REFERENCE_PENDING)]
+    engine_rows = []
+    for routing in routings:
+        rows = []
+        for _ in range(cfg["repeat"]):
+            row, res_heap = run_engine(cfg, routing, "heap")
+            rows.append(row)
+        best = max(rows, key=lambda r: r["packet_hops_per_s"])
+        best["repeats"] = len(rows)
+        best["packet_hops_per_s_all"] = [r["packet_hops_per_s"] for r in rows]
+        engine_rows.append(best)
+        log(f"  {routing:9s} heap : {best['packet_hops_per_s']:>10,.0f} hops/s  {best['events_per_s']:>10,.0f} ev/s")
+        if simpy:
+            row, res_simpy = run_engine(cfg, routing, "simpy")
+            row["identical_to_heap"] = same_tables(res_heap, res_simpy)
+            assert row["identical_to_heap"], f"{routing}: simpy and heap kernels disagree"
+            row["repeats"] = 1
+            engine_rows.append(row)
+            log(f"  {routing:9s} simpy: {row['packet_hops_per_s']:>10,.0f} hops/s  {row['events_per_s']:>10,.0f} ev/s"
+                f"  (tables identical to heap: {row['identical_to_heap']})")
+    for r in engine_rows:
+        r["hops_per_s_over_bare_heapq"] = r["packet_hops_per_s"] / ref
+        r["events_per_s_over_bare_heapq"] = r["events_per_s"] / ref
+        r["target_1M_hops_fraction"] = r["packet_hops_per_s"] / 1e6
+    out["engine"] = engine_rows
+    kr = {}
+    for routing in routings:
+        h = [r for r in engine_rows if r["routing"] == routing and r["kernel"] == "heap"]
+        s = [r for r in engine_rows if r["routing"] == routing and r["kernel"] == "simpy"]
+        if h and s:
+            kr[routing] = h[0]["events_per_s"] / s[0]["events_per_s"]
+    out["heap_over_simpy_engine_speedup"] = kr
+    out["reference"] = {"bare_heapq_events_per_s": ref, "pending": REFERENCE_PENDING,
+                        "bare_heapq_over_bare_simpy": ref / loops["bare_simpy"][str(REFERENCE_PENDING)]}
+    if profile:
+        out["profiles"] = {}
+        for routing in ("ecmp", "adaptive"):
+            if routing in routings:
+                log(f"profiling {routing} ...")
+                out["profiles"][routing] = profile_run(cfg, routing)
+    out["machine"]["loadavg_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    return out
+
+
+def format_table(res: dict) -> str:
+    loops = res["loops_events_per_s"]
+    ref = res["reference"]["bare_heapq_events_per_s"]
+    lines = ["event loops (minimal callbacks)             events/s   / bare heapq@1024"]
+    for name, sizes in loops.items():
+        for p, v in sizes.items():
+            lines.append(f"  {name:14s} pending={p:>6s}        {v:>12,.0f}   {v / ref:6.2f}")
+    lines.append("")
+    lines.append("engine (fabricsim.run)   kernel  events   hops     wall s   events/s     hops/s   hops/bare  of 1M")
+    for r in res["engine"]:
+        lines.append(f"  {r['routing']:9s}             {r['kernel']:5s} {r['events']:>8,d} {r['packet_hops']:>8,d} "
+                     f"{r['wall_s']:7.2f} {r['events_per_s']:>10,.0f} {r['packet_hops_per_s']:>10,.0f}"
+                     f"   {r['hops_per_s_over_bare_heapq']:6.3f}  {r['target_1M_hops_fraction']:5.2f}")
+    if res["heap_over_simpy_engine_speedup"]:
+        lines.append("")
+        lines.append("heap kernel / simpy kernel, engine events/s: " + ", ".join(
+            f"{k} {v:.2f}x" for k, v in res["heap_over_simpy_engine_speedup"].items()))
+    for routing, p in res.get("profiles", {}).items():
+        lines.append("")
+        lines.append(f"profile {routing} (cProfile tottime, {p['profiled_s']:.2f}s profiled):")
+        for k, v in p["breakdown"].items():
+            lines.append(f"  {v:6.1%}  {k}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="packet-hops per wall second of the packet engine")
+    ap.add_argument("--quick", action="store_true", help="32-host fabric, fewer loop events, one repeat")
+    ap.add_argument("--profile", action="store_true", help="cProfile the ecmp and adaptive runs")
+    ap.add_argument("--no-simpy", action="store_true", help="skip the simpy-kernel engine runs")
+    ap.add_argument("--routing", nargs="+", default=["ecmp", "adaptive", "spray"])
+    ap.add_argument("--repeat", type=int, help="heap-kernel runs per policy (best is reported)")
+    ap.add_argument("--hosts-per-leaf", type=int)
+    ap.add_argument("--leaves", type=int)
+    ap.add_argument("--spines", type=int)
+    ap.add_argument("--message-size")
+    ap.add_argument("--bare-events", type=int)
+    ap.add_argument("--out", help=f"JSON output (default {DEFAULT_OUT.relative_to(HERE.parent)}; "
+                                  "--quick writes nothing unless given)")
+    args = ap.parse_args(argv)
+    cfg = dict(QUICK if args.quick else FULL)
+    for k in ("repeat", "hosts_per_leaf", "leaves", "spines", "message_size", "bare_events"):
+        if getattr(args, k) is not None:
+            cfg[k] = getattr(args, k)
+    res = run_benchmark(cfg, routings=tuple(args.routing), simpy=not args.no_simpy, profile=args.profile)
+    res["command"] = "python3 " + " ".join([os.path.relpath(__file__)] + list(sys.argv[1:] if argv is None else argv))
+    print()
+    print(format_table(res))
+    out = args.out or (None if args.quick else DEFAULT_OUT)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(res, indent=1) + "\n")
+        print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

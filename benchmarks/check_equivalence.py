@@ -1,0 +1,167 @@
+"""Check that a change to the engine's hot path did not change what is simulated.
+
+Runs 3 scenarios x 5 routing set-ups (ecmp, spray, adaptive, adaptive with ``metric:
+queue_util``, flowlet) twice, in subprocesses: once with the working tree, once with a reference
+copy of the working tree in which the hot-path files (``HOT_FILES``) are reverted to a base
+commit. Every output table (messages, links, latency histogram, goodput series) and the summary
+(minus wall-clock fields) are fingerprinted and compared. Comparing against a reference built
+from the *current* tree keeps the check valid while other parts of the package (config, topology,
+traffic) change under it::
+
+    python3 benchmarks/check_equivalence.py                      # vs HOT_FILES at BASE_COMMIT
+    python3 benchmarks/check_equivalence.py --kernel simpy       # the simpy kernel vs the reference
+    python3 benchmarks/check_equivalence.py --keep fabricsim/routing/adaptive.py
+        # reference keeps the current adaptive.py: checks the rest of the hot path around a
+        # deliberate change of the adaptive tie-break
+
+Exit status 1 on any difference.
+
+The scenarios are chosen to reach every branch of the data path: queueing and ties
+(permutation), per-port drop-tail with parallel links and oversubscription (all-to-all),
+a shared buffer with cells and drops (incast).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+#: default reference: the last commit (checks uncommitted hot-path edits); pass --base for older
+BASE_COMMIT = "HEAD"
+HOT_FILES = [
+    "fabricsim/engine/kernel.py", "fabricsim/engine/packet.py", "fabricsim/net/packet.py",
+    "fabricsim/net/port.py", "fabricsim/routing/adaptive.py", "fabricsim/routing/ecmp.py",
+    "fabricsim/routing/flowlet.py", "fabricsim/routing/spray.py", "fabricsim/routing/base.py",
+    "fabricsim/receiver/ddp.py", "fabricsim/receiver/base.py",
+]
+
+SCENARIOS = {
+    "perm32": {
+        "name": "eq_perm32",
+        "topology": {"kind": "leaf_spine", "hosts_per_leaf": 8, "leaves": 4, "spines": 8},
+        "traffic": {"pattern": "permutation", "message_size": "1MiB", "qps_per_message": 2},
+        "simulation": {"seed": 3},
+    },
+    "a2a_oversub_drops": {
+        "name": "eq_a2a",
+        "topology": {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 2, "links_per_spine": 2,
+                     "fabric_link": {"rate": "200Gbps", "delay": "300ns"},
+                     "buffer": {"mode": "per_port", "size": "96KiB"}},
+        "traffic": {"pattern": "all_to_all", "message_size": "80KiB", "qps_per_message": 3},
+        "simulation": {"seed": 11, "mtu": "2KiB"},
+    },
+    "incast_shared_cells": {
+        "name": "eq_incast",
+        "topology": {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4,
+                     "buffer": {"mode": "shared", "size": "1MiB"}},
+        "traffic": {"pattern": "incast", "senders": 12, "receiver": 1, "message_size": "512KiB",
+                    "qps_per_message": 4},
+        "simulation": {"seed": 5, "cell_packets": 2},
+    },
+}
+
+ROUTINGS = {
+    "ecmp": {"policy": "ecmp"},
+    "spray": {"policy": "spray"},
+    "adaptive": {"policy": "adaptive"},
+    "adaptive_util": {"policy": "adaptive", "metric": "queue_util", "util_window": "2us"},
+    "flowlet": {"policy": "flowlet", "gap": "1us"},
+}
+
+WALL_FIELDS = ("wall_time_s", "events_per_s", "packet_hops_per_s", "version")
+
+
+def _h(df) -> str:
+    return hashlib.sha256(df.to_csv(index=False).encode()).hexdigest()[:16]
+
+
+def fingerprint(scenario: dict) -> dict:
+    import fabricsim
+    r = fabricsim.run(scenario)
+    summary = copy.deepcopy(r.summary)
+    for k in WALL_FIELDS:
+        summary["run"].pop(k, None)
+    summary.pop("kernel", None)     # so that --kernel simpy compares against the heap fingerprints
+    return {
+        "messages": _h(r.messages), "links": _h(r.links), "latency": _h(r.latency), "goodput": _h(r.goodput),
+        "summary": hashlib.sha256(json.dumps(summary, sort_keys=True, default=str).encode()).hexdigest()[:16],
+        "completed": r.summary["messages"]["completed"], "drops": r.summary["drops"]["packets"],
+        "events": r.summary["run"]["events"], "hops": r.summary["run"]["packet_hops"],
+    }
+
+
+def compute(kernel: str = "heap") -> dict:
+    out = {}
+    for sname, sc in SCENARIOS.items():
+        for rname, routing in ROUTINGS.items():
+            s = copy.deepcopy(sc)
+            s["routing"] = routing
+            s["simulation"] = {**s["simulation"], "kernel": kernel}
+            s["outputs"] = {"formats": ["csv"]}
+            out[f"{sname}/{rname}"] = fingerprint(s)
+    return out
+
+
+def _in_subprocess(pythonpath: Path, kernel: str) -> dict:
+    """Fingerprints computed by a fresh interpreter importing fabricsim from ``pythonpath``."""
+    code = (f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import check_equivalence as c; "
+            f"import fabricsim; assert fabricsim.__file__.startswith({str(pythonpath)!r}), fabricsim.__file__; "
+            f"print(json.dumps(c.compute({kernel!r})))")
+    env = dict(os.environ, PYTHONPATH=str(pythonpath))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=pythonpath)
+    if out.returncode:
+        sys.exit(f"run under {pythonpath} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def reference_tree(tmp: Path, base: str, keep: list[str], package: str = "fabricsim") -> Path:
+    """A copy of the working tree's package with HOT_FILES (except ``keep``) taken from ``base``,
+    as ``tmp/<package>`` (the package only uses relative imports, so it may be renamed and
+    imported next to the working tree's ``fabricsim``)."""
+    shutil.copytree(ROOT / "fabricsim", tmp / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for f in HOT_FILES:
+        if f in keep:
+            continue
+        text = subprocess.run(["git", "show", f"{base}:{f}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        (tmp / package / Path(f).relative_to("fabricsim")).write_text(text)
+    return tmp
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", default=BASE_COMMIT, help="commit whose hot-path files make the reference")
+    ap.add_argument("--keep", nargs="*", default=[], help="hot-path files the reference takes from the working tree")
+    ap.add_argument("--kernel", default="heap", choices=["heap", "simpy"], help="kernel of the working-tree runs")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fabricsim_ref_") as tmp:
+        ref = _in_subprocess(reference_tree(Path(tmp), args.base, args.keep), "heap")
+    cur = _in_subprocess(ROOT, args.kernel)
+    bad = 0
+    for key in sorted(set(ref) | set(cur)):
+        a, b = ref.get(key), cur.get(key)
+        if a != b:
+            bad += 1
+            diff = {k: (a.get(k) if a else None, b.get(k) if b else None)
+                    for k in set(a or {}) | set(b or {}) if (a or {}).get(k) != (b or {}).get(k)}
+            print(f"DIFFERENT {key}: {diff}")
+        else:
+            print(f"same      {key}  completed={b['completed']} drops={b['drops']} hops={b['hops']} events={b['events']}")
+    print(f"{len(cur) - bad}/{len(cur)} identical to the reference (base {args.base}"
+          f"{', keeping ' + ' '.join(args.keep) if args.keep else ''}; kernel {args.kernel}) "
+          f"in {time.perf_counter() - t0:.1f}s")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
