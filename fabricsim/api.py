@@ -36,14 +36,16 @@ def prepare(source, overrides=(), seed: int | None = None) -> tuple[LoadedScenar
     """
     loaded = source if isinstance(source, LoadedScenario) else load_scenario(source, overrides, seed)
     sc = loaded.scenario
-    topo: Topology = build_topology(sc.topology, source=loaded.source, resolve=loaded.resolve_path)
-    streams = RandomStreams(sc.simulation.seed)
-    messages = generate(sc.traffic, topo, streams, source=loaded.source, resolve=loaded.resolve_path)
-    ids = set()
-    for m in messages:
-        if m.id in ids:
-            raise ConfigError(f"duplicate message id {m.id}", source=loaded.source, field="traffic")
-        ids.add(m.id)
+    try:
+        topo: Topology = build_topology(sc.topology, source=loaded.source, resolve=loaded.resolve_path)
+        streams = RandomStreams(sc.simulation.seed)
+        messages = generate(sc.traffic, topo, streams, source=loaded.source, resolve=loaded.resolve_path)
+    except ConfigError as exc:
+        if isinstance(source, (str, Path)):
+            # errors found while building name a field of the scenario file: add its line
+            from .config.scenario import locate, parse_overrides
+            locate(exc, source, overrides=parse_overrides(list(overrides)))
+        raise
     paths = EqualCostPaths(topo)
     return loaded, SimulationInput(scenario=sc, topology=topo, paths=paths, messages=messages, streams=streams)
 
