@@ -5,7 +5,8 @@ The reference is the tree :mod:`check_equivalence` builds (the working tree with
 from ``--base``), imported in the same process as package ``fabricsim_ref``. Runs of the two
 alternate (order flipped every round), so the drift of a shared machine hits both alike. Only
 ``engine.run()`` is timed (scenario and engine set-up excluded), with a ``gc.collect()`` before each.
-Reports the best and the median packet-hops/s per side::
+Reports the best and the median packet-hops/s per side, and the median of the per-round
+ratios new/base (the most robust figure on a busy machine)::
 
     python3 benchmarks/ab_compare.py --base 638d72e --rounds 5
     python3 benchmarks/ab_compare.py --routing adaptive --keep fabricsim/routing/adaptive.py
@@ -65,12 +66,15 @@ def main(argv=None) -> int:
                 for side in ((ref, a), (new, b)) if i % 2 == 0 else ((new, b), (ref, a)):
                     wall, hops = time_run(side[0], sc)
                     side[1].append(hops / wall)
+            paired = sorted(y / x for x, y in zip(a, b))     # same round: same machine state
             r = res[routing] = {"base_best": max(a), "new_best": max(b), "base_median": statistics.median(a),
                                 "new_median": statistics.median(b), "speedup_best": max(b) / max(a),
-                                "speedup_median": statistics.median(b) / statistics.median(a)}
+                                "speedup_paired_median": statistics.median(paired),
+                                "speedup_paired_range": [paired[0], paired[-1]]}
             print(f"{routing:9s} base {r['base_best']:>9,.0f} (median {r['base_median']:>9,.0f})  "
-                  f"new {r['new_best']:>9,.0f} (median {r['new_median']:>9,.0f})  "
-                  f"x{r['speedup_best']:.2f} best, x{r['speedup_median']:.2f} median  hops/s", flush=True)
+                  f"new {r['new_best']:>9,.0f} (median {r['new_median']:>9,.0f})  hops/s   "
+                  f"x{r['speedup_best']:.2f} best/best, x{r['speedup_paired_median']:.2f} median of paired "
+                  f"[{paired[0]:.2f}-{paired[-1]:.2f}]", flush=True)
     if args.json:
         with open(args.json, "a") as fh:
             fh.write(json.dumps({"label": args.label, "base": args.base, "keep": args.keep, "rounds": args.rounds,

@@ -55,7 +55,7 @@ SCENARIOS = {
     "a2a_oversub_drops": {
         "name": "eq_a2a",
         "topology": {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 2, "links_per_spine": 2,
-                     "fabric_link": {"rate": "200Gbps", "delay": "300ns"},
+                     "fabric_link": {"rate": "300Gbps", "delay": "300ns"},   # 8e12 % rate != 0
                      "buffer": {"mode": "per_port", "size": "96KiB"}},
         "traffic": {"pattern": "all_to_all", "message_size": "80KiB", "qps_per_message": 3},
         "simulation": {"seed": 11, "mtu": "2KiB"},

@@ -45,14 +45,15 @@ class MessageState:
 
 
 class Switch:
-    __slots__ = ("id", "name", "engine", "table", "paths", "port_to", "choose", "shared", "ports", "kernel",
-                 "push", "seq")
+    __slots__ = ("id", "name", "engine", "table", "route", "paths", "port_to", "choose", "shared", "ports",
+                 "kernel", "push", "seq")
 
     def __init__(self, node, name, engine):
         self.id = node
         self.name = name
         self.engine = engine
         self.table = {}         # dst host -> tuple of egress ports
+        self.route = {}         # dst host -> (the port if there is only one, else None; the ports)
         self.port_to = {}       # neighbour id -> list of ports
         self.ports = []
         self.shared = None
@@ -64,31 +65,38 @@ class Switch:
         if not ports:
             raise RuntimeError(f"switch {self.name} has no route to host {dst}")
         t = self.table[dst] = tuple(ports)
-        return t
+        r = self.route[dst] = (t[0] if len(t) == 1 else None, t)
+        return r
 
     def arrive(self, t, pkt):
+        # Hot path (one call per packet per switch): attributes used twice are read once into
+        # locals; see benchmarks/README.md for what each line costs.
+        #
         # This packet's entry has left the agenda: the next arrival from the same port joins it
         # (only each port's first pending arrival is on the agenda, see fabricsim/net/port.py).
         inflight = pkt.hop.inflight
         inflight.popleft()
         if inflight:
             self.push(inflight[0])
-        ports = self.table.get(pkt.dst) or self.lookup(pkt.dst)
-        port = ports[0] if len(ports) == 1 else self.choose(self, ports, pkt, t)
+        route = self.route.get(pkt.dst) or self.lookup(pkt.dst)
+        port = route[0] or self.choose(self, route[1], pkt, t)
+        wire = pkt.wire
         bu = port.busy_until
         if bu < t:
             bu = t
-        elif port.buffer is not None and (bu - t) * port.rate // PS_BITS + pkt.wire > port.buffer:
+        elif port.buffer is not None and (bu - t) * port.rate // PS_BITS + wire > port.buffer:
             self.engine.drop(port, pkt)
             return
-        if self.shared is not None and self.shared.used(t) + pkt.wire > self.shared.size:
+        shared = self.shared
+        if shared is not None and shared.used(t) + wire > shared.size:
             self.engine.drop(port, pkt)
             return
-        bu += -((-pkt.wire * PS_BITS) // port.rate)
+        k = port.ps_per_byte
+        bu += wire * k if k else -((-wire * PS_BITS) // port.rate)     # = port.ser_ps(wire)
         port.busy_until = bu
         if bu - t > port.peak_ps:
             port.peak_ps = bu - t
-        port.tx_bytes += pkt.wire
+        port.tx_bytes += wire
         port.tx_packets += pkt.npk
         # = kernel.schedule(bu + port.offset, port.deliver, pkt), held in the port's inflight
         entry = (bu + port.offset, next(self.seq), port.deliver, pkt)
@@ -102,7 +110,8 @@ class Switch:
 class Nic:
     """One NIC port of a host: round-robin over its active queue pairs, line-rate sending."""
 
-    __slots__ = ("host", "port", "active", "busy", "kernel", "seg", "mtu", "header", "engine", "push", "seq")
+    __slots__ = ("host", "port", "active", "busy", "kernel", "seg", "mtu", "header", "engine", "push", "seq",
+                 "_tx")
 
     def __init__(self, host, port, engine, kernel, mtu, header, cell):
         self.host = host
@@ -116,19 +125,21 @@ class Nic:
         self.header = header
         self.seg = mtu * cell
         self.engine = engine
+        self._tx = self.tx      # one bound method, not a new one per packet
 
     def add(self, t, qp):
         self.active.append(qp)
         if not self.busy:
             self.busy = True
-            self.kernel.schedule(t, self.tx, None)
+            self.kernel.schedule(t, self._tx, None)
 
     def tx(self, t, _):
         active = self.active
         qp = active.popleft()
-        payload = qp.remaining if qp.remaining < self.seg else self.seg
-        qp.remaining -= payload
-        if qp.remaining:
+        remaining = qp.remaining
+        payload = remaining if remaining < self.seg else self.seg
+        qp.remaining = remaining = remaining - payload
+        if remaining:
             active.append(qp)
         npk = -(-payload // self.mtu)
         wire = payload + npk * self.header
@@ -136,12 +147,14 @@ class Nic:
         pkt = Packet(qp, qp.dst, wire, payload, qp.seq, t, npk, port)
         qp.seq += npk
         qp.msg.injected += payload
-        done = t + -((-wire * PS_BITS) // port.rate)
+        k = port.ps_per_byte
+        ser = wire * k if k else -((-wire * PS_BITS) // port.rate)      # = port.ser_ps(wire)
+        done = t + ser
         port.busy_until = done
         port.tx_bytes += wire
         port.tx_packets += npk
-        if done - t > port.peak_ps:
-            port.peak_ps = done - t
+        if ser > port.peak_ps:
+            port.peak_ps = ser
         # = kernel.schedule(done + port.offset, port.deliver, pkt), held in the port's inflight
         seq = self.seq
         entry = (done + port.offset, next(seq), port.deliver, pkt)
@@ -150,7 +163,7 @@ class Nic:
         if len(inflight) == 1:
             self.push(entry)
         if active:
-            self.push((done, next(seq), self.tx, None))
+            self.push((done, next(seq), self._tx, None))
         else:
             self.busy = False
 
