@@ -73,6 +73,7 @@ class HeapKernel:
         """
         heap = self._heap
         pop = heappop
+        mask = progress_every - 1
         n = 0
         self._stop = False
         try:
@@ -84,7 +85,7 @@ class HeapKernel:
                 self.now = t
                 fn(t, arg)
                 n += 1
-                if not n & (progress_every - 1):
+                if not n & mask:
                     if progress is not None:
                         progress(t)
                     if self._stop:
