@@ -64,6 +64,16 @@ def test_set_overrides_reach_the_run(tmp_path):
     assert s["bytes"]["offered_payload_bytes"] == 8 * 64 * 1024
 
 
+def _run_interrupted(sim, rec):
+    """Run the packet engine and press Ctrl-C at the first progress report (65,536 events in)."""
+    engine = ENGINES.get("packet")(sim, rec)
+
+    def progress(now):
+        raise KeyboardInterrupt
+
+    return engine.run(progress=progress)
+
+
 def _staggered(tmp_path):
     """Messages of growing size from host 0 and 1, so they finish one after another."""
     rows = ["src,dst,size_bytes"] + [f"{i % 2},{2 + i % 6},{(i + 1) * 256 * 1024}" for i in range(24)]
@@ -75,15 +85,7 @@ def _staggered(tmp_path):
 def test_interrupted_run_keeps_finished_messages_and_reports_the_rest(tmp_path):
     loaded, sim = fabricsim.prepare(_staggered(tmp_path))
     rec = Recorder()
-    engine = ENGINES.get("packet")(sim, rec)
-    calls = []
-
-    def progress(now):
-        calls.append(now)
-        if len(calls) == 1:
-            raise KeyboardInterrupt
-
-    outcome = engine.run(progress=progress)
+    outcome = _run_interrupted(sim, rec)
     assert outcome.status == "interrupted"
     res = build_result(sim, rec, outcome, 1.0, "test")
     m = res.messages
@@ -98,15 +100,7 @@ def test_streamed_partial_file_holds_finished_messages(tmp_path):
     loaded, sim = fabricsim.prepare(_staggered(tmp_path))
     path = tmp_path / "messages.partial.csv"
     rec = Recorder(stream_path=path)
-    engine = ENGINES.get("packet")(sim, rec)
-    n = []
-
-    def progress(now):
-        n.append(now)
-        if len(n) == 1:
-            raise KeyboardInterrupt
-
-    engine.run(progress=progress)
+    _run_interrupted(sim, rec)
     done_before_final = sum(1 for r in rec.rows if r[-2])
     rec.close()
     streamed = pd.read_csv(path)
