@@ -8,7 +8,8 @@ alternate (order flipped every round), so the drift of a shared machine hits bot
 Reports the best and the median packet-hops/s per side, and the median of the per-round
 ratios new/base (the most robust figure on a busy machine)::
 
-    python3 benchmarks/ab_compare.py --base 638d72e --rounds 5
+    python3 benchmarks/ab_compare.py --base 3d845ae --rounds 5
+    python3 benchmarks/ab_compare.py --base 7818191 --new 6ae4d9a     # one past step
     python3 benchmarks/ab_compare.py --routing adaptive --keep fabricsim/routing/adaptive.py
 """
 from __future__ import annotations
@@ -45,6 +46,7 @@ def time_run(pkg, sc: dict) -> tuple[float, int]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", default=BASE_COMMIT)
+    ap.add_argument("--new", help="commit whose HOT_FILES make the 'new' side (default: the working tree)")
     ap.add_argument("--keep", nargs="*", default=[])
     ap.add_argument("--routing", nargs="+", default=["ecmp", "adaptive", "spray"])
     ap.add_argument("--rounds", type=int, default=5)
@@ -52,13 +54,15 @@ def main(argv=None) -> int:
     ap.add_argument("--label", default="", help="name of the change, stored with --json")
     ap.add_argument("--json", help="append the result as one JSON line to this file")
     args = ap.parse_args(argv)
-    import fabricsim as new
     cfg = dict(QUICK if args.quick else FULL)
     res = {}
     with tempfile.TemporaryDirectory(prefix="fabricsim_ref_") as tmp:
         reference_tree(Path(tmp), args.base, args.keep, package="fabricsim_ref")
+        if args.new:
+            reference_tree(Path(tmp), args.new, [], package="fabricsim_new")
         sys.path.insert(0, tmp)
         ref = importlib.import_module("fabricsim_ref")
+        new = importlib.import_module("fabricsim_new" if args.new else "fabricsim")
         for routing in args.routing:
             sc = scenario(cfg, routing)
             a, b = [], []
@@ -77,7 +81,8 @@ def main(argv=None) -> int:
                   f"[{paired[0]:.2f}-{paired[-1]:.2f}]", flush=True)
     if args.json:
         with open(args.json, "a") as fh:
-            fh.write(json.dumps({"label": args.label, "base": args.base, "keep": args.keep, "rounds": args.rounds,
+            fh.write(json.dumps({"label": args.label, "base": args.base, "new": args.new or "working tree",
+                                 "keep": args.keep, "rounds": args.rounds,
                                  "quick": args.quick, "results": res}) + "\n")
     return 0
 

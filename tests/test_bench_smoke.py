@@ -1,0 +1,47 @@
+"""Smoke test of benchmarks/bench_packet.py on a tiny fabric, so that the script does not rot.
+
+It runs the script's own ``main`` (the --quick path, shrunk further) and checks the report it
+writes; it asserts nothing about speed.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_packet.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_packet", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_packet_quick_runs_and_writes_its_report(tmp_path, capsys):
+    bench = _load()
+    out = tmp_path / "speed.json"
+    rc = bench.main(["--quick", "--hosts-per-leaf", "2", "--leaves", "2", "--spines", "2",
+                     "--message-size", "64KiB", "--bare-events", "3000", "--profile", "--out", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert {"machine", "config", "loops_events_per_s", "engine", "reference", "profiles", "command"} <= set(res)
+    assert res["machine"]["python"] and res["machine"]["cpu_count"]
+    for loop in ("bare_heapq", "heap_kernel", "bare_simpy", "simpy_kernel"):
+        assert all(v > 0 for v in res["loops_events_per_s"][loop].values())
+    rows = {(r["routing"], r["kernel"]): r for r in res["engine"]}
+    assert set(rows) == {(p, k) for p in ("ecmp", "adaptive", "spray") for k in ("heap", "simpy")}
+    for (policy, kernel), r in rows.items():
+        assert r["status"] == "complete"
+        assert r["messages_completed"] == 4
+        # 4 hosts, 64 KiB each, 4 KiB MTU: 16 packets x 4 hops
+        assert r["packet_hops"] == 4 * 16 * 4
+        assert r["packet_hops_per_s"] > 0 and r["hops_per_s_over_bare_heapq"] > 0
+        if kernel == "simpy":
+            assert r["identical_to_heap"] is True
+    for policy in ("ecmp", "adaptive"):
+        shares = res["profiles"][policy]["breakdown"]
+        assert abs(sum(shares.values()) - 1) < 1e-6
+    printed = capsys.readouterr().out
+    assert "engine (fabricsim.run)" in printed and "bare_heapq" in printed
