@@ -66,12 +66,46 @@ def train_time(hops, full: int, full_wire: int, partial: list[int]) -> int:
     return T[-1] + hops[-1][1]
 
 
-def ideal_fct_ps(topo, paths, msg, mtu: int, header: int, cache: dict | None = None) -> int:
-    key = (msg.src, msg.dst)
-    hops = cache.get(key) if cache is not None else None
-    if hops is None:
-        hops = path_hops(topo, paths, msg.src, msg.dst)
-        if cache is not None:
-            cache[key] = hops
-    full, partial = message_packets(msg.size_bytes, msg.qps, mtu, header)
-    return train_time(hops, full, mtu + header, partial)
+class IdealModel:
+    """Idle-fabric references for one simulation: per-message ideal completion time, and the
+    line rate a host can use towards a destination (its eligible ports, see
+    ``EqualCostPaths.first_hops``). With ``k`` ports usable at once (per the plane-split policy)
+    the message's packets are divided evenly over ``k`` identical paths."""
+
+    def __init__(self, sim):
+        from ..planes import SPLITS
+        self.topo = sim.topology
+        self.paths = sim.paths
+        sc = sim.scenario
+        self.mtu = sc.simulation.mtu
+        self.header = sc.simulation.header
+        self.split = SPLITS.get(sc.nic.name)(sc.nic.params, None)
+        self._hops: dict = {}
+        self._ports: dict = {}
+
+    def ports(self, src: int, dst: int) -> tuple[frozenset, int, int]:
+        """(eligible first-hop switches, number of links to them, their total rate in bit/s)."""
+        key = (src, dst)
+        v = self._ports.get(key)
+        if v is None:
+            first = frozenset(self.paths.first_hops(src, dst))
+            g = self.topo.graph
+            rates = [d["rate_bps"] for s in first for d in g.get_edge_data(src, s).values()]
+            v = self._ports[key] = (first, len(rates), sum(rates))
+        return v
+
+    def wire_bytes(self, msg) -> int:
+        full, partial = message_packets(msg.size_bytes, msg.qps, self.mtu, self.header)
+        return full * (self.mtu + self.header) + sum(partial)
+
+    def fct(self, msg) -> int:
+        key = (msg.src, msg.dst)
+        hops = self._hops.get(key)
+        if hops is None:
+            hops = self._hops[key] = path_hops(self.topo, self.paths, msg.src, msg.dst)
+        full, partial = message_packets(msg.size_bytes, msg.qps, self.mtu, self.header)
+        k = self.split.parallel(msg.qps, self.ports(msg.src, msg.dst)[1])
+        if k > 1:
+            full = -(-full // k)
+            partial = sorted(partial, reverse=True)[:-(-len(partial) // k)]
+        return train_time(hops, full, self.mtu + self.header, partial)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .ideal import ideal_fct_ps, message_packets
+from .ideal import IdealModel
 from .recorder import MESSAGE_COLUMNS
 
 PS_PER_S = 10**12
@@ -91,8 +91,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     for c in ("release_ps", "end_ps", "fct_ps"):
         msgs[c] = msgs[c].astype("Int64")
     by_id = {m.id: m for m in sim.messages}
-    cache: dict = {}
-    ideal = [ideal_fct_ps(topo, sim.paths, by_id[i], simcfg.mtu, simcfg.header, cache) for i in msgs["message_id"]]
+    model = IdealModel(sim)
+    ideal_by_id = {m.id: model.fct(m) for m in sim.messages}
+    ideal = [ideal_by_id[i] for i in msgs["message_id"]]
     msgs.insert(msgs.columns.get_loc("fct_ps") + 1, "ideal_fct_ps", pd.array(ideal, dtype="Int64"))
     msgs.insert(msgs.columns.get_loc("ideal_fct_ps") + 1, "slowdown",
                 (msgs["fct_ps"].astype("Float64") / msgs["ideal_fct_ps"].astype("Float64")))
@@ -113,31 +114,33 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     t_end = int(done["end_ps"].max()) if len(done) else None
     all_done = len(done) == len(msgs) and len(msgs) > 0
     duration = (t_end - t0) if (t_end is not None and all_done) else None
-    senders = sorted(set(m.src for m in sim.messages))
-    sender_capacity = sum(topo.host_rate_bps(h) for h in senders)
+    # capacity a sender can use: the union of its ports towards its destinations
+    used_ports: dict[int, set] = {}
+    for m in sim.messages:
+        used_ports.setdefault(m.src, set()).update(model.ports(m.src, m.dst)[0])
+    g = topo.graph
+    sender_capacity = sum(d["rate_bps"] for h, sws in used_ports.items() for s in sws
+                          for d in g.get_edge_data(h, s).values())
     delivered = int(msgs["delivered_bytes"].sum())
     span = max((t_end if t_end is not None else outcome.end_ps) - t0, 1)
     if not all_done:
         span = max(outcome.end_ps - t0, 1)
     goodput_bps = delivered * 8 * PS_PER_S / span
-    # ideal duration: per-message ideal from its release, and per-host endpoint bound
+    # ideal duration: per-message ideal from its release, and per-host endpoint bound: a host's
+    # messages that share a set of ports (NIC planes, NVLink links) are serialised on those ports
     ideal_pattern = None
     if len(released):
         per_msg = max(int(r.release_ps) - t0 + int(r.ideal_fct_ps) for r in released.itertuples())
-        wire_out: dict[int, int] = {}
-        wire_in: dict[int, int] = {}
-        overhead: dict[int, int] = {}
+        load: dict[tuple, list] = {}   # (host, direction, port set) -> [wire bytes, rate, min overhead]
         for m in sim.messages:
-            full, partial = message_packets(m.size_bytes, m.qps, simcfg.mtu, simcfg.header)
-            w = full * (simcfg.mtu + simcfg.header) + sum(partial)
-            wire_out[m.src] = wire_out.get(m.src, 0) + w
-            wire_in[m.dst] = wire_in.get(m.dst, 0) + w
-            ideal_m = ideal_fct_ps(topo, sim.paths, m, simcfg.mtu, simcfg.header, cache)
-            for h in (m.src, m.dst):
-                o = ideal_m - w * 8 * PS_PER_S // topo.host_rate_bps(h)
-                overhead[h] = min(overhead.get(h, o), o)
-        host_bound = max(max(w * 8 * PS_PER_S // topo.host_rate_bps(h) + overhead[h] for h, w in wire_out.items()),
-                         max(w * 8 * PS_PER_S // topo.host_rate_bps(h) + overhead[h] for h, w in wire_in.items()))
+            w = model.wire_bytes(m)
+            for key, (ports, _n, rate) in (((m.src, "out"), model.ports(m.src, m.dst)),
+                                           ((m.dst, "in"), model.ports(m.dst, m.src))):
+                entry = load.setdefault(key + (ports,), [0, rate, None])
+                entry[0] += w
+                o = ideal_by_id[m.id] - w * 8 * PS_PER_S // rate
+                entry[2] = o if entry[2] is None else min(entry[2], o)
+        host_bound = max(w * 8 * PS_PER_S // rate + o for w, rate, o in load.values())
         ideal_pattern = max(per_msg, host_bound)
     # "while all active": from the moment the last message's first byte arrived to the first completion
     all_active = None

@@ -93,3 +93,15 @@ class CongestionControlSection(PolicySection):
     def registry(cls):
         from ..cc import CC
         return CC
+
+
+class NicSection(PolicySection):
+    """``nic``: how a message is split over a host's ports (planes, NVLink links)."""
+
+    name_field: ClassVar[str] = "plane_split"
+    default_name: ClassVar[str] = "per_packet"
+
+    @classmethod
+    def registry(cls):
+        from ..planes import SPLITS
+        return SPLITS

@@ -8,7 +8,7 @@ import yaml
 from pydantic import BaseModel, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from ..errors import ConfigError
-from .policy import CongestionControlSection, ReceiverSection, RoutingSection
+from .policy import CongestionControlSection, NicSection, ReceiverSection, RoutingSection
 from .topology import LeafSpineConfig, TopologyConfig
 from .traffic import TrafficConfig, PermutationTraffic
 from .types import STRICT, PositiveSize, PositiveTime, Size
@@ -52,6 +52,7 @@ class Scenario(BaseModel):
     receiver: ReceiverSection = Field(default_factory=lambda: ReceiverSection.model_validate({}))
     congestion_control: CongestionControlSection = Field(
         default_factory=lambda: CongestionControlSection.model_validate({}))
+    nic: NicSection = Field(default_factory=lambda: NicSection.model_validate({}))
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     outputs: OutputsConfig = Field(default_factory=OutputsConfig)
 

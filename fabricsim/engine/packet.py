@@ -16,6 +16,7 @@ import gc
 from collections import deque
 
 from ..cc import CC
+from ..planes import SPLITS
 from ..receiver import RECEIVERS
 from ..routing import ROUTING
 from ..net.packet import Packet, QueuePair, five_tuple_hash
@@ -137,6 +138,13 @@ class Nic:
         active = self.active
         qp = active.popleft()
         remaining = qp.remaining
+        while not remaining:
+            # a queue pair shared with other ports (plane split per packet) that they finished
+            if not active:
+                self.busy = False
+                return
+            qp = active.popleft()
+            remaining = qp.remaining
         payload = remaining if remaining < self.seg else self.seg
         qp.remaining = remaining = remaining - payload
         if remaining:
@@ -232,6 +240,8 @@ class PacketEngine:
             for dep in st.msg.deps:
                 self.states[dep].dependents.append(st)
         self._qp_uid = 0
+        self._eligible: dict = {}
+        self.split = SPLITS.get(sc.nic.name)(sc.nic.params, streams)
         self._salt = streams.u64("flows.5tuple")
         self.remaining = len(self.states)
 
@@ -249,7 +259,7 @@ class PacketEngine:
         m = st.msg
         st.release = t
         self.recorder.on_release(st, t)
-        nics = self.nics[m.src]
+        eligible = self.eligible_nics(m.src, m.dst)
         base, extra = divmod(m.size_bytes, m.qps)
         for q in range(m.qps):
             size = base + (1 if q < extra else 0)
@@ -259,8 +269,20 @@ class PacketEngine:
             self._qp_uid += 1
             sport = 49152 + (uid & 0x3FFF)
             h = five_tuple_hash(self._salt, m.src, m.dst, sport ^ (uid >> 14) * 7919)
-            nic = nics[q % len(nics)]
-            nic.add(t, QueuePair(uid, st, m.src, m.dst, sport, h, size, nic.port))
+            qp = QueuePair(uid, st, m.src, m.dst, sport, h, size)
+            for nic in self.split.ports(qp, eligible):
+                nic.add(t, qp)
+
+    def eligible_nics(self, src: int, dst: int) -> list:
+        """The source host's NIC ports that lead towards ``dst`` (see EqualCostPaths.first_hops)."""
+        key = (src, dst)
+        nics = self._eligible.get(key)
+        if nics is None:
+            first = set(self.sim.paths.first_hops(src, dst))
+            nics = self._eligible[key] = [n for n in self.nics[src] if n.port.peer in first]
+            if not nics:
+                raise RuntimeError(f"host {src} has no port towards host {dst}")
+        return nics
 
     def message_done(self, st: MessageState, t: int):
         if st.done:

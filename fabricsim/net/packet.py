@@ -13,9 +13,9 @@ UDP = 17
 class QueuePair:
     """One flow of a message. ``hash`` is the seeded 64-bit hash of its 5-tuple."""
 
-    __slots__ = ("uid", "msg", "src", "dst", "sport", "hash", "remaining", "seq", "port")
+    __slots__ = ("uid", "msg", "src", "dst", "sport", "hash", "remaining", "seq")
 
-    def __init__(self, uid, msg, src, dst, sport, flow_hash, size, port):
+    def __init__(self, uid, msg, src, dst, sport, flow_hash, size):
         self.uid = uid
         self.msg = msg          # MessageState
         self.src = src
@@ -24,7 +24,6 @@ class QueuePair:
         self.hash = flow_hash
         self.remaining = size   # payload bytes not yet handed to the NIC port
         self.seq = 0
-        self.port = port        # NIC egress Port
 
 
 class Packet:

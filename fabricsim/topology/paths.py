@@ -18,6 +18,9 @@ class EqualCostPaths:
     def __init__(self, topo: Topology):
         self.topo = topo
         g = topo.graph
+        self._nvlink = {n for n in topo.switches if g.nodes[n].get("domain") == "nvlink"}
+        self._host_nbrs = {h: sorted(set(g.neighbors(h))) for h in topo.hosts}
+        self._first_hops: dict[tuple[int, int], list[int]] = {}
         self._switch_nbrs = {n: sorted({m for m in g.neighbors(n) if g.nodes[m]["type"] == "switch"})
                              for n in topo.switches}
         self._attach = {h: frozenset(g.neighbors(h)) for h in topo.hosts}
@@ -51,11 +54,30 @@ class EqualCostPaths:
             return []
         return [n for n in self._switch_nbrs[switch] if d.get(n, -1) == here - 1]
 
+    def first_hops(self, src: int, dst: int) -> list[int]:
+        """The switches a host may hand a packet for ``dst`` to: among its neighbours that can
+        reach ``dst``, those of the scale-up (NVLink) domain if any can, else the closest ones.
+        A GPU reaches a GPU of its own NVLink domain over NVLink, never through its NIC."""
+        key = (src, dst)
+        hops = self._first_hops.get(key)
+        if hops is None:
+            d = self._distances(self._attach[dst])
+            ranked = [((0 if s in self._nvlink else 1), d[s], s) for s in self._host_nbrs[src] if s in d]
+            if not ranked:
+                hops = []
+            else:
+                best = min(r[:2] for r in ranked)
+                hops = [s for pref, dist, s in ranked if (pref, dist) == best]
+            self._first_hops[key] = hops
+        return hops
+
     def one_path(self, src: int, dst: int) -> list[int]:
         """One shortest host-to-host node path (first choice at every hop)."""
         path = [src]
-        sw = min(self._attach[src], key=lambda s: (self._distances(self._attach[dst]).get(s, 1 << 30), s))
-        path.append(sw)
+        first = self.first_hops(src, dst)
+        if not first:
+            raise ValueError(f"no route from {src} to {dst}")
+        path.append(first[0])
         while path[-1] != dst:
             nh = self.next_hops(path[-1], dst)
             if not nh:

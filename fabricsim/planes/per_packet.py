@@ -1,0 +1,11 @@
+"""``per_packet``: every packet of a queue pair leaves by whichever eligible port is free first."""
+from .base import SPLITS, PlaneSplit
+
+
+@SPLITS.register("per_packet")
+class PerPacket(PlaneSplit):
+    def ports(self, qp, eligible):
+        return eligible
+
+    def parallel(self, qps, eligible):
+        return eligible
