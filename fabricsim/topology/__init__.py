@@ -5,19 +5,23 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..config.topology import ExplicitTopologyConfig, LeafSpineConfig, TopologyFileRef
+from ..config.topology import (ClusterConfig, ExplicitTopologyConfig, HgxNodeConfig, LeafSpineConfig,
+                               NvlRackConfig, TopologyFileRef)
 from ..errors import TopologyError
+from .cluster import build_cluster
 from .explicit import build_explicit
 from .leaf_spine import build_leaf_spine
 from .model import Topology
 
-__all__ = ["Topology", "build_topology", "load_topology_file", "build_leaf_spine", "build_explicit"]
+__all__ = ["Topology", "build_topology", "load_topology_file", "build_leaf_spine", "build_explicit",
+           "build_cluster"]
 
-_FILE_MODELS = {"leaf_spine": LeafSpineConfig, "explicit": ExplicitTopologyConfig}
+_FILE_MODELS = {"leaf_spine": LeafSpineConfig, "explicit": ExplicitTopologyConfig, "nvl72_rack": NvlRackConfig,
+                "hgx_node": HgxNodeConfig, "cluster": ClusterConfig}
 
 
 def load_topology_file(path: str | Path) -> Topology:
-    """Load a topology YAML file (``kind: leaf_spine`` or ``kind: explicit``)."""
+    """Load a topology YAML file (``kind:`` leaf_spine, explicit, nvl72_rack, hgx_node or cluster)."""
     from ..config.scenario import _node_line, load_yaml, locate, validation_to_config_error
     data, root = load_yaml(path)
     if not isinstance(data, dict):
@@ -25,7 +29,7 @@ def load_topology_file(path: str | Path) -> Topology:
     data.setdefault("kind", "leaf_spine")
     model = _FILE_MODELS.get(data["kind"]) if isinstance(data["kind"], str) else None
     if model is None:
-        raise TopologyError(f"got {data.get('kind')!r} (allowed: 'leaf_spine', 'explicit')",
+        raise TopologyError(f"got {data.get('kind')!r} (allowed: {', '.join(repr(k) for k in _FILE_MODELS)})",
                             source=str(path), field="kind", line=_node_line(root, ("kind",)))
     try:
         cfg = model.model_validate(data)
@@ -45,6 +49,8 @@ def build_topology(cfg, source: str = "<scenario>", resolve=None, prefix: str = 
         return build_leaf_spine(cfg, name=name or "leaf_spine")
     if isinstance(cfg, ExplicitTopologyConfig):
         return build_explicit(cfg, source=source, prefix=prefix, name=name or "explicit")
+    if isinstance(cfg, (ClusterConfig, NvlRackConfig, HgxNodeConfig)):
+        return build_cluster(cfg, source=source, prefix=prefix, name=name or cfg.kind)
     if isinstance(cfg, TopologyFileRef):
         path = resolve(cfg.path) if resolve else Path(cfg.path)
         if not Path(path).is_file():

@@ -62,9 +62,11 @@ class Topology:
             yield a, b, k, d
 
     def tier_counts(self) -> dict[str, int]:
+        """Nodes per tier name; NVLink switches (``domain="nvlink"``) count as ``nvswitch``."""
         counts: dict[str, int] = {}
         for _, d in self.graph.nodes(data=True):
-            counts[tier_name(d["tier"])] = counts.get(tier_name(d["tier"]), 0) + 1
+            key = "nvswitch" if d.get("domain") == "nvlink" else tier_name(d["tier"])
+            counts[key] = counts.get(key, 0) + 1
         return counts
 
     def link_counts(self) -> dict[str, int]:
@@ -76,42 +78,78 @@ class Topology:
     def bisection_bps(self) -> int:
         """Capacity of the cut between the first and second half of the hosts (grouped by leaf).
 
-        Computed exactly as a max-flow (one direction) for that split. For a leaf-spine
-        this split is the worst balanced cut, so it is the bisection bandwidth; for other
-        graphs it is an upper bound on the true bisection.
+        Builders that know their structure (``kind: cluster``, ``nvl72_rack``, ``hgx_node``) store
+        it in ``meta["bisection_bps"]`` (computed analytically per plane; a max-flow at 8k GPUs
+        would take minutes), and that value is returned. Otherwise it is computed exactly as a
+        max-flow (one direction) for that split. For a leaf-spine this split is the worst
+        balanced cut, so it is the bisection bandwidth; for other graphs it is an upper bound on
+        the true bisection.
         """
+        if "bisection_bps" in self.meta:
+            return self.meta["bisection_bps"]
         if self.num_hosts < 2:
             return 0
         order = sorted(self.hosts, key=lambda h: (self.edge_switch(h), h))
         half = len(order) // 2
-        a, b = order[:half], order[half:]
-        dg = nx.DiGraph()
-        for u, v, _, d in self.links():
-            for x, y in ((u, v), (v, u)):
-                cap = d["rate_bps"]
-                if dg.has_edge(x, y):
-                    dg[x][y]["capacity"] += cap
-                else:
-                    dg.add_edge(x, y, capacity=cap)
-        for h in a:
-            dg.add_edge("SRC", h, capacity=self.host_rate_bps(h))
-        for h in b:
-            dg.add_edge(h, "DST", capacity=self.host_rate_bps(h))
-        value, _ = nx.maximum_flow(dg, "SRC", "DST")
-        return int(value)
+        return maxflow_cut(self.graph, None, order[:half], order[half:])
 
     def describe(self) -> dict:
         """Counts, tiers and capacities, as printed by ``fabricsim topo show``."""
-        rates = sorted({d["rate_bps"] for *_, d in self.links()})
+        g = self.graph
+        rates = sorted({d["rate_bps"] for *_, d in g.edges(keys=True, data=True)})
+        kinds: dict[str, int] = {}
+        for *_, kind in g.edges(keys=True, data="kind"):
+            kinds[kind] = kinds.get(kind, 0) + 1
         return {
             "name": self.name,
-            "nodes": self.graph.number_of_nodes(),
-            "links": self.graph.number_of_edges(),
+            "nodes": g.number_of_nodes(),
+            "links": g.number_of_edges(),
             "nodes_per_tier": self.tier_counts(),
-            "links_per_kind": self.link_counts(),
+            "links_per_kind": dict(sorted(kinds.items(), key=lambda kv: _KIND_ORDER.get(kv[0], 99))),
             "hosts": self.num_hosts,
             "switches": len(self.switches),
             "link_rates_bps": rates,
             "bisection_bps": self.bisection_bps(),
             **self.meta,
         }
+
+
+_KIND_ORDER = {"nvlink": 0, "host-leaf": 1, "leaf-spine": 2, "spine-superspine": 3}
+
+
+def maxflow_cut(graph: nx.MultiGraph, nodes, a, b) -> int:
+    """Max-flow (one direction) from hosts ``a`` to hosts ``b`` over the subgraph on ``nodes``
+    (all nodes if None); each host can send or receive at most its line rate in that subgraph.
+    Parallel links add up; hosts do not forward."""
+    sub = graph if nodes is None else graph.subgraph(nodes)
+    hosts = set(a) | set(b)
+    dg = nx.DiGraph()
+    rate: dict = {}
+    for u, v, d in sub.edges(data=True):
+        cap = d["rate_bps"]
+        for x, y in ((u, v), (v, u)):
+            if x in hosts:
+                rate[x] = rate.get(x, 0) + cap
+            if y in hosts and x in hosts:
+                continue
+            if dg.has_edge(x, y):
+                dg[x][y]["capacity"] += cap
+            else:
+                dg.add_edge(x, y, capacity=cap)
+    # hosts only source or sink: drop switch -> source-host and sink-host -> switch arcs
+    for h in a:
+        for x in list(dg.predecessors(h)) if h in dg else []:
+            dg.remove_edge(x, h)
+    for h in b:
+        for y in list(dg.successors(h)) if h in dg else []:
+            dg.remove_edge(h, y)
+    for h in a:
+        if rate.get(h):
+            dg.add_edge("SRC", h, capacity=rate[h])
+    for h in b:
+        if rate.get(h):
+            dg.add_edge(h, "DST", capacity=rate[h])
+    if "SRC" not in dg or "DST" not in dg:
+        return 0
+    value, _ = nx.maximum_flow(dg, "SRC", "DST")
+    return int(value)
