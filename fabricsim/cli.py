@@ -115,8 +115,11 @@ def topo():
 @topo.command("show")
 @click.argument("file", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def topo_show(file, as_json):
-    """Print node and link counts, tiers and bisection bandwidth of a topology (or scenario) FILE."""
+@click.option("--draw", "draw", type=click.Path(dir_okay=False), default=None, metavar="PNG",
+              help="also draw the topology (small instances) to this PNG file")
+def topo_show(file, as_json, draw):
+    """Print node and link counts per tier, bisection bandwidth (per plane for clusters) of a
+    topology (or scenario) FILE; optionally draw it."""
     from .config.scenario import load_yaml
     from .topology import build_topology, load_topology_file
     try:
@@ -128,6 +131,9 @@ def topo_show(file, as_json):
         else:
             t = load_topology_file(file)
         d = t.describe()
+        if draw:
+            from .topology.draw import draw_topology
+            draw_topology(t, draw)
     except FabricsimError as exc:
         _fail(exc, file)
     if as_json:
@@ -140,6 +146,29 @@ def topo_show(file, as_json):
     click.echo(f"bisection     {format_rate(d['bisection_bps'])}")
     if d.get("oversubscription") is not None:
         click.echo(f"oversubscr.   {d['oversubscription']:g}:1")
+    if d.get("gpus") is not None:
+        unit = d["domain_unit"]
+        click.echo(f"gpus          {d['gpus']} in {d['domains']} {unit} ({d['domain']}, up to {d['gpus_per_domain']} "
+                   f"per {unit[:-1]})")
+    nv = d.get("nvlink")
+    if nv:
+        click.echo(f"nvlink        {nv['model']}: {nv['switches_per_domain']} per domain, "
+                   f"{format_rate(nv['bandwidth_bps'])} per GPU per direction"
+                   + (f"; rack bisection {format_rate(d['nvlink_bisection_bps'])}" if "nvlink_bisection_bps" in d else ""))
+    if d.get("planes"):
+        click.echo(f"scale-out     {d['nic']} per GPU = {d['planes']} planes, {d['rails']} rails, {d['tiers']} tiers, "
+                   f"radix {d['radix']}")
+        for row in d["per_plane"]:
+            if row.get("failed"):
+                click.echo(f"plane {row['plane']:<7} failed")
+                continue
+            tiers = f"leaves {row['leaves']}, spines {row['spines']}"
+            if row["superspines"]:
+                tiers += f", super-spines {row['superspines']}"
+            click.echo(f"plane {row['plane']:<7} {tiers}; bisection {format_rate(row['bisection_bps'])}"
+                       + ("  (degraded)" if row.get("degraded") else ""))
+    if draw:
+        click.echo(f"drawing       {draw}")
 
 
 if __name__ == "__main__":  # pragma: no cover

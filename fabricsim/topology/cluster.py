@@ -433,7 +433,7 @@ def build_cluster_from(domain: str, count: int | None, nvlink, scale_out: ScaleO
             touched_planes.add(int(nm[1:nm.index(".")]))
         else:
             touched_nvlink = True
-    meta: dict = {"builder": builder, "domain": domain, shape.unit: count, "gpus": H,
+    meta: dict = {"builder": builder, "domain": domain, "domains": count, "domain_unit": shape.unit, "gpus": H,
                   "gpus_per_domain": shape.gpus}
     if nv is not None:
         meta["nvlink"] = {"model": nv.model, "switches_per_domain": nv.switches_per_domain,

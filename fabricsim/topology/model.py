@@ -67,7 +67,8 @@ class Topology:
         for _, d in self.graph.nodes(data=True):
             key = "nvswitch" if d.get("domain") == "nvlink" else tier_name(d["tier"])
             counts[key] = counts.get(key, 0) + 1
-        return counts
+        order = {"host": 0, "nvswitch": 1, "leaf": 2, "spine": 3, "superspine": 4}
+        return dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], 9)))
 
     def link_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
