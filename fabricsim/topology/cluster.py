@@ -452,7 +452,9 @@ def build_cluster_from(domain: str, count: int | None, nvlink, scale_out: ScaleO
             if p in failed.planes:
                 row.update(failed=True, bisection_bps=0)
             elif p in touched_planes:
-                row.update(degraded=True, bisection_bps=_plane_maxflow(g, H, p, plan, acc))
+                tiers = [a["tier"] for a in acc.attrs[H:] if a.get("plane") == p]
+                row.update(leaves=tiers.count(1), spines=tiers.count(2), superspines=tiers.count(3),
+                           degraded=True, bisection_bps=_plane_maxflow(g, H, p, plan, acc))
             else:
                 row["bisection_bps"] = intact
             bisection += row["bisection_bps"]
