@@ -79,3 +79,36 @@ def test_a_failed_plane_halves_cross_rack_capacity(tmp_path):
     assert degraded_res.summary["messages"]["completed"] == 72
     # nothing is sent towards the failed plane
     assert not degraded_res.links["dst_name"].str.startswith("p1.").any()
+
+
+def test_pxn_moves_off_rail_traffic_onto_nvlink_and_keeps_it_under_one_leaf(tmp_path):
+    """GPU i of rack 0 sends to a GPU of rack 1 on another rail. Without PXN every message
+    crosses a spine; with PXN it first moves over NVLink to the sender's peer on the
+    destination's rail, whose NIC shares a leaf with the destination: no spine traffic."""
+    rows = ["src,dst,size_bytes"]
+    for i in range(36):
+        dst = 36 + (i + 1) % 36           # local rank differs (rails are local rank mod 4)
+        rows.append(f"{i},{dst},{2**20}")
+    path = tmp_path / "m.csv"
+    path.write_text("\n".join(rows) + "\n")
+
+    def run(pxn):
+        return fabricsim.run({"name": "pxn", "topology": {"kind": "cluster", "domain": "nvl36", "racks": 2,
+                                                          "nic": {"ports": 2, "rate": "400Gbps"}},
+                              "traffic": {"pattern": "csv", "path": str(path)}, "routing": {"policy": "adaptive"},
+                              "nic": {"plane_split": "per_packet", "pxn": pxn, "pxn_chunk": "256KiB"}})
+
+    direct, relayed = run(False), run(True)
+    for res in (direct, relayed):
+        assert res.summary["messages"]["completed"] == 36
+        b = res.summary["bytes"]
+        assert b["delivered_payload_bytes"] == b["injected_payload_bytes"] == 36 * 2**20
+        assert res.goodput["delivered_bytes"].sum() == 36 * 2**20   # relay hops are not goodput
+    spine = lambda r: r.links.loc[r.links["kind"] == "leaf-spine", "tx_bytes"].sum()  # noqa: E731
+    nvlink = lambda r: r.links.loc[r.links["kind"] == "nvlink", "tx_bytes"].sum()  # noqa: E731
+    assert spine(direct) > 0 and nvlink(direct) == 0
+    assert spine(relayed) == 0
+    # each byte crosses NVLink twice (GPU -> NVLink switch -> relay GPU), in 4 KiB packets
+    assert nvlink(relayed) == 2 * 36 * 256 * 4178
+    # chunks pipeline the two stages: the relay costs well under one extra message time
+    assert relayed.messages["fct_ps"].max() < 1.5 * direct.messages["fct_ps"].max()

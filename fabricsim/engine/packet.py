@@ -20,6 +20,7 @@ from ..planes import SPLITS
 from ..receiver import RECEIVERS
 from ..routing import ROUTING
 from ..net.packet import Packet, QueuePair, five_tuple_hash
+from ..traffic.message import Message
 from ..net.port import PS_BITS, Port, SharedBuffer
 from .interface import ENGINES, RunOutcome, SimulationInput
 from .kernel import make_kernel
@@ -29,9 +30,9 @@ class MessageState:
     """Runtime state of one message."""
 
     __slots__ = ("msg", "size", "release", "end", "delivered", "dropped", "injected", "pending_deps",
-                 "dependents", "done", "reason")
+                 "dependents", "done", "reason", "parent", "next_stage", "final")
 
-    def __init__(self, msg):
+    def __init__(self, msg, parent=None, final=True):
         self.msg = msg
         self.size = msg.size_bytes
         self.release = None
@@ -43,6 +44,9 @@ class MessageState:
         self.dependents = []
         self.done = False
         self.reason = ""
+        self.parent = parent      # PXN: the user's message this piece belongs to
+        self.next_stage = None    # PXN: the piece to send from the relay once this one is in
+        self.final = final        # delivered bytes reach the message's destination (count as goodput)
 
 
 class Switch:
@@ -242,6 +246,9 @@ class PacketEngine:
         self._qp_uid = 0
         self._eligible: dict = {}
         self.split = SPLITS.get(sc.nic.name)(sc.nic.params, streams)
+        self.pxn = bool(sc.nic.params and sc.nic.params.pxn)
+        self.pxn_chunk = sc.nic.params.pxn_chunk if sc.nic.params else 0
+        self.pieces: list[MessageState] = []   # PXN chunks (not in the messages table)
         self._salt = streams.u64("flows.5tuple")
         self.remaining = len(self.states)
 
@@ -259,6 +266,11 @@ class PacketEngine:
         m = st.msg
         st.release = t
         self.recorder.on_release(st, t)
+        if self.pxn and st.parent is None:
+            relay = self.sim.paths.pxn_relay(m.src, m.dst)
+            if relay is not None:
+                self._release_via(t, st, relay)
+                return
         eligible = self.eligible_nics(m.src, m.dst)
         base, extra = divmod(m.size_bytes, m.qps)
         for q in range(m.qps):
@@ -272,6 +284,34 @@ class PacketEngine:
             qp = QueuePair(uid, st, m.src, m.dst, sport, h, size)
             for nic in self.split.ports(qp, eligible):
                 nic.add(t, qp)
+
+    def _release_via(self, t, st: MessageState, relay: int):
+        """PXN: cut the message into chunks; each goes src -> relay (NVLink, not counted as
+        goodput), then relay -> dst as soon as that chunk is in."""
+        m = st.msg
+        chunk = self.pxn_chunk
+        for off in range(0, m.size_bytes, chunk):
+            size = min(chunk, m.size_bytes - off)
+            second = MessageState(Message(m.id, relay, m.dst, size, qps=m.qps), parent=st)
+            first = MessageState(Message(m.id, m.src, relay, size, qps=1), parent=st, final=False)
+            first.next_stage = second
+            self.pieces.append(first)
+            self.pieces.append(second)
+            self.release(t, first)
+
+    def _piece_done(self, piece: MessageState, t: int):
+        parent = piece.parent
+        if piece.next_stage is not None:
+            if piece.dropped:
+                parent.dropped += piece.size          # the second stage never leaves the relay
+            else:
+                self.release(t, piece.next_stage)
+                return
+        else:
+            parent.delivered += piece.delivered
+            parent.dropped += piece.dropped
+        if parent.delivered + parent.dropped == parent.size:
+            self.message_done(parent, t)
 
     def eligible_nics(self, src: int, dst: int) -> list:
         """The source host's NIC ports that lead towards ``dst`` (see EqualCostPaths.first_hops)."""
@@ -289,6 +329,9 @@ class PacketEngine:
             return
         st.done = True
         st.end = t
+        if st.parent is not None:
+            self._piece_done(st, t)
+            return
         if st.dropped:
             st.reason = "packet_dropped"
         self.remaining -= 1
@@ -360,7 +403,8 @@ class PacketEngine:
             "dropped_bytes": p.dropped_bytes,
         } for p in self.ports]
         counters = {"dropped_packets": self.dropped_packets, "dropped_payload_bytes": self.dropped_payload,
-                    "injected_payload_bytes": sum(st.injected for st in self.states.values())}
+                    "injected_payload_bytes": sum(st.injected for st in self.states.values())
+                    + sum(p.injected for p in self.pieces if p.final)}
         if hasattr(self.routing, "new_flowlets"):
             counters["new_flowlets"] = self.routing.new_flowlets
         return RunOutcome(status=status, end_ps=now, events=self.kernel.events, packet_hops=hops,

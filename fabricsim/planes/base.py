@@ -1,13 +1,30 @@
 """Contract of a plane-split policy: ``ports(qp, eligible) -> the NIC ports the QP may use``."""
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config.types import PositiveSize
 from ..registry import Registry
 
 SPLITS: Registry = Registry("plane split policy")
 
 
+class SplitParams(BaseModel):
+    """Parameters shared by every plane-split policy.
+
+    ``pxn``: PXN-style forwarding (as NCCL's PXN): a message to a GPU outside the sender's NVLink
+    domain first moves over NVLink to the domain peer whose NIC is closest to the destination
+    (on the destination's rail), which then sends it on. The message is cut into ``pxn_chunk``
+    pieces so the two stages overlap.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+    pxn: bool = False
+    pxn_chunk: PositiveSize = Field("512KiB", description="PXN pipelining unit")
+
+
 class PlaneSplit:
-    Params = None
+    Params = SplitParams
 
     def __init__(self, params=None, streams=None):
         self.params = params

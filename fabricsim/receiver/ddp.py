@@ -25,15 +25,16 @@ class DirectDataPlacement(Receiver):
     def on_packet(self, t, pkt):
         lat = t - pkt.t_tx
         self._hist[int(log(lat) * self._inv)] += pkt.npk
-        b = t // self._bin
-        series = self._series
-        if b >= len(series):
-            series.extend([0] * (b + 1 - len(series)))
-        series[b] += pkt.payload
-        self._rec.delivered_total += pkt.payload
         st = pkt.qp.msg
-        if not st.delivered:
-            self._rec.on_first_arrival(st, t)
+        if st.final:  # payload at its destination (not a PXN hop to a relay GPU)
+            b = t // self._bin
+            series = self._series
+            if b >= len(series):
+                series.extend([0] * (b + 1 - len(series)))
+            series[b] += pkt.payload
+            self._rec.delivered_total += pkt.payload
+            if not st.delivered and st.parent is None:
+                self._rec.on_first_arrival(st, t)
         st.delivered += pkt.payload
         if st.delivered + st.dropped == st.size:
             self._done(st, t)

@@ -71,6 +71,40 @@ class EqualCostPaths:
             self._first_hops[key] = hops
         return hops
 
+    def _nic_distance(self, host: int, d: dict) -> int | None:
+        """Hops from ``host``'s NIC-facing switches to a destination (``d`` = its distance map)."""
+        best = None
+        for s in self._host_nbrs[host]:
+            if s not in self._nvlink and s in d and (best is None or d[s] < best):
+                best = d[s]
+        return best
+
+    def pxn_relay(self, src: int, dst: int) -> int | None:
+        """PXN-style relay: the GPU of ``src``'s NVLink domain whose NIC is closest to ``dst``
+        (ideally on the destination's rail, under the same leaf), if it is closer than
+        ``src``'s own NIC; else None. Only for destinations outside the NVLink domain.
+        Ties go to the same tray, then the lowest id."""
+        key = ("pxn", src, dst)
+        if key in self._first_hops:
+            return self._first_hops[key]
+        relay = None
+        first = self.first_hops(src, dst)
+        if first and not (set(first) & self._nvlink):
+            d = self._distances(self._attach[dst])
+            own = self._nic_distance(src, d)
+            g = self.topo.graph
+            tray = g.nodes[src].get("tray")
+            peers = sorted({h for s in self._host_nbrs[src] if s in self._nvlink for h in g.neighbors(s)} - {src})
+            ranked = []
+            for h in peers:
+                dist = self._nic_distance(h, d)
+                if dist is not None:
+                    ranked.append((dist, g.nodes[h].get("tray") != tray, h))
+            if ranked and own is not None and min(ranked)[0] < own:
+                relay = min(ranked)[2]
+        self._first_hops[key] = relay
+        return relay
+
     def one_path(self, src: int, dst: int) -> list[int]:
         """One shortest host-to-host node path (first choice at every hop)."""
         path = [src]
