@@ -112,3 +112,19 @@ def test_pxn_moves_off_rail_traffic_onto_nvlink_and_keeps_it_under_one_leaf(tmp_
     assert nvlink(relayed) == 2 * 36 * 256 * 4178
     # chunks pipeline the two stages: the relay costs well under one extra message time
     assert relayed.messages["fct_ps"].max() < 1.5 * direct.messages["fct_ps"].max()
+
+
+def test_three_tier_cluster_routes_through_super_spines():
+    def run(policy):
+        return fabricsim.run({"name": "t3", "topology": {"kind": "cluster", "domain": "hgx8", "nodes": 8,
+                                                         "nic": {"ports": 1, "rate": "400Gbps"}, "tiers": 3,
+                                                         "pod_leaves": 2},
+                              "traffic": {"pattern": "permutation", "message_size": "1MiB"},
+                              "routing": {"policy": policy}})
+    adaptive, ecmp = run("adaptive"), run("ecmp")
+    for res in (adaptive, ecmp):
+        assert res.summary["messages"]["completed"] == 64
+        assert res.links.loc[res.links["kind"] == "spine-superspine", "tx_bytes"].sum() > 0
+    assert adaptive.summary["effective_bandwidth"]["completion_time_ratio"] > 0.9
+    assert ecmp.summary["effective_bandwidth"]["completion_time_ratio"] < \
+        adaptive.summary["effective_bandwidth"]["completion_time_ratio"]
