@@ -171,5 +171,88 @@ def topo_show(file, as_json, draw):
         click.echo(f"drawing       {draw}")
 
 
+@main.group("trace")
+def trace_group():
+    """Inspect, validate and convert message traces (format v1, docs/traces.md)."""
+
+
+def _trace_topology_hosts(path) -> int:
+    """Number of GPUs (hosts) of a topology YAML file or of a scenario's topology."""
+    from .config.scenario import load_yaml
+    from .topology import build_topology, load_topology_file
+    data, _ = load_yaml(path)
+    if isinstance(data, dict) and "topology" in data:
+        from .config import load_scenario
+        loaded = load_scenario(path)
+        t = build_topology(loaded.scenario.topology, source=loaded.source, resolve=loaded.resolve_path)
+    else:
+        t = load_topology_file(path)
+    return t.num_hosts
+
+
+@trace_group.command("inspect")
+@click.argument("file", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def trace_inspect(file, as_json):
+    """Summarise trace FILE: counts, bytes per operation and phase, traffic matrix, skew, depth."""
+    from .traces import inspect_trace, read_trace
+    from .units import format_size
+    try:
+        d = inspect_trace(read_trace(file))
+    except FabricsimError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps(d, indent=2))
+        return
+    tm = d["traffic_matrix"]
+    b = lambda x: f"{format_size(int(round(x)))}"  # noqa: E731
+    click.echo(f"trace         {d['file']}  (format v{d['format_version']})")
+    click.echo(f"messages      {d['messages']}  ({d['messages_with_deps']} with deps, "
+               f"{d['dependency_edges']} dependency edges, depth {d['dependency_depth']})")
+    click.echo(f"bytes         {d['total_bytes']} ({b(d['total_bytes'])})")
+    click.echo(f"gpus          {d['gpus']}  ops {d['ops']}  layers {d['layers']}  microbatches {d['microbatches']}")
+    click.echo("per phase     " + ", ".join(f"{k}: {v['messages']} msgs {b(v['bytes'])}"
+                                             for k, v in d["bytes_per_phase"].items()))
+    ops = list(d["bytes_per_op"].items())
+    for k, v in ops[:20]:
+        click.echo(f"op {k:<10} {v['messages']} msgs {b(v['bytes'])}")
+    if len(ops) > 20:
+        click.echo(f"... {len(ops) - 20} more ops (--json lists all)")
+    click.echo(f"pairs         {tm['pairs']}  bytes per pair max {b(tm['pair_bytes_max'])} mean {b(tm['pair_bytes_mean'])}")
+    click.echo(f"per-GPU send  max {b(tm['send_bytes_max'])} mean {b(tm['send_bytes_mean'])}")
+    click.echo(f"per-GPU recv  max {b(tm['recv_bytes_max'])} mean {b(tm['recv_bytes_mean'])}  skew "
+               + ("n/a" if tm["recv_skew"] is None else f"{tm['recv_skew']:.3f}"))
+
+
+@trace_group.command("validate")
+@click.argument("file", type=click.Path())
+@click.option("--topology", "topology", type=click.Path(), default=None, metavar="T",
+              help="also check GPU ids against a topology YAML file or a scenario's topology")
+def trace_validate(file, topology):
+    """Check trace FILE (ids, sizes, phases, dependencies, cycles, GPU ids); exit 2 on the first error."""
+    from .traces import read_trace
+    try:
+        hosts = _trace_topology_hosts(topology) if topology else None
+        t = read_trace(file, num_hosts=hosts)
+    except FabricsimError as exc:
+        _fail(exc)
+    click.echo(f"{file}: ok ({len(t)} messages" + (f", GPUs within {hosts} hosts" if hosts else "") + ")")
+
+
+@trace_group.command("convert")
+@click.argument("src", type=click.Path())
+@click.argument("dst", type=click.Path())
+def trace_convert(src, dst):
+    """Convert trace SRC to DST; formats by extension (.parquet, .csv, .jsonl)."""
+    from .traces import read_trace, trace_format, write_trace
+    try:
+        trace_format(dst)
+        t = read_trace(src)
+        write_trace(t, dst)
+    except FabricsimError as exc:
+        _fail(exc)
+    click.echo(f"{src} -> {dst}: {len(t)} messages")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -58,5 +58,30 @@ class TrafficError(ConfigError):
     """Traffic that does not fit the topology or is malformed (exit status 2)."""
 
 
+class TraceError(ConfigError):
+    """A malformed message trace (exit status 2), located by file, row and column.
+
+    ``line`` is the 1-based line for CSV and JSON Lines files; ``row`` the 0-based row index for
+    Parquet files. The one-line form is ``FILE: line N: column C: message`` (or ``row N``).
+    """
+
+    def __init__(self, message: str, source: str | None = None, column: str | None = None,
+                 line: int | None = None, row: int | None = None):
+        self.row = row
+        self.column = column
+        super().__init__(message, source=source, field=column, line=line)
+
+    def one_line(self) -> str:
+        parts = [self.source] if self.source else []
+        if self.line is not None:
+            parts.append(f"line {self.line}")
+        elif getattr(self, "row", None) is not None:
+            parts.append(f"row {self.row}")
+        if getattr(self, "column", None):
+            parts.append(f"column {self.column}")
+        parts.append(self.message)
+        return ": ".join(parts)
+
+
 class SimulationError(FabricsimError):
     """The simulation failed for a reason that is not bad input (exit status 1)."""

@@ -1,4 +1,4 @@
-"""Traffic section: a built-in pattern (permutation, all_to_all, incast) or a CSV message list."""
+"""Traffic section: a built-in pattern (permutation, all_to_all, incast), a CSV message list or a trace."""
 from __future__ import annotations
 
 from typing import Annotated, Literal, Union
@@ -52,5 +52,19 @@ class CsvTraffic(BaseModel):
     qps_per_message: StrictInt = Field(1, ge=1, le=4096)
 
 
-TrafficConfig = Annotated[Union[PermutationTraffic, AllToAllTraffic, IncastTraffic, CsvTraffic],
+class TraceTraffic(BaseModel):
+    """Replay a v1 message trace (docs/traces.md): Parquet, CSV or JSON Lines by extension.
+
+    Each message is released at ``start_ps`` or ``gap_ps`` after its ``deps`` complete, whichever
+    is later; op, phase, layer and microbatch become message tags.
+    """
+
+    model_config = STRICT
+    pattern: Literal["trace"] = "trace"
+    path: str
+    qps_per_message: StrictInt = Field(1, ge=1, le=4096,
+                                       description="queue pairs a message is spread over (ECMP entropy)")
+
+
+TrafficConfig = Annotated[Union[PermutationTraffic, AllToAllTraffic, IncastTraffic, CsvTraffic, TraceTraffic],
                           Field(discriminator="pattern")]

@@ -186,6 +186,17 @@ def csv_messages(cfg, topo, streams, source, resolve):
     return out
 
 
+@PATTERNS.register("trace")
+def trace_messages(cfg, topo, streams, source, resolve):
+    """Replay a v1 trace (see :class:`fabricsim.config.traffic.TraceTraffic`, docs/traces.md)."""
+    from ..traces import read_trace
+    path = Path(resolve(cfg.path) if resolve else cfg.path)
+    if not path.is_file():
+        raise TrafficError(f"trace {cfg.path!r} not found (looked at {path})", source=source,
+                           field="traffic.path")
+    return read_trace(path, num_hosts=topo.num_hosts).to_messages(cfg.qps_per_message)
+
+
 def _rows(reader, source):
     """Iterate a DictReader, turning CSV syntax errors into one-line TrafficErrors."""
     while True:
