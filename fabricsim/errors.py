@@ -3,6 +3,8 @@
 Every user-facing error is one line: ``FILE: FIELD.PATH: what is wrong (allowed: ...)``.
 :class:`ConfigError` (and its subclasses) mean bad input and exit with status 2;
 :class:`SimulationError` means the simulator itself failed and exits with status 1.
+:class:`TraceError` (a ConfigError) names the row and column of a trace file explicitly:
+``FILE: line N: column C: what is wrong`` (``row N`` for Parquet).
 """
 from __future__ import annotations
 
