@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .collectives import add_tag_columns, collectives_table
 from .ideal import IdealModel
 from .recorder import MESSAGE_COLUMNS
 
@@ -31,6 +32,8 @@ class Result:
         Packet-latency histogram buckets.
     goodput: DataFrame
         Delivered payload per time bin.
+    collectives: DataFrame
+        One row per traced operation (empty unless messages carry an ``op`` tag).
     scenario: dict
         The resolved scenario (every default filled in).
     output_dir: Path | None
@@ -43,6 +46,7 @@ class Result:
     latency: pd.DataFrame
     goodput: pd.DataFrame
     scenario: dict
+    collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
     output_dir: Path | None = None
     extra: dict = field(default_factory=dict)
 
@@ -97,6 +101,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     msgs.insert(msgs.columns.get_loc("fct_ps") + 1, "ideal_fct_ps", pd.array(ideal, dtype="Int64"))
     msgs.insert(msgs.columns.get_loc("ideal_fct_ps") + 1, "slowdown",
                 (msgs["fct_ps"].astype("Float64") / msgs["ideal_fct_ps"].astype("Float64")))
+    msgs = add_tag_columns(msgs, by_id)
     done = msgs[msgs["completed"]]
 
     # links
@@ -221,8 +226,14 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                             "bin_end_ps": (np.arange(len(gp), dtype=np.int64) + 1) * bin_ps,
                             "delivered_bytes": gp,
                             "goodput_bps": gp.astype("float64") * 8e12 / bin_ps})
+    collectives = collectives_table(msgs)
+    if len(collectives):
+        t = collectives["time_ps"].dropna().astype("int64")
+        summary["collectives"] = {"operations": int(len(collectives)),
+                                  "time_p50_ps": float(t.median()) if len(t) else None,
+                                  "time_max_ps": int(t.max()) if len(t) else None}
     return Result(summary=summary, messages=msgs, links=links, latency=lat.table(), goodput=goodput,
-                  scenario=sc.model_dump(mode="json"))
+                  scenario=sc.model_dump(mode="json"), collectives=collectives)
 
 
 def summary_json(summary: dict) -> str:

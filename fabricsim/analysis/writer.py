@@ -8,6 +8,7 @@ Layout (definitions in docs/metrics.md)::
     links.{parquet,csv}     one row per directed link
     latency_histogram.*     packet-latency histogram buckets
     goodput_timeseries.*    delivered payload per time bin
+    collectives.*           one row per traced operation (traces with an op column only)
     scenario.resolved.yaml  the scenario with every default filled in
 
 ``messages.partial.csv`` streams completed messages during the run and is removed once the
@@ -59,6 +60,8 @@ class ResultsFolder:
         self._table("links", result.links)
         self._table("latency_histogram", result.latency)
         self._table("goodput_timeseries", result.goodput)
+        if len(result.collectives):
+            self._table("collectives", result.collectives)
         self._write_text("summary.json", summary_json(result.summary))
         self._write_text("run.json", json.dumps({"seed": result.summary["seed"], **result.summary["run"]},
                                                 indent=2, default=str))

@@ -1,0 +1,51 @@
+"""Per-operation figures from traces with an op column."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import fabricsim
+
+
+def trace(tmp_path, rows):
+    p = tmp_path / "t.csv"
+    p.write_text("id,src,dst,size_bytes,op,phase,layer,microbatch,deps,gap_ps,start_ps\n" + "\n".join(rows) + "\n")
+    return p
+
+
+def scenario(path):
+    return {"name": "coll", "topology": {"hosts_per_leaf": 2, "leaves": 2, "spines": 2},
+            "traffic": {"pattern": "trace", "path": str(path)}, "routing": {"policy": "adaptive"}}
+
+
+def test_algorithm_and_bus_bandwidth_follow_their_definitions(tmp_path):
+    S = 2**20
+    path = trace(tmp_path, [f"0,0,2,{S},x,dispatch,0,0,,0,0", f"1,2,0,{S},x,dispatch,0,0,,0,0",
+                            f"2,1,3,{S},y,combine,0,0,0;1,1000000,0"])
+    res = fabricsim.run(scenario(path))
+    c = res.collectives.set_index("op")
+    m = res.messages.set_index("message_id")
+    x = c.loc["x"]
+    assert x["ranks"] == 2 and x["messages"] == 2 and x["size_bytes"] == 2 * S
+    t = max(m.loc[0, "end_ps"], m.loc[1, "end_ps"]) - min(m.loc[0, "release_ps"], m.loc[1, "release_ps"])
+    assert x["time_ps"] == t
+    assert x["algbw_bps"] == pytest.approx((2 * S / 2) * 8e12 / t)
+    assert x["busbw_bps"] == pytest.approx(x["algbw_bps"] / 2)
+    # op y starts 1us after x's last message finished (its dependencies) and is one message
+    y = c.loc["y"]
+    assert y["first_release_ps"] == max(m.loc[0, "end_ps"], m.loc[1, "end_ps"]) + 1_000_000
+    assert y["slowest_message_id"] == 2 and y["slowest_fct_ps"] == m.loc[2, "fct_ps"]
+    # the messages table carries the trace's tags
+    assert list(res.messages["phase"]) == ["dispatch", "dispatch", "combine"]
+    assert res.summary["collectives"]["operations"] == 2
+
+
+def test_collectives_table_is_written_only_for_traces(tmp_path):
+    path = trace(tmp_path, ["0,0,2,4096,x,other,0,0,,0,0"])
+    out = tmp_path / "out"
+    fabricsim.run(scenario(path), output_dir=out)
+    assert pd.read_parquet(out / "collectives.parquet")["op"].tolist() == ["x"]
+    plain = tmp_path / "plain"
+    res = fabricsim.run({"name": "p", "traffic": {"pattern": "permutation", "message_size": "64KiB"}}, output_dir=plain)
+    assert not (plain / "collectives.parquet").exists()
+    assert len(res.collectives) == 0 and "op" not in res.messages.columns
