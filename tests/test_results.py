@@ -105,3 +105,11 @@ def test_streamed_partial_file_holds_finished_messages(tmp_path):
     rec.close()
     streamed = pd.read_csv(path)
     assert streamed["completed"].sum() == done_before_final > 0
+
+
+def test_a_reused_folder_holds_only_the_new_runs_tables(tmp_path):
+    out = tmp_path / "out"
+    fabricsim.run({**SC, "outputs": {"formats": ["parquet", "csv"]}}, output_dir=out)
+    assert (out / "messages.csv").exists()
+    fabricsim.run({**SC, "outputs": {"formats": ["parquet"]}}, output_dir=out)
+    assert not (out / "messages.csv").exists() and (out / "messages.parquet").exists()

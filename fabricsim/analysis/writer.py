@@ -25,6 +25,9 @@ import yaml
 from .result import Result, summary_json
 
 
+TABLES = ("messages", "links", "latency_histogram", "goodput_timeseries", "collectives")
+
+
 class ResultsFolder:
     def __init__(self, path: str | Path, formats=("parquet", "csv")):
         self.path = Path(path)
@@ -33,7 +36,9 @@ class ResultsFolder:
     def open(self, scenario: dict, seed: int) -> Path:
         """Create the folder and mark the run as started; returns the streaming messages path."""
         self.path.mkdir(parents=True, exist_ok=True)
-        for name in ("summary.json",):
+        # a folder reused from an earlier run must not mix its tables with this run's
+        stale = ["summary.json", "messages.partial.csv"] + [f"{t}.{fmt}" for t in TABLES for fmt in ("parquet", "csv")]
+        for name in stale:
             f = self.path / name
             if f.exists():
                 f.unlink()
