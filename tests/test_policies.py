@@ -68,3 +68,18 @@ def test_ecmp_is_per_flow_so_each_message_stays_on_one_path():
     assert (up["tx_bytes"] % per_msg == 0).all()
     counts = np.bincount((up["tx_bytes"] // per_msg).to_numpy())
     assert counts.sum() == 16
+
+
+def test_flowlet_repaths_after_gaps_longer_than_its_threshold():
+    # consecutive packets of a queue pair are at least one packet time (84 ns at 400G) apart, so a
+    # 1 ns threshold makes every packet a new flowlet (least loaded per packet), while 10 us keeps
+    # one flowlet per queue pair at the source leaf (the only switch with a choice).
+    pattern = {"pattern": "all_to_all", "message_size": "64KiB"}
+    topo = {"hosts_per_leaf": 2, "leaves": 2, "spines": 4}
+    runs = {}
+    for gap in ("1ns", "10us"):
+        runs[gap] = fabricsim.run({"name": "fl", "topology": topo, "traffic": pattern,
+                                   "routing": {"policy": "flowlet", "gap": gap}})
+    cross_leaf_packets = 8 * 16          # 8 of the 12 messages cross the spines, 16 packets each
+    assert runs["1ns"].summary["run"]["new_flowlets"] == cross_leaf_packets
+    assert runs["10us"].summary["run"]["new_flowlets"] == 8
