@@ -88,7 +88,12 @@ def run(scenario, output, seed, sets, quiet, as_json):
         click.echo(json.dumps(result.summary, indent=2, default=str))
     elif not quiet:
         _print_summary(result.summary, out)
-    if result.summary["run"]["status"] == "stalled":
+    status = result.summary["run"]["status"]
+    if status == "interrupted":
+        # results were written (unfinished messages marked "interrupted"); exit like Ctrl-C
+        click.echo(f"interrupted: partial results in {out}", err=True)
+        sys.exit(130)
+    if status == "stalled":
         sys.exit(1)
 
 
