@@ -259,5 +259,86 @@ def trace_convert(src, dst):
     click.echo(f"{src} -> {dst}: {len(t)} messages")
 
 
+#: CLI option -> MoeTraceConfig field
+_MOE_OPTIONS = {"preset": "model", "gpus": "gpus", "ep_size": "ep_size", "gpus_per_node": "gpus_per_node",
+                "tokens_per_gpu": "tokens_per_gpu", "layers": "layers", "microbatches": "microbatches",
+                "max_nodes": "max_nodes_per_token", "seed": "seed"}
+
+
+@trace_group.command("moe")
+@click.option("-o", "--output", "output", type=click.Path(), required=True, metavar="OUT",
+              help="trace file to write (.parquet, .csv, .jsonl)")
+@click.option("--config", "config_file", type=click.Path(), default=None, metavar="FILE.yaml",
+              help="YAML mapping of MoeTraceConfig fields (options given here override it)")
+@click.option("--preset", type=str, default=None, help="deepseek-v3 | gpt-oss-20b | custom")
+@click.option("--gpus", type=int, default=None, help="total GPUs (default: ep-size)")
+@click.option("--ep-size", "ep_size", type=int, default=None, help="GPUs per expert-parallel group")
+@click.option("--gpus-per-node", "gpus_per_node", type=int, default=None,
+              help="GPUs per node for node-limited routing (default 8; 72 for NVL72)")
+@click.option("--tokens-per-gpu", "tokens_per_gpu", type=int, default=None)
+@click.option("--layers", type=int, default=None)
+@click.option("--microbatches", type=int, default=None)
+@click.option("--zipf", type=float, default=None, metavar="S", help="Zipf(S) expert popularity")
+@click.option("--imbalance", type=float, default=None, metavar="R",
+              help="expert popularity tuned to (max - mean) / mean = R tokens per expert")
+@click.option("--max-nodes", "max_nodes", type=int, default=None, metavar="M",
+              help="node-limited routing: at most M nodes per token (0: unlimited)")
+@click.option("--seed", type=int, default=None)
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+def trace_moe(output, config_file, zipf, imbalance, as_json, **opts):
+    """Generate an MoE dispatch / combine trace (docs/traces.md, "Generating MoE traces")."""
+    from .traces import trace_format, write_trace
+    from .traces.moe import format_summary, generate_moe_trace, load_moe_config
+    try:
+        trace_format(output)
+        data, root, source = {}, None, None
+        if config_file is not None:
+            from .config.scenario import load_yaml
+            data, root = load_yaml(config_file)
+            source = str(config_file)
+            if data is None:
+                data = {}
+            if not isinstance(data, dict):
+                raise ConfigError("expected a mapping of MoeTraceConfig fields", source=source)
+        given = {}
+        for opt, fld in _MOE_OPTIONS.items():
+            if opts.get(opt) is not None:
+                given[fld] = "--" + opt.replace("_", "-")
+                data[fld] = opts[opt]
+        if data.get("max_nodes_per_token") == 0 and "max_nodes_per_token" in given:
+            data["max_nodes_per_token"] = None
+        if zipf is not None and imbalance is not None:
+            raise ConfigError("give --zipf or --imbalance, not both", field="--imbalance")
+        if zipf is not None:
+            data.update(popularity="zipf", zipf_s=zipf)
+            given.update(popularity="--zipf", zipf_s="--zipf")
+        if imbalance is not None:
+            data.update(popularity="imbalance", imbalance=imbalance)
+            given.update(popularity="--imbalance", imbalance="--imbalance")
+        try:
+            cfg = load_moe_config(data, source, root)
+        except ConfigError as exc:
+            top = (exc.field or "").split(".")[0].split("[")[0]
+            if top in given:
+                exc = ConfigError(exc.message, field=given[top])
+            elif source is None and exc.source is None:
+                exc = ConfigError(exc.message, field=f"--{top.replace('_', '-')}" if top else None)
+            raise exc
+        try:
+            gen = generate_moe_trace(cfg)
+        except ConfigError as exc:
+            if exc.field in given:
+                exc = ConfigError(exc.message, field=given[exc.field])
+            raise exc
+        write_trace(gen.trace, output)
+    except FabricsimError as exc:
+        _fail(exc)
+    d = gen.summary()
+    if as_json:
+        click.echo(json.dumps(dict(d, output=str(output)), indent=2))
+    else:
+        click.echo(format_summary(d, output))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
