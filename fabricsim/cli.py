@@ -340,5 +340,47 @@ def trace_moe(output, config_file, zipf, imbalance, as_json, **opts):
         click.echo(format_summary(d, output))
 
 
+@trace_group.command("collective")
+@click.option("-o", "--output", "output", type=click.Path(), required=True, metavar="OUT",
+              help="trace file to write (.parquet, .csv, .jsonl)")
+@click.option("--kind", type=str, required=True, help="allreduce | reduce_scatter | all_gather | all_to_all | sendrecv")
+@click.option("--ranks", type=str, required=True, help="GPU ids in ring order: ranges and comma lists (0-7, 0,2,4-6)")
+@click.option("--size", type=str, required=True, help="bytes per collective (e.g. 64MiB)")
+@click.option("--gap", type=str, default="0", help="compute time per dependent step (e.g. 2us)")
+@click.option("--repeat", type=int, default=1, help="back-to-back collectives, each waiting for the previous one")
+@click.option("--op", "op", type=str, default=None, help="op name (default: the kind)")
+def trace_collective(output, kind, ranks, size, gap, repeat, op):
+    """Generate a collective expanded to point-to-point messages (docs/traces.md, "Collectives")."""
+    from .traces import trace_format, write_trace
+    from .traces.collectives import KINDS, compose, parse_ranks, sequence
+    from .units import format_size, parse_size, parse_time
+    try:
+        trace_format(output)
+        if kind not in KINDS:
+            raise ConfigError(f"unknown collective {kind!r} (allowed: {', '.join(KINDS)})", field="--kind")
+        rank_list = parse_ranks(ranks)
+        try:
+            size_b = parse_size(size)
+        except ValueError as exc:
+            raise ConfigError(str(exc), field="--size") from None
+        try:
+            gap_ps = parse_time(gap)
+        except ValueError as exc:
+            raise ConfigError(str(exc), field="--gap") from None
+        try:
+            trace = compose([sequence(kind, rank_list, size_b, repeat=repeat, op=op, gap_ps=gap_ps)],
+                            source=str(output))
+        except ConfigError as exc:
+            if exc.field and not exc.field.startswith("--"):
+                exc = ConfigError(exc.message, field="--" + exc.field)
+            raise exc
+        write_trace(trace, output)
+    except FabricsimError as exc:
+        _fail(exc)
+    total = sum(r.size_bytes for r in trace.records)
+    click.echo(f"{output}: {kind} x{repeat} over {len(rank_list)} ranks, {len(trace)} messages, "
+               f"{total} B ({format_size(total)}) sent")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,241 @@
+"""Generic collectives expanded into point-to-point trace records (docs/traces.md, "Collectives").
+
+Every generator takes the participating ``ranks`` (GPU ids, in ring order), the payload
+``size_bytes``, an ``op`` name, the first message id ``start_id``, the dependencies of its first
+step ``deps`` and ``layer`` / ``microbatch`` labels, and returns :class:`TraceRecord` objects with
+phase ``"other"`` and consecutive ids ``start_id, start_id + 1, ...``, so several collectives can be
+concatenated into one trace (:func:`compose`, :func:`sequence`).
+
+``deps`` is either a list of message ids (every first-step message waits for all of them) or a
+mapping ``rank -> ids`` (the first-step messages sent by that rank wait for those ids; see
+:func:`last_messages`, which gives this mapping for a previous collective).
+
+- :func:`ring_all_reduce`: ``2 (n - 1)`` steps, reduce-scatter then all-gather. The buffer is split
+  into ``n`` chunks of ``S // n`` bytes, the first ``S % n`` chunks one byte larger. In reduce-scatter
+  step ``k`` rank ``r[i]`` sends chunk ``(i - k) mod n`` to its ring successor ``r[i + 1]``; in
+  all-gather step ``k`` chunk ``(i + 1 - k) mod n``. The step-``k`` message from ``r[i]`` depends on
+  the step-``k - 1`` message into ``r[i]`` (it forwards what it just received) with ``gap_ps``.
+- :func:`ring_reduce_scatter` / :func:`ring_all_gather`: the first / last ``n - 1`` steps alone.
+- :func:`send_recv`: one message ``ranks[0] -> ranks[1]``.
+- :func:`all_to_all`: every rank sends chunk ``j`` of its ``S`` bytes to ``ranks[j]`` (no deps between
+  them).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..errors import ConfigError
+from .schema import Trace, TraceRecord, check_trace
+
+KINDS = ("allreduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv")
+
+Deps = "Sequence[int] | Mapping[int, Sequence[int]]"
+
+
+def chunk_sizes(size_bytes: int, n: int) -> list[int]:
+    """``n`` chunk sizes summing exactly to ``size_bytes``; the first ``size_bytes % n`` one byte larger."""
+    q, r = divmod(size_bytes, n)
+    return [q + (1 if c < r else 0) for c in range(n)]
+
+
+def _check(ranks, size_bytes: int, min_ranks: int = 2, max_ranks: int | None = None) -> list[int]:
+    ranks = [int(r) for r in ranks]
+    if len(ranks) < min_ranks or (max_ranks is not None and len(ranks) > max_ranks):
+        allowed = f"exactly {min_ranks}" if max_ranks == min_ranks else f"at least {min_ranks}"
+        raise ConfigError(f"{len(ranks)} ranks (allowed: {allowed})", field="ranks")
+    if any(r < 0 for r in ranks):
+        raise ConfigError(f"negative rank in {ranks} (allowed: GPU ids >= 0)", field="ranks")
+    if len(set(ranks)) != len(ranks):
+        raise ConfigError(f"repeated rank in {ranks} (allowed: distinct GPU ids)", field="ranks")
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes <= 0:
+        raise ConfigError(f"got {size_bytes!r} (allowed: an integer > 0)", field="size")
+    return ranks
+
+
+def _first_deps(deps, rank: int) -> tuple[int, ...]:
+    if isinstance(deps, Mapping):
+        return tuple(deps.get(rank, ()))
+    return tuple(deps or ())
+
+
+def _ring(ranks, size_bytes, op, start_id, deps, layer, microbatch, gap_ps, steps) -> list[TraceRecord]:
+    """Ring steps: ``steps`` is a list of chunk offsets ``o``: in that step rank i sends chunk (i + o) mod n."""
+    n = len(ranks)
+    sizes = chunk_sizes(size_bytes, n)
+    if min(sizes) <= 0:
+        raise ConfigError(f"{size_bytes} B over {n} ranks leaves empty chunks (allowed: at least {n} B)",
+                          field="size")
+    if gap_ps < 0:
+        raise ConfigError(f"got {gap_ps} (allowed: >= 0)", field="gap")
+    recs: list[TraceRecord] = []
+    prev: list[int] | None = None  # prev[i]: id of the previous step's message from rank i
+    nid = start_id
+    for k, off in enumerate(steps):
+        cur = []
+        for i, src in enumerate(ranks):
+            if prev is None:
+                d, gap = _first_deps(deps, src), 0
+            else:
+                d, gap = (prev[(i - 1) % n],), gap_ps  # the message that just arrived at rank i
+            recs.append(TraceRecord(nid, src, ranks[(i + 1) % n], sizes[(i + off) % n], op, "other",
+                                    layer, microbatch, d, gap))
+            cur.append(nid)
+            nid += 1
+        prev = cur
+    return recs
+
+
+def ring_all_reduce(ranks, size_bytes: int, op: str = "allreduce", start_id: int = 0, deps=(),
+                    layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
+    """Ring all-reduce of ``size_bytes``: ``2 (n - 1)`` steps of ``n`` messages (ids step-major)."""
+    ranks = _check(ranks, size_bytes)
+    n = len(ranks)
+    steps = [-k for k in range(n - 1)] + [1 - k for k in range(n - 1)]
+    return _ring(ranks, size_bytes, op, start_id, deps, layer, microbatch, gap_ps, steps)
+
+
+def ring_reduce_scatter(ranks, size_bytes: int, op: str = "reduce_scatter", start_id: int = 0, deps=(),
+                        layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
+    """Ring reduce-scatter of a ``size_bytes`` buffer: the first ``n - 1`` all-reduce steps."""
+    ranks = _check(ranks, size_bytes)
+    return _ring(ranks, size_bytes, op, start_id, deps, layer, microbatch, gap_ps,
+                 [-k for k in range(len(ranks) - 1)])
+
+
+def ring_all_gather(ranks, size_bytes: int, op: str = "all_gather", start_id: int = 0, deps=(),
+                    layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
+    """Ring all-gather into a ``size_bytes`` buffer (``n`` chunks; rank i starts with chunk i + 1):
+    the last ``n - 1`` all-reduce steps."""
+    ranks = _check(ranks, size_bytes)
+    return _ring(ranks, size_bytes, op, start_id, deps, layer, microbatch, gap_ps,
+                 [1 - k for k in range(len(ranks) - 1)])
+
+
+def send_recv(ranks, size_bytes: int, op: str = "sendrecv", start_id: int = 0, deps=(),
+              layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
+    """One message ``ranks[0] -> ranks[1]`` of ``size_bytes`` (``gap_ps`` after its deps)."""
+    src, dst = _check(ranks, size_bytes, 2, 2)
+    d = _first_deps(deps, src)
+    return [TraceRecord(start_id, src, dst, size_bytes, op, "other", layer, microbatch, d, gap_ps if d else 0)]
+
+
+def all_to_all(ranks, size_bytes: int, op: str = "all_to_all", start_id: int = 0, deps=(),
+               layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
+    """Every rank sends chunk j of its ``size_bytes`` buffer to ``ranks[j]`` (``n (n - 1)`` messages)."""
+    ranks = _check(ranks, size_bytes)
+    n = len(ranks)
+    sizes = chunk_sizes(size_bytes, n)
+    recs, nid = [], start_id
+    for i, src in enumerate(ranks):
+        d = _first_deps(deps, src)
+        for j, dst in enumerate(ranks):
+            if j == i or sizes[j] == 0:
+                continue
+            recs.append(TraceRecord(nid, src, dst, sizes[j], op, "other", layer, microbatch, d, gap_ps if d else 0))
+            nid += 1
+    if not recs:
+        raise ConfigError(f"{size_bytes} B over {n} ranks gives no messages (allowed: at least {n} B)", field="size")
+    return recs
+
+
+GENERATORS = {"allreduce": ring_all_reduce, "reduce_scatter": ring_reduce_scatter,
+              "all_gather": ring_all_gather, "all_to_all": all_to_all, "sendrecv": send_recv}
+
+
+def last_messages(records: Sequence[TraceRecord]) -> dict[int, tuple[int, ...]]:
+    """rank -> ids a follow-up collective on that rank waits for: the last message into the rank
+    (in record order), or, for a rank that only sends, the last message it sends."""
+    last_in: dict[int, int] = {}
+    last_out: dict[int, int] = {}
+    for r in records:
+        last_in[r.dst] = r.id
+        last_out[r.src] = r.id
+    return {rank: (last_in[rank] if rank in last_in else last_out[rank],) for rank in set(last_in) | set(last_out)}
+
+
+def sequence(kind: str, ranks, size_bytes: int, repeat: int = 1, op: str | None = None, start_id: int = 0,
+             deps=(), layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
+    """``repeat`` back-to-back collectives of ``kind``; op names ``OP.0, OP.1, ...`` (just ``OP`` if
+    ``repeat == 1``); each one's first messages from a rank wait for :func:`last_messages` of the
+    previous one on that rank."""
+    if kind not in GENERATORS:
+        raise ConfigError(f"unknown collective {kind!r} (allowed: {', '.join(KINDS)})", field="kind")
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ConfigError(f"got {repeat!r} (allowed: an integer >= 1)", field="repeat")
+    op = op or kind
+    recs: list[TraceRecord] = []
+    nid = start_id
+    for j in range(repeat):
+        part = GENERATORS[kind](ranks, size_bytes, op if repeat == 1 else f"{op}.{j}", nid, deps,
+                                layer, microbatch, gap_ps)
+        recs.extend(part)
+        nid += len(part)
+        deps = last_messages(part)
+    return recs
+
+
+def compose(parts: Sequence[Sequence[TraceRecord]], source: str = "<collectives>") -> Trace:
+    """One checked :class:`Trace` of several record lists, in order.
+
+    If the ids are already unique across ``parts`` they are kept (deps may then point into other
+    parts). Otherwise every part is renumbered to consecutive ids after the previous part; a dep on
+    an id of the same part follows the renumbering, a dep on an id not in the part refers to the
+    latest earlier part that has that id.
+    """
+    parts = [list(p) for p in parts]
+    ids = [r.id for p in parts for r in p]
+    if len(set(ids)) == len(ids):
+        records = [r for p in parts for r in p]
+    else:
+        records, maps, nid = [], [], 0
+        for p in parts:
+            m = {}
+            for r in p:
+                if r.id in m:
+                    raise ConfigError(f"message id {r.id} appears twice in one part", source=source)
+                m[r.id] = nid
+                nid += 1
+            for r in p:
+                new_deps = []
+                for d in r.deps:
+                    if d in m:
+                        new_deps.append(m[d])
+                        continue
+                    for earlier in reversed(maps):
+                        if d in earlier:
+                            new_deps.append(earlier[d])
+                            break
+                    else:
+                        raise ConfigError(f"message {r.id} depends on unknown message {d}", source=source)
+                records.append(TraceRecord(m[r.id], r.src, r.dst, r.size_bytes, r.op, r.phase, r.layer,
+                                           r.microbatch, tuple(new_deps), r.gap_ps, r.start_ps))
+            maps.append(m)
+    return check_trace(Trace(records, source, [("row", i) for i in range(len(records))]))
+
+
+def parse_ranks(text: str) -> list[int]:
+    """``"0-7"``, ``"0,2,4-6"`` -> list of GPU ids (in the order given; ranges inclusive)."""
+    out: list[int] = []
+    s = str(text).strip()
+    if not s:
+        raise ConfigError("empty (allowed: ranges and comma lists such as 0-7 or 0,2,4-6)", field="--ranks")
+    for part in s.split(","):
+        p = part.strip()
+        try:
+            if "-" in p[1:]:
+                a, b = p.split("-", 1) if not p.startswith("-") else (None, None)
+                lo, hi = int(a), int(b)
+                if lo < 0 or hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                v = int(p)
+                if v < 0:
+                    raise ValueError
+                out.append(v)
+        except (ValueError, TypeError):
+            raise ConfigError(f"cannot read {p!r} in {s!r} (allowed: GPU ids >= 0, ranges a-b with a <= b, "
+                              "separated by commas, e.g. 0-7 or 0,2,4-6)", field="--ranks") from None
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{s!r} repeats a GPU (allowed: distinct GPU ids)", field="--ranks")
+    return out

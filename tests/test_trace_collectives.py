@@ -1,0 +1,178 @@
+"""Generic collectives (fabricsim/traces/collectives.py, ``fabricsim trace collective``): bytes per
+rank, ring successors, dependency chains, acyclicity, composition, replay against the bandwidth
+bound, CLI."""
+from __future__ import annotations
+
+from collections import Counter
+
+import networkx as nx
+import pytest
+
+import fabricsim
+from fabricsim.cli import main
+from fabricsim.errors import ConfigError
+from fabricsim.traces import read_trace, write_trace
+from fabricsim.traces.collectives import (all_to_all, chunk_sizes, compose, last_messages, parse_ranks,
+                                          ring_all_gather, ring_all_reduce, ring_reduce_scatter, send_recv,
+                                          sequence)
+
+RANKS = [3, 0, 5, 1, 7]  # ring order need not be sorted
+
+
+def sent(recs):
+    c = Counter()
+    for r in recs:
+        c[r.src] += r.size_bytes
+    return c
+
+
+@pytest.mark.parametrize("size", [1000, 1003, 7 * 2**20 + 4])
+def test_ring_bytes_per_rank(size):
+    n = len(RANKS)
+    sizes = chunk_sizes(size, n)
+    assert sum(sizes) == size and max(sizes) - min(sizes) <= (1 if size % n else 0)
+    ar, rs, ag = ring_all_reduce(RANKS, size), ring_reduce_scatter(RANKS, size), ring_all_gather(RANKS, size)
+    assert len(ar) == 2 * (n - 1) * n and len(rs) == len(ag) == (n - 1) * n
+    # totals are exact: 2(n-1)/n x S per rank on average, (n-1)/n x S for each half
+    assert sum(r.size_bytes for r in ar) == 2 * (n - 1) * size
+    assert sum(r.size_bytes for r in rs) == sum(r.size_bytes for r in ag) == (n - 1) * size
+    for i, rank in enumerate(RANKS):
+        # rank i sends every chunk but one in each half: S minus that chunk, exactly
+        assert sent(rs)[rank] == size - sizes[(i + 1) % n]
+        assert sent(ag)[rank] == size - sizes[(i + 2) % n]
+        assert sent(ar)[rank] == 2 * size - sizes[(i + 1) % n] - sizes[(i + 2) % n]
+        if size % n == 0:
+            assert sent(ar)[rank] == 2 * (n - 1) * size // n and sent(rs)[rank] == (n - 1) * size // n
+
+
+def test_ring_successors_and_dependency_chain():
+    n = len(RANKS)
+    succ = {RANKS[i]: RANKS[(i + 1) % n] for i in range(n)}
+    recs = ring_all_reduce(RANKS, 10_000, start_id=100, deps=[7, 8], gap_ps=5000)
+    by_id = {r.id: r for r in recs}
+    assert sorted(by_id) == list(range(100, 100 + len(recs)))
+    assert all(r.dst == succ[r.src] and r.phase == "other" and r.op == "allreduce" for r in recs)
+    for k in range(2 * (n - 1)):
+        step = recs[k * n:(k + 1) * n]
+        assert sorted(r.src for r in step) == sorted(RANKS)
+        for r in step:
+            if k == 0:
+                assert r.deps == (7, 8) and r.gap_ps == 0
+            else:
+                (d,) = r.deps
+                into = by_id[d]
+                # step k from rank i depends on step k-1 into rank i
+                assert into.dst == r.src and (d - 100) // n == k - 1 and r.gap_ps == 5000
+    # it forwards what it just received: in reduce-scatter the chunk sizes line up
+    for r in recs[n:(n - 1) * n]:
+        assert r.size_bytes == by_id[r.deps[0]].size_bytes
+    g = nx.DiGraph((d, r.id) for r in recs for d in r.deps if d in by_id)
+    assert nx.is_directed_acyclic_graph(g)
+    assert nx.dag_longest_path_length(g) == 2 * (n - 1) - 1
+
+
+def test_send_recv_all_to_all_and_errors():
+    (m,) = send_recv([2, 6], 4096, start_id=9, deps=[1], gap_ps=7)
+    assert (m.id, m.src, m.dst, m.size_bytes, m.deps, m.gap_ps) == (9, 2, 6, 4096, (1,), 7)
+    a = all_to_all([0, 1, 2, 3], 1002)
+    assert len(a) == 12 and all(not r.deps for r in a)
+    assert sum(r.size_bytes for r in a) == 4 * 1002 - sum(chunk_sizes(1002, 4))
+    for bad in (dict(ranks=[1], size=10), dict(ranks=[1, 1], size=10), dict(ranks=[0, 1], size=0),
+                dict(ranks=[0, 1, 2], size=2)):
+        with pytest.raises(ConfigError):
+            ring_all_reduce(bad["ranks"], bad["size"])
+    with pytest.raises(ConfigError):
+        send_recv([0, 1, 2], 10)
+    assert parse_ranks("0-3,8, 10-11") == [0, 1, 2, 3, 8, 10, 11]
+    for bad in ("", "3-1", "a", "0,0", "-1", "1-"):
+        with pytest.raises(ConfigError) as e:
+            parse_ranks(bad)
+        assert e.value.field == "--ranks"
+
+
+def test_compose_and_repeat():
+    rep = sequence("allreduce", [0, 1, 2, 3], 4000, repeat=3)
+    ops = Counter(r.op for r in rep)
+    assert ops == {"allreduce.0": 24, "allreduce.1": 24, "allreduce.2": 24}
+    first = [r for r in rep if r.op == "allreduce.1"][:4]
+    prev = last_messages([r for r in rep if r.op == "allreduce.0"])
+    by_id = {r.id: r for r in rep}
+    for r in first:
+        (d,) = r.deps
+        assert d == prev[r.src][0] and by_id[d].dst == r.src and by_id[d].op == "allreduce.0"
+    # two parts with clashing ids are renumbered; deps inside each part follow
+    a = ring_all_reduce([0, 1, 2], 300)
+    b = send_recv([0, 4], 50, deps=[a[-1].id])  # refers to a's last message
+    c = ring_all_gather([4, 5, 6], 30)  # ids 0..5 clash with a
+    t = compose([a, b, c])
+    ids = [r.id for r in t.records]
+    assert ids == list(range(len(a) + 1 + len(c)))
+    assert t.records[len(a)].deps == (len(a) - 1,)
+    assert t.records[-1].deps == (len(a) + 1 + 1,)  # step 1 from rank 6 waits for step 0 from rank 5
+    # already unique ids are kept
+    t2 = compose([a, ring_all_gather([4, 5], 20, start_id=1000)])
+    assert [r.id for r in t2.records][-2:] == [1000, 1001]
+
+
+def _scenario(path, rate="400Gbps"):
+    return {"name": "coll", "topology": {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 2, "spines": 4,
+                                         "host_link": {"rate": rate, "delay": "500ns"},
+                                         "fabric_link": {"rate": rate, "delay": "500ns"}},
+            "traffic": {"pattern": "trace", "path": str(path)}, "routing": {"policy": "ecmp"},
+            "simulation": {"seed": 1, "time_limit": "20ms"}}
+
+
+def test_ring_all_reduce_replay_near_bandwidth_bound(tmp_path):
+    n, size = 8, 8 * 2**20 + 5
+    p = write_trace(compose([ring_all_reduce(list(range(n)), size)]), tmp_path / "ar.parquet")
+    res = fabricsim.run(_scenario(p))
+    assert res.messages["completed"].all()
+    row = res.collectives.set_index("op").loc["allreduce"]
+    bound_ps = 2 * (n - 1) / n * size * 8 / 400e9 * 1e12
+    assert row["size_bytes"] == 2 * (n - 1) * size
+    assert bound_ps <= row["time_ps"] <= 1.3 * bound_ps, (row["time_ps"], bound_ps)
+    # steps run in order: every message is released no earlier than its dependency ends
+    m = res.messages.set_index("message_id")
+    for r in read_trace(p).records:
+        for d in r.deps:
+            assert m.loc[r.id, "release_ps"] >= m.loc[d, "end_ps"]
+
+
+def test_repeat_with_gap_replays_in_order(tmp_path):
+    recs = sequence("reduce_scatter", [0, 2, 4, 6], 64 * 1024, repeat=2, gap_ps=2_000_000)
+    p = write_trace(compose([recs]), tmp_path / "rs.csv")
+    res = fabricsim.run(_scenario(p))
+    c = res.collectives.set_index("op")
+    assert c["completed"].all() and set(c.index) == {"reduce_scatter.0", "reduce_scatter.1"}
+    assert c.loc["reduce_scatter.1", "first_release_ps"] >= c.loc["reduce_scatter.0", "first_release_ps"] + 2 * 2_000_000
+    m = res.messages.set_index("message_id")
+    for r in recs:
+        for d in r.deps:
+            assert m.loc[r.id, "release_ps"] >= m.loc[d, "end_ps"] + r.gap_ps
+
+
+def test_cli_happy_path_and_bad_ranks(tmp_path, runner):
+    out = tmp_path / "ar.parquet"
+    res = runner.invoke(main, ["trace", "collective", "-o", str(out), "--kind", "allreduce", "--ranks", "0-3,6,7",
+                               "--size", "64MiB", "--gap", "2us", "--repeat", "2"])
+    assert res.exit_code == 0, res.output
+    t = read_trace(out)
+    assert len(t) == 2 * 2 * 5 * 6 and sum(r.size_bytes for r in t.records) == 2 * 2 * 5 * 64 * 2**20
+    assert {r.op for r in t.records} == {"allreduce.0", "allreduce.1"}
+    assert max(r.gap_ps for r in t.records) == 2_000_000
+    res = runner.invoke(main, ["trace", "collective", "-o", str(tmp_path / "s.csv"), "--kind", "sendrecv",
+                               "--ranks", "1,5", "--size", "1MiB"])
+    assert res.exit_code == 0, res.output
+    assert len(read_trace(tmp_path / "s.csv")) == 1
+    for args, opt in ((["--ranks", "0-x"], "--ranks"), (["--ranks", "5-2"], "--ranks"),
+                      (["--ranks", "0-3", "--size", "lots"], "--size"), (["--ranks", "0-3", "--kind", "ring"], "--kind"),
+                      (["--ranks", "0-3", "--repeat", "0"], "--repeat"), (["--ranks", "0-3", "--gap", "5"], "--gap")):
+        base = {"--kind": "allreduce", "--size": "1MiB"}
+        argv = ["trace", "collective", "-o", str(tmp_path / "bad.parquet")] + args
+        for k, v in base.items():
+            if k not in args:
+                argv += [k, v]
+        bad = runner.invoke(main, argv)
+        assert bad.exit_code == 2, (args, bad.output)
+        assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and opt in bad.stderr
+    assert not (tmp_path / "bad.parquet").exists()
