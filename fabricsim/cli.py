@@ -262,7 +262,8 @@ def trace_convert(src, dst):
 #: CLI option -> MoeTraceConfig field
 _MOE_OPTIONS = {"preset": "model", "gpus": "gpus", "ep_size": "ep_size", "gpus_per_node": "gpus_per_node",
                 "tokens_per_gpu": "tokens_per_gpu", "layers": "layers", "microbatches": "microbatches",
-                "max_nodes": "max_nodes_per_token", "seed": "seed"}
+                "max_nodes": "max_nodes_per_token", "seed": "seed", "dispatch": "dispatch", "passes": "passes",
+                "overlap": "overlap"}
 
 
 @trace_group.command("moe")
@@ -283,6 +284,11 @@ _MOE_OPTIONS = {"preset": "model", "gpus": "gpus", "ep_size": "ep_size", "gpus_p
               help="expert popularity tuned to (max - mean) / mean = R tokens per expert")
 @click.option("--max-nodes", "max_nodes", type=int, default=None, metavar="M",
               help="node-limited routing: at most M nodes per token (0: unlimited)")
+@click.option("--dispatch", type=str, default=None,
+              help="flat (default) | hierarchical: once per node over scale-out, then NVLink forwarding")
+@click.option("--passes", type=str, default=None, help="forward (default) | forward_backward")
+@click.option("--overlap", type=str, default=None,
+              help="none (default) | a2a_1f1b: one microbatch's all-to-all overlaps another's compute")
 @click.option("--seed", type=int, default=None)
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def trace_moe(output, config_file, zipf, imbalance, as_json, **opts):

@@ -152,3 +152,141 @@ def test_cli_happy_path_and_bad_value(tmp_path, runner):
     cfg.write_text("model: gpt-oss-20b\nep_size: 8\nlayers: 0\n")
     bad = runner.invoke(main, ["trace", "moe", "-o", str(out), "--config", str(cfg)])
     assert bad.exit_code == 2 and f"{cfg}:3: layers" in bad.stderr
+
+
+# --------------------------------------------------------------------------- hierarchical / backward / overlap
+
+def _node(cfg, gpu):
+    return gpu // cfg.gpus_per_node
+
+
+def _inter_node_bytes(cfg, records):
+    return sum(r.size_bytes for r in records if _node(cfg, r.src) != _node(cfg, r.dst))
+
+
+def test_hierarchical_scale_out_bytes_rail_aligned_and_below_flat():
+    cfg = small(dispatch="hierarchical", microbatches=1, gpus=16, ep_size=16, gpus_per_node=4, experts=32)
+    recs = generate_moe_trace(cfg).trace.records
+    # independent count: distinct (token, destination node) pairs, destination node != the sender's node
+    pairs = 0
+    for layer in range(cfg.layers):
+        for group in range(cfg.groups):
+            r = sample_routing(cfg, layer, 0, group)
+            for t in range(r.shape[0]):
+                src = group * cfg.ep_size + t // cfg.tokens_per_gpu
+                nodes = {_node(cfg, group * cfg.ep_size + int(e) % cfg.ep_size) for e in r[t]}
+                pairs += len(nodes - {_node(cfg, src)})
+    assert pairs > 0
+    inter = [r for r in recs if _node(cfg, r.src) != _node(cfg, r.dst)]
+    assert sum(r.size_bytes for r in inter if r.phase == "dispatch") == pairs * cfg.dispatch_bytes_per_token
+    assert sum(r.size_bytes for r in inter if r.phase == "combine") == pairs * cfg.combine_bytes_per_token
+    assert all(r.src % cfg.gpus_per_node == r.dst % cfg.gpus_per_node for r in inter)  # rail-aligned
+    flat = generate_moe_trace(cfg.model_copy(update=dict(dispatch="flat"))).trace.records
+    assert _inter_node_bytes(cfg, recs) < _inter_node_bytes(cfg, flat)
+    # every token copy still reaches each destination GPU: intra-node bytes into each GPU >= flat's
+    by_id = {r.id: r for r in recs}
+    for r in recs:
+        if r.phase == "dispatch" and _node(cfg, r.src) == _node(cfg, r.dst) and r.deps and r.layer == 0:
+            # a forward over NVLink waits on the scale-out copies into the relay
+            assert all(by_id[d].dst == r.src and _node(cfg, by_id[d].src) != _node(cfg, r.src) for d in r.deps)
+    g = nx.DiGraph((d, r.id) for r in recs for d in r.deps)
+    assert nx.is_directed_acyclic_graph(g)
+
+
+def test_hierarchical_delivers_every_copy():
+    # copies received per GPU for its experts: flat and hierarchical deliver the same (token, GPU) pairs
+    cfg = small(dispatch="hierarchical", microbatches=1, layers=1)
+    recs = generate_moe_trace(cfg).trace.records
+    flat = generate_moe_trace(cfg.model_copy(update=dict(dispatch="flat"))).trace.records
+    rx_flat, rx_hier = {}, {}
+    for recs_, rx in ((flat, rx_flat), (recs, rx_hier)):
+        for r in recs_:
+            if r.phase == "dispatch":
+                rx[r.dst] = rx.get(r.dst, 0) + r.size_bytes
+    # each (token, expert GPU) copy arrives once, direct or relayed; relays also receive copies they forward
+    assert set(rx_hier) == set(rx_flat) and all(rx_hier[d] >= rx_flat[d] for d in rx_flat)
+    assert sum(rx_hier.values()) > sum(rx_flat.values())
+    with pytest.raises(ConfigError) as e:
+        load_moe_config(dict(model="custom", hidden_size=64, experts=12, top_k=2, ep_size=12, gpus_per_node=8,
+                             dispatch="hierarchical"))
+    assert e.value.field == "dispatch"
+
+
+def test_forward_backward_doubles_and_chains():
+    cfg = small()
+    fwd = generate_moe_trace(cfg)
+    fb = generate_moe_trace(cfg.model_copy(update=dict(passes="forward_backward")))
+    assert len(fb.trace) == 2 * len(fwd.trace)
+    assert sum(fb.bytes_by_phase.values()) == 2 * sum(fwd.bytes_by_phase.values())
+    recs = check_trace(fb.trace).records
+    g = nx.DiGraph((d, r.id) for r in recs for d in r.deps)
+    assert nx.is_directed_acyclic_graph(g)
+    by_id = {r.id: r for r in recs}
+    last = cfg.layers - 1
+    first_bwd = [r for r in recs if r.op == f"moe.l{last}.mb0.bwd.dispatch"]
+    assert first_bwd and all(r.deps for r in first_bwd)
+    assert all(by_id[d].op == f"moe.l{last}.mb0.combine" for r in first_bwd for d in r.deps)
+    # backward layers run in reverse: layer 0's backward dispatch follows layer 1's backward combine
+    assert all(by_id[d].op == "moe.l1.mb0.bwd.combine"
+               for r in recs if r.op == "moe.l0.mb0.bwd.dispatch" for d in r.deps)
+    # backward dispatch carries combine-sized gradients, backward combine dispatch-sized ones
+    fb2 = generate_moe_trace(small(passes="forward_backward", combine_bytes_per_token=256))
+    bwd_d = sum(r.size_bytes for r in fb2.trace.records if r.op.endswith("bwd.dispatch"))
+    fwd_c = sum(r.size_bytes for r in fb2.trace.records if r.op.endswith(".combine") and ".bwd." not in r.op)
+    assert bwd_d == fwd_c
+    # next microbatch waits for the whole backward without overlap
+    assert all(by_id[d].op == "moe.l0.mb0.bwd.combine"
+               for r in recs if r.op == "moe.l0.mb1.dispatch" for d in r.deps)
+
+
+def test_overlap_drops_previous_microbatch_combine_deps():
+    cfg = small(microbatches=3, overlap="a2a_1f1b")
+    recs = check_trace(generate_moe_trace(cfg).trace).records
+    by_id = {r.id: r for r in recs}
+    assert nx.is_directed_acyclic_graph(nx.DiGraph((d, r.id) for r in recs for d in r.deps))
+    for r in recs:
+        if r.phase != "dispatch":
+            continue
+        for d in r.deps:
+            dep = by_id[d]
+            if dep.microbatch == r.microbatch:  # its own previous layer
+                assert dep.phase == "combine" and dep.layer == r.layer - 1 and dep.dst == r.src
+            elif dep.microbatch == r.microbatch - 1:  # the previous microbatch's dispatch of the same layer
+                assert dep.phase == "dispatch" and dep.layer == r.layer and dep.src == r.src
+            else:  # two microbatches back: its combine of the same layer (at most two in flight)
+                assert dep.microbatch == r.microbatch - 2 and dep.phase == "combine" and dep.layer == r.layer
+    assert any(by_id[d].microbatch == 0 for r in recs if r.op == "moe.l1.mb1.dispatch" for d in r.deps)
+    assert any(by_id[d].microbatch == 0 for r in recs if r.op == "moe.l0.mb2.dispatch" for d in r.deps)
+
+
+def _replay_duration(tmp_path, cfg) -> int:
+    from fabricsim.traces import write_trace
+    p = write_trace(generate_moe_trace(cfg).trace, tmp_path / f"moe_{cfg.overlap}.parquet")
+    sc = {"name": "moe", "topology": {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 2, "spines": 2},
+          "traffic": {"pattern": "trace", "path": str(p)}, "routing": {"policy": "ecmp"},
+          "simulation": {"seed": 1, "time_limit": "50ms"}}
+    res = fabricsim.run(sc)
+    assert res.messages["completed"].all()
+    return res.summary["pattern"]["duration_ps"]
+
+
+def test_overlap_shortens_replay(tmp_path):
+    # expert compute of about 13 us per step: comparable to the all-to-all time
+    cfg = small(gpus=8, ep_size=8, tokens_per_gpu=16, layers=2, microbatches=4, flops_per_token=1e8)
+    none = _replay_duration(tmp_path, cfg)
+    over = _replay_duration(tmp_path, cfg.model_copy(update=dict(overlap="a2a_1f1b")))
+    assert over < 0.8 * none
+
+
+def test_cli_dispatch_passes_overlap(tmp_path, runner):
+    out = tmp_path / "moe.parquet"
+    res = runner.invoke(main, ["trace", "moe", "-o", str(out), "--preset", "deepseek-v3", "--gpus", "16",
+                               "--ep-size", "16", "--tokens-per-gpu", "16", "--dispatch", "hierarchical",
+                               "--passes", "forward_backward", "--overlap", "a2a_1f1b", "--microbatches", "2",
+                               "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert (d["dispatch"], d["passes"], d["overlap"]) == ("hierarchical", "forward_backward", "a2a_1f1b")
+    assert any(".bwd." in r.op for r in read_trace(out).records)
+    bad = runner.invoke(main, ["trace", "moe", "-o", str(out), "--dispatch", "ring"])
+    assert bad.exit_code == 2 and "--dispatch" in bad.stderr

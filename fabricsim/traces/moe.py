@@ -13,6 +13,12 @@ DeepSeek-style node-limited), then:
 * the next layer's dispatch from GPU g depends on every combine into g of the previous layer (same
   microbatch); microbatch mb + 1 starts on g after microbatch mb's last layer has returned to g.
 
+Options (docs/traces.md spells out every dependency): ``dispatch: hierarchical`` sends a token once
+per remote node over the scale-out network to the rail-aligned GPU, which forwards it over NVLink
+(combine mirrored: gather to the relay, one scale-out message back); ``passes: forward_backward``
+appends the layers in reverse with the same routing (gradients); ``overlap: a2a_1f1b`` lets
+microbatch mb + 1's step run while mb's experts compute (two microbatches in flight).
+
 Values marked [EST] in the field descriptions are estimates, not measured figures.
 """
 from __future__ import annotations
@@ -79,6 +85,20 @@ class MoeTraceConfig(BaseModel):
     mfu: float = Field(0.5, gt=0, le=1, description="fraction of peak reached by the expert GEMMs [EST]")
     layer_gap_ps: int = Field(0, ge=0, description="compute between a layer's combine and the next "
                               "dispatch (attention etc.) [EST: 0, not modelled]")
+    dispatch: Literal["flat", "hierarchical"] = Field(
+        "flat", description="flat: GPU to GPU; hierarchical: once per (token, remote node) over the scale-out "
+        "network to the rail-aligned GPU, then forwarded over NVLink (DeepSeek-V3)")
+    passes: Literal["forward", "forward_backward"] = Field(
+        "forward", description="forward only, or forward then backward (layers in reverse, same routing)")
+    overlap: Literal["none", "a2a_1f1b"] = Field(
+        "none", description="none: microbatches one after the other; a2a_1f1b: two microbatches in flight, "
+        "one's all-to-all overlapping the other's compute")
+    backward_dispatch_bytes_per_token: Optional[int] = Field(
+        None, ge=1, description="bytes per backward-dispatched (gradient) token copy (default combine_bytes_per_token)")
+    backward_combine_bytes_per_token: Optional[int] = Field(
+        None, ge=1, description="bytes per backward-combined token copy (default dispatch_bytes_per_token)")
+    backward_compute_factor: float = Field(
+        2.0, gt=0, description="backward expert compute / forward expert compute [EST] (data + weight gradients)")
 
     @model_validator(mode="after")
     def _resolve(self):
@@ -101,6 +121,15 @@ class MoeTraceConfig(BaseModel):
                     setattr(self, f, v)
         if self.gpus is None:
             self.gpus = self.ep_size
+        if self.backward_dispatch_bytes_per_token is None:
+            self.backward_dispatch_bytes_per_token = self.combine_bytes_per_token
+        if self.backward_combine_bytes_per_token is None:
+            self.backward_combine_bytes_per_token = self.dispatch_bytes_per_token
+        if self.dispatch == "hierarchical" and self.ep_size % self.gpus_per_node \
+                and self.gpus_per_node % self.ep_size:
+            raise ValueError(f"dispatch: hierarchical needs EP groups of whole nodes or inside one node; "
+                             f"ep_size {self.ep_size} and gpus_per_node {self.gpus_per_node} (allowed: one a "
+                             "multiple of the other)")
         if self.flops_per_token is None:
             self.flops_per_token = 6.0 * self.hidden_size * self.expert_ffn_size
         if self.top_k > self.experts:
@@ -310,6 +339,12 @@ class MoeTrace:
             out[r.phase] += r.size_bytes
         return out
 
+    @cached_property
+    def inter_node_bytes(self) -> int:
+        """Bytes of messages whose src and dst are in different nodes (``gpus_per_node`` blocks)."""
+        n = self.config.gpus_per_node
+        return sum(r.size_bytes for r in self.trace.records if r.src // n != r.dst // n)
+
     def summary(self) -> dict:
         c = self.config
         imb = self.imbalances
@@ -323,6 +358,8 @@ class MoeTrace:
             "imbalance_mean": float(np.mean(imb)) if imb else 0.0,
             "imbalance_max": float(np.max(imb)) if imb else 0.0,
             "max_nodes_seen": self.max_nodes_seen,
+            "dispatch": c.dispatch, "passes": c.passes, "overlap": c.overlap,
+            "inter_node_bytes": self.inter_node_bytes,
             "compute_ps_min": min(self.compute_ps, default=0), "compute_ps_max": max(self.compute_ps, default=0),
         }
 
@@ -344,49 +381,149 @@ def dispatch_counts(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
     return n
 
 
+@dataclass
+class _Plan:
+    """Aggregated messages of one (layer, microbatch, EP group) all-to-all; group-local GPU ids.
+
+    ``first[s, d]``: token copies on the leg leaving the sender s (flat: every dispatch message;
+    hierarchical: direct intra-node messages and the scale-out copy to the rail-aligned relay d);
+    ``scale_out[s, d]``: True where that leg is a hierarchical scale-out leg; ``forward[r, d]``: token
+    copies relay r forwards over NVLink to d; ``load[d]``: token copies processed on d."""
+    first: np.ndarray
+    scale_out: np.ndarray
+    forward: np.ndarray
+    load: np.ndarray
+
+
+def _plan(cfg: MoeTraceConfig, routing: np.ndarray) -> _Plan:
+    g, tpg, gpn = cfg.ep_size, cfg.tokens_per_gpu, cfg.gpus_per_node
+    t = routing.shape[0]
+    hit = np.zeros((t, g), dtype=bool)
+    hit[np.arange(t)[:, None], routing % g] = True
+    full = hit.reshape(g, tpg, g).sum(axis=1)  # tokens of s with an expert on d (d == s included)
+    flat = full.copy()
+    np.fill_diagonal(flat, 0)
+    load = np.bincount(routing.ravel() % g, minlength=g)
+    if cfg.dispatch == "flat" or g <= gpn:  # flat, or the whole group inside one node: all direct
+        return _Plan(flat, np.zeros((g, g), dtype=bool), np.zeros((g, g), dtype=np.int64), load)
+    # hierarchical, groups of whole nodes (validated): group-local node d // gpn, rail (local index) d % gpn
+    nn = g // gpn
+    gpu = np.arange(g)
+    node, lane = gpu // gpn, gpu % gpn
+    same = node[:, None] == node[None, :]
+    first = np.where(same, flat, 0)
+    node_hit = hit.reshape(t, nn, gpn).any(axis=2)
+    so = node_hit.reshape(g, tpg, nn).sum(axis=1)  # so[s, N]: tokens of s with an expert in node N
+    so[gpu, node] = 0
+    relay = np.arange(nn)[None, :] * gpn + lane[:, None]  # relay[s, N]: rail-aligned GPU of s in node N
+    first[gpu[:, None].repeat(nn, axis=1), relay] += so
+    scale_out = ~same & (first > 0)
+    fw = np.zeros((g, g), dtype=np.int64)
+    src, dst = np.nonzero(~same & (full > 0))
+    r = node[dst] * gpn + lane[src]
+    keep = r != dst
+    np.add.at(fw, (r[keep], dst[keep]), full[src[keep], dst[keep]])
+    return _Plan(first, scale_out, fw, load)
+
+
+def _merge(*lists) -> tuple[int, ...]:
+    out: list[int] = []
+    for ids in lists:
+        out.extend(ids)
+    return tuple(out)
+
+
 def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
     """Generate the trace of ``cfg`` (deterministic for a given config and seed)."""
     s = _zipf_exponent(cfg)
     g = cfg.ep_size
     records: list[TraceRecord] = []
     out = MoeTrace(Trace(records, "<moe>"), cfg, s)
-    # combine message ids into each global GPU of the previous (layer, microbatch) step
-    pending: dict[int, list[int]] = {}
+    steps = [(layer, False) for layer in range(cfg.layers)]
+    if cfg.passes == "forward_backward":
+        steps += [(layer, True) for layer in reversed(range(cfg.layers))]
+    overlap = cfg.overlap == "a2a_1f1b"
+    # per (microbatch, step): first-leg dispatch ids from each global GPU, and the latest final combine
+    # ids into each global GPU (a GPU with none in a step keeps its earlier ones)
+    disp_from: dict[tuple[int, int], dict[int, list[int]]] = {}
+    comb_into: dict[tuple[int, int], dict[int, list[int]]] = {}
+    last: dict[int, list[int]] = {}  # combines into each GPU of the previous step in generation order
     next_id = 0
+
+    def add(src, dst, size, op, phase, layer, mb, deps, gap) -> int:
+        nonlocal next_id
+        records.append(TraceRecord(next_id, src, dst, size, op, phase, layer, mb, deps, gap, 0))
+        next_id += 1
+        return next_id - 1
+
     for mb in range(cfg.microbatches):
-        for layer in range(cfg.layers):
-            w = popularity_weights(cfg, layer, s)
-            op_d, op_c = f"moe.l{layer}.mb{mb}.dispatch", f"moe.l{layer}.mb{mb}.combine"
-            step_combines: dict[int, list[int]] = {}
+        plans: dict[tuple[int, int], _Plan] = {}
+        for i, (layer, bwd) in enumerate(steps):
+            w = None if bwd else popularity_weights(cfg, layer, s)
+            tag = ".bwd" if bwd else ""
+            op_d, op_c = f"moe.l{layer}.mb{mb}{tag}.dispatch", f"moe.l{layer}.mb{mb}{tag}.combine"
+            bd = cfg.backward_dispatch_bytes_per_token if bwd else cfg.dispatch_bytes_per_token
+            bc = cfg.backward_combine_bytes_per_token if bwd else cfg.combine_bytes_per_token
+            # what the first legs from a GPU wait on
+            if i > 0:
+                own = comb_into[(mb, i - 1)]
+            elif mb > 0 and not overlap:
+                own = last
+            else:
+                own = {}
+            prev_disp = disp_from.get((mb - 1, i), {}) if overlap else {}
+            prev2_comb = comb_into.get((mb - 2, i), {}) if overlap else {}
+            step_disp: dict[int, list[int]] = {}
+            step_comb: dict[int, list[int]] = {}
             for group in range(cfg.groups):
                 base = group * g
-                routing = sample_routing(cfg, layer, mb, group, weights=w)
-                out.imbalances.append(imbalance_of(np.bincount(routing.ravel(), minlength=cfg.experts)))
-                out.max_nodes_seen = max(out.max_nodes_seen, int(nodes_per_token(cfg, routing, group).max()))
-                n = dispatch_counts(cfg, routing)
-                load = np.bincount(routing.ravel() % g, minlength=g)  # token copies processed per GPU
-                comp = cfg.compute_ps(load)
+                if bwd:
+                    plan = plans[(layer, group)]
+                else:
+                    routing = sample_routing(cfg, layer, mb, group, weights=w)
+                    out.imbalances.append(imbalance_of(np.bincount(routing.ravel(), minlength=cfg.experts)))
+                    out.max_nodes_seen = max(out.max_nodes_seen, int(nodes_per_token(cfg, routing, group).max()))
+                    plan = plans[(layer, group)] = _plan(cfg, routing)
+                comp = cfg.compute_ps(plan.load * (cfg.backward_compute_factor if bwd else 1.0))
                 out.compute_ps.extend(int(x) for x in comp)
-                into: dict[int, list[int]] = {d: [] for d in range(g)}
-                pairs = np.argwhere(n > 0)
-                for src, dst in pairs:
-                    deps = tuple(pending.get(base + int(src), ()))
-                    records.append(TraceRecord(next_id, base + int(src), base + int(dst),
-                                               int(n[src, dst]) * cfg.dispatch_bytes_per_token, op_d, "dispatch",
-                                               layer, mb, deps, cfg.layer_gap_ps if deps else 0, 0))
-                    into[int(dst)].append(next_id)
-                    next_id += 1
-                for src, dst in pairs:
-                    # combine dst -> src after dst's expert compute, which waits for all dispatch into dst
-                    records.append(TraceRecord(next_id, base + int(dst), base + int(src),
-                                               int(n[src, dst]) * cfg.combine_bytes_per_token, op_c, "combine",
-                                               layer, mb, tuple(into[int(dst)]), int(comp[dst]), 0))
-                    step_combines.setdefault(base + int(src), []).append(next_id)
-                    next_id += 1
-            # a GPU none of whose tokens left it keeps waiting on its earlier combines
-            for gpu, ids in pending.items():
-                step_combines.setdefault(gpu, ids)
-            pending = step_combines
+                into: dict[int, list[int]] = {d: [] for d in range(g)}      # every dispatch leg into d
+                so_into: dict[int, list[int]] = {d: [] for d in range(g)}   # scale-out legs into a relay
+                first_pairs = np.argwhere(plan.first > 0)
+                for src, dst in first_pairs:
+                    gs = base + int(src)
+                    deps = _merge(own.get(gs, ()), prev_disp.get(gs, ()), prev2_comb.get(gs, ()))
+                    k = add(gs, base + int(dst), int(plan.first[src, dst]) * bd, op_d, "dispatch", layer, mb,
+                            deps, cfg.layer_gap_ps if deps else 0)
+                    step_disp.setdefault(gs, []).append(k)
+                    into[int(dst)].append(k)
+                    if plan.scale_out[src, dst]:
+                        so_into[int(dst)].append(k)
+                fw_pairs = np.argwhere(plan.forward > 0)
+                for r, dst in fw_pairs:
+                    # the relay forwards over NVLink once the scale-out copies into it have arrived
+                    k = add(base + int(r), base + int(dst), int(plan.forward[r, dst]) * bd, op_d, "dispatch",
+                            layer, mb, tuple(so_into[int(r)]), 0)
+                    into[int(dst)].append(k)
+                gathers: dict[int, list[int]] = {d: [] for d in range(g)}
+                for r, dst in fw_pairs:
+                    # gather back to the relay after dst's expert compute
+                    k = add(base + int(dst), base + int(r), int(plan.forward[r, dst]) * bc, op_c, "combine",
+                            layer, mb, tuple(into[int(dst)]), int(comp[dst]))
+                    gathers[int(r)].append(k)
+                for src, dst in first_pairs:
+                    n = int(plan.first[src, dst]) * bc
+                    if plan.scale_out[src, dst] and gathers[int(dst)]:
+                        deps, gap = tuple(gathers[int(dst)]), 0
+                    else:
+                        deps, gap = tuple(into[int(dst)]), int(comp[dst])
+                    k = add(base + int(dst), base + int(src), n, op_c, "combine", layer, mb, deps, gap)
+                    step_comb.setdefault(base + int(src), []).append(k)
+            prev = comb_into.get((mb, i - 1), {}) if i > 0 else (last if not overlap else {})
+            for gpu, ids in prev.items():
+                step_comb.setdefault(gpu, ids)
+            disp_from[(mb, i)] = step_disp
+            comb_into[(mb, i)] = step_comb
+            last = step_comb
     if not records:
         raise ConfigError("the configuration produces no messages (every token stays on its own GPU)",
                           field="ep_size")
@@ -403,4 +540,5 @@ def format_summary(d: dict, path) -> str:
             f"{format_size(d['dispatch_bytes'])}, combine {format_size(d['combine_bytes'])}); "
             f"tokens-per-expert imbalance (max - mean) / mean {d['imbalance_mean']:.3f} mean, "
             f"{d['imbalance_max']:.3f} max (Zipf s = {d['zipf_s']:.3f}); expert compute gap "
-            f"{d['compute_ps_min'] / 1e6:.2f}-{d['compute_ps_max'] / 1e6:.2f} us.")
+            f"{d['compute_ps_min'] / 1e6:.2f}-{d['compute_ps_max'] / 1e6:.2f} us; {d['dispatch']} dispatch "
+            f"({format_size(d['inter_node_bytes'])} between nodes), passes {d['passes']}, overlap {d['overlap']}.")
