@@ -16,7 +16,7 @@ from conftest import SCENARIOS
 
 FILES = sorted(SCENARIOS.glob("*.yaml"))
 # scenarios offering at most this much payload are run in the test suite (quickstart: 128 MiB)
-SMALL_BYTES = 256 * 2**20
+SMALL_BYTES = 512 * 2**20
 
 
 def test_there_are_scenarios():
