@@ -45,6 +45,19 @@ def _collect(rows, source: str, kind: str) -> Trace:
     return Trace(records, source, where)
 
 
+def csv_rows(reader, make_error):
+    """Iterate a ``csv.DictReader``; a CSV syntax or encoding error becomes
+    ``make_error(message, line)`` (raised), so each caller keeps its own error type."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise make_error(f"not valid CSV: {exc}", reader.line_num or None) from None
+        yield row
+
+
 def _read_csv(path: Path) -> Trace:
     src = str(path)
     with open(path, newline="", encoding="utf-8") as fh:
@@ -56,13 +69,7 @@ def _read_csv(path: Path) -> Trace:
         check_columns([c.strip() for c in cols], src, ("line", 1))
 
         def rows():
-            while True:
-                try:
-                    row = next(reader)
-                except StopIteration:
-                    return
-                except (csv.Error, UnicodeDecodeError) as exc:
-                    raise TraceError(f"not valid CSV: {exc}", source=src, line=reader.line_num or None) from None
+            for row in csv_rows(reader, lambda msg, line: TraceError(msg, source=src, line=line)):
                 if None in row:
                     raise TraceError("more values than columns", source=src, line=reader.line_num)
                 yield reader.line_num, {k.strip(): v for k, v in row.items() if k is not None}

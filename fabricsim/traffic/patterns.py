@@ -198,15 +198,8 @@ def trace_messages(cfg, topo, streams, source, resolve):
 
 
 def _rows(reader, source):
-    """Iterate a DictReader, turning CSV syntax errors into one-line TrafficErrors."""
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except (csv.Error, UnicodeDecodeError) as exc:
-            raise TrafficError(f"not valid CSV: {exc}", source=source, line=reader.line_num or None) from None
-        yield row
+    from ..traces.io import csv_rows
+    return csv_rows(reader, lambda msg, line: TrafficError(msg, source=source, line=line))
 
 
 def _check_acyclic(msgs, source, lines=None):
