@@ -388,5 +388,30 @@ def trace_collective(output, kind, ranks, size, gap, repeat, op):
                f"{total} B ({format_size(total)}) sent")
 
 
+@trace_group.command("import-chakra")
+@click.argument("et_path", type=click.Path())
+@click.option("-o", "--output", "output", type=click.Path(), required=True, metavar="OUT",
+              help="trace file to write (.parquet, .csv, .jsonl)")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable summary")
+def trace_import_chakra(et_path, output, as_json):
+    """Import MLCommons Chakra ET files (one per rank: a directory, a prefix or a glob such as
+    DIR/et.*.et) into a trace (docs/traces.md, "Chakra import"; needs the chakra extra)."""
+    import warnings as _warnings
+    from .traces import trace_format, write_trace
+    from .traces.chakra import format_summary, import_chakra
+    try:
+        trace_format(output)
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore")  # reported in the summary instead
+            imp = import_chakra(et_path)
+        write_trace(imp.trace, output)
+    except FabricsimError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps(dict(imp.summary(), output=str(output)), indent=2))
+    else:
+        click.echo(format_summary(imp, output))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
