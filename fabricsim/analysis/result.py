@@ -226,6 +226,19 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                             "bin_end_ps": (np.arange(len(gp), dtype=np.int64) + 1) * bin_ps,
                             "delivered_bytes": gp,
                             "goodput_bps": gp.astype("float64") * 8e12 / bin_ps})
+    busy = summary["run"].pop("gpu_compute_busy_ps", None)
+    if busy is not None:
+        # simulation.compute: gpu -- how much of the pattern a GPU spent not computing
+        gpus = sorted(set(msgs["src"]) | set(msgs["dst"]))
+        per_gpu = {g: busy.get(g, 0) for g in gpus}
+        summary["compute"] = {
+            "mode": "gpu",
+            "busy_ps_max": max(per_gpu.values()) if per_gpu else 0,
+            "busy_ps_mean": sum(per_gpu.values()) / len(per_gpu) if per_gpu else 0,
+            "exposed_communication_ps": (duration - max(per_gpu.values())) if duration and per_gpu else None,
+            "exposed_communication_ps_mean": (duration - sum(per_gpu.values()) / len(per_gpu))
+            if duration and per_gpu else None,
+        }
     collectives = collectives_table(msgs)
     if len(collectives):
         t = collectives["time_ps"].dropna().astype("int64")

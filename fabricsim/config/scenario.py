@@ -27,6 +27,10 @@ class SimulationConfig(BaseModel):
                               description="MTU-sized packets simulated as one unit (1 = exact)")
     engine: Literal["packet"] = "packet"
     kernel: Literal["heap", "simpy"] = "heap"
+    compute: Literal["gaps", "gpu"] = Field("gaps", description=(
+        "gaps: a message's gap_ps is a plain delay after its dependencies; gpu: it is work on the "
+        "sending GPU, which computes one job at a time (messages with the same sender, dependencies "
+        "and gap share one job), so overlapping microbatches queue for the GPU"))
 
 
 class OutputsConfig(BaseModel):

@@ -249,6 +249,10 @@ class PacketEngine:
         self.pxn = bool(sc.nic.params and sc.nic.params.pxn)
         self.pxn_chunk = sc.nic.params.pxn_chunk if sc.nic.params else 0
         self.pieces: list[MessageState] = []   # PXN chunks (not in the messages table)
+        self.gpu_compute = simcfg.compute == "gpu"
+        self._jobs: dict = {}                   # (sender, deps, gap) -> end of that compute job
+        self.gpu_free: dict[int, int] = {}       # GPU -> when its current compute job ends
+        self.gpu_busy: dict[int, int] = {}       # GPU -> total compute time so far
         self._salt = streams.u64("flows.5tuple")
         self.remaining = len(self.states)
 
@@ -342,7 +346,21 @@ class PacketEngine:
         for dep in st.dependents:
             dep.pending_deps -= 1
             if dep.pending_deps == 0:
-                self.kernel.schedule(max(t + dep.msg.gap_ps, dep.msg.start_ps), self.release, dep)
+                self.kernel.schedule(max(self._compute(t, dep.msg), dep.msg.start_ps), self.release, dep)
+
+    def _compute(self, t: int, m) -> int:
+        """When a message whose dependencies completed at ``t`` can leave: after its gap, and with
+        ``simulation.compute: gpu`` after the sending GPU has finished the jobs queued before."""
+        if not self.gpu_compute or not m.gap_ps:
+            return t + m.gap_ps
+        key = (m.src, m.deps, m.gap_ps)
+        end = self._jobs.get(key)
+        if end is None:
+            start = max(t, self.gpu_free.get(m.src, 0))
+            end = self._jobs[key] = start + m.gap_ps
+            self.gpu_free[m.src] = end
+            self.gpu_busy[m.src] = self.gpu_busy.get(m.src, 0) + m.gap_ps
+        return end
 
     def _fail_dependents(self, st):
         for dep in st.dependents:
@@ -405,6 +423,8 @@ class PacketEngine:
         counters = {"dropped_packets": self.dropped_packets, "dropped_payload_bytes": self.dropped_payload,
                     "injected_payload_bytes": sum(st.injected for st in self.states.values())
                     + sum(p.injected for p in self.pieces if p.final)}
+        if self.gpu_compute:
+            counters["gpu_compute_busy_ps"] = dict(sorted(self.gpu_busy.items()))
         if hasattr(self.routing, "new_flowlets"):
             counters["new_flowlets"] = self.routing.new_flowlets
         return RunOutcome(status=status, end_ps=now, events=self.kernel.events, packet_hops=hops,
