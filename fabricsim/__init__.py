@@ -11,5 +11,6 @@ __version__ = "0.1.0"
 from .api import load_scenario, prepare, run  # noqa: E402
 from .analysis.result import Result  # noqa: E402
 from .config import Scenario  # noqa: E402
+from .compare import compare  # noqa: E402
 
-__all__ = ["run", "prepare", "load_scenario", "Result", "Scenario", "__version__"]
+__all__ = ["run", "prepare", "compare", "load_scenario", "Result", "Scenario", "__version__"]

@@ -112,6 +112,44 @@ def validate(scenario, sets):
                f"routing {loaded.scenario.routing.name})")
 
 
+@main.command("compare")
+@click.argument("scenario", type=click.Path())
+@click.option("--vary", "vary", multiple=True, required=True, metavar="KEY=V1,V2",
+              help="a field and its values (aliases: routing, cc, receiver, split; or a dotted path), repeatable")
+@click.option("--seeds", type=int, default=1, show_default=True,
+              help="runs per combination: the scenario's seed, +1, ...")
+@click.option("-o", "--output", "output", type=click.Path(), default=None,
+              help="folder (default: results/<scenario name>-compare)")
+@click.option("-q", "--quiet", is_flag=True, help="no progress lines and no table")
+def compare_cmd(scenario, vary, seeds, output, quiet):
+    """Run SCENARIO for every combination of --vary values and every seed; print mean ± 95 % CI."""
+    from .compare import _plan, compare, format_summary, parse_vary, summarize
+    from .config import load_scenario
+    try:
+        loaded = load_scenario(scenario)
+    except FabricsimError as exc:
+        _fail(exc, scenario)
+    try:
+        if seeds < 1:
+            raise ConfigError(f"{seeds} (allowed: 1 or more)", field="--seeds")
+        varied = parse_vary(vary)
+        _plan(scenario, varied, seeds)  # every combination checked before anything is written
+        out = Path(output or Path("results") / f"{loaded.scenario.name}-compare")
+        if out.exists() and not out.is_dir():
+            raise ConfigError("exists and is not a folder", source=str(out), field="--output")
+
+        def progress(i, n, name, seed):
+            if not quiet:
+                click.echo(f"[{i}/{n}] {name} seed {seed}", err=True)
+
+        df = compare(scenario, varied, seeds=seeds, output_dir=out, progress=progress)
+    except FabricsimError as exc:
+        _fail(exc)
+    if not quiet:
+        click.echo(format_summary(summarize(df), list(varied)))
+        click.echo(f"results       {out}  (runs.csv, summary.csv, one folder per run)")
+
+
 @main.group()
 def topo():
     """Inspect topologies."""

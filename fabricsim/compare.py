@@ -1,0 +1,319 @@
+"""Compare runs: every combination of varied scenario fields, and every seed, as one tidy table.
+
+>>> import fabricsim
+>>> df = fabricsim.compare({"name": "doc", "topology": {"hosts_per_leaf": 2, "leaves": 2, "spines": 2},
+...                         "traffic": {"pattern": "permutation", "message_size": "64KiB"}},
+...                        vary={"routing": ["ecmp", "spray"]}, seeds=2)
+>>> list(df[["routing", "seed"]].itertuples(index=False, name=None))
+[('ecmp', 1), ('ecmp', 2), ('spray', 1), ('spray', 2)]
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import ConfigError
+
+__all__ = ["compare", "summarize", "t_critical", "ALIASES", "DEFAULT_METRICS"]
+
+#: short names accepted as vary keys
+ALIASES = {
+    "routing": "routing.policy",
+    "cc": "congestion_control.algorithm",
+    "receiver": "receiver.model",
+    "split": "nic.plane_split",
+}
+
+DEFAULT_METRICS = [
+    "goodput_fraction", "completion_time_ratio", "goodput_while_all_active_fraction",
+    "fct_p50_us", "fct_p99_us", "fct_max_us",
+    "latency_p50_us", "latency_p99_us", "latency_p999_us",
+    "drops", "wall_time_s",
+]
+
+# two-sided 95 % Student t critical values, degrees of freedom 1..30; the normal value beyond
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+        2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t_critical(dof: int) -> float:
+    """Two-sided 95 % critical value of Student's t with ``dof`` degrees of freedom (1.96 beyond 30)."""
+    if dof < 1:
+        return math.nan
+    return _T95[dof - 1] if dof <= len(_T95) else 1.960
+
+
+def _us(ps):
+    return None if ps is None else ps / 1e6
+
+
+def metrics_of(summary: dict) -> dict:
+    """Every metric :func:`compare` can report, from a run's summary."""
+    eb = summary["effective_bandwidth"]
+    fct = summary["fct"]
+    lat = summary["packet_latency"]
+    has_lat = bool(lat.get("count"))
+    return {
+        "goodput_fraction": eb["goodput_fraction"],
+        "completion_time_ratio": eb["completion_time_ratio"],
+        "goodput_while_all_active_fraction": eb["goodput_while_all_active_fraction"],
+        "fct_p50_us": _us(fct["p50_ps"]),
+        "fct_p99_us": _us(fct["p99_ps"]),
+        "fct_max_us": _us(fct["max_ps"]),
+        "latency_p50_us": _us(lat["p50_ps"]) if has_lat else None,
+        "latency_p99_us": _us(lat["p99_ps"]) if has_lat else None,
+        "latency_p999_us": _us(lat["p999_ps"]) if has_lat else None,
+        "drops": summary["drops"]["packets"],
+        "wall_time_s": summary["run"]["wall_time_s"],
+        "completed": summary["messages"]["completed"],
+        "messages": summary["messages"]["total"],
+        "status": summary["run"]["status"],
+    }
+
+
+def _value_text(value) -> str:
+    """A value as written in an override (``--set`` syntax, parsed back as YAML)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _item(key: str, values) -> str:
+    return f"{key}={','.join(_value_text(v) for v in values)}"
+
+
+def parse_vary(items) -> dict[str, list]:
+    """``["routing=ecmp,spray"]`` -> ``{"routing": ["ecmp", "spray"]}`` (values parsed as YAML)."""
+    import yaml
+    out: dict[str, list] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError("expected KEY=V1,V2,...", field=f"--vary {item}")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if key in out:
+            raise ConfigError(f"{key} is varied twice (give all its values in one --vary)", field=f"--vary {item}")
+        values = []
+        for v in raw.split(","):
+            v = v.strip()
+            if v == "":
+                raise ConfigError("empty value (allowed: a comma-separated list of values)", field=f"--vary {item}")
+            try:
+                values.append(yaml.safe_load(v))
+            except yaml.YAMLError:
+                values.append(v)
+        out[key] = values
+    return out
+
+
+def _combo_name(keys, combo) -> str:
+    parts = [f"{k}-{_value_text(v)}" for k, v in zip(keys, combo)]
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", "_".join(parts)) or "base"
+
+
+def _plan(scenario, vary: dict, seeds):
+    """Validate everything -> (base LoadedScenario, keys, dotted paths, combos, seeds).
+
+    Raises :class:`ConfigError` naming the ``--vary`` item at fault before anything runs."""
+    from .api import prepare
+    from .config import LoadedScenario, load_scenario
+    from .config.scenario import parse_field
+    from .errors import FabricsimError
+
+    base = scenario if isinstance(scenario, LoadedScenario) else load_scenario(scenario)
+    if isinstance(scenario, LoadedScenario):
+        source = scenario.scenario  # re-validate from the resolved model
+    else:
+        source = scenario
+    vary = dict(vary or {})
+    keys = list(vary)
+    dotted = []
+    for k in keys:
+        values = vary[k]
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            values = [values]
+        values = list(values)
+        vary[k] = values
+        item = f"--vary {_item(k, values)}"
+        if not isinstance(k, str) or not k or any(not p for p in k.split(".")):
+            raise ConfigError("empty key in the field path", field=item)
+        path = ALIASES.get(k, k)
+        if path == "simulation.seed":
+            raise ConfigError("vary the seed with seeds / --seeds", field=item)
+        if path in dotted:
+            raise ConfigError(f"{path} is varied twice", field=item)
+        if not values:
+            raise ConfigError("no values (allowed: one or more values)", field=item)
+        dotted.append(path)
+    if seeds is None:
+        seed_list = [base.scenario.simulation.seed]
+    elif isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ConfigError(f"{seeds} (allowed: 1 or more)", field="--seeds")
+        first = base.scenario.simulation.seed
+        seed_list = [first + i for i in range(seeds)]
+    else:
+        seed_list = list(seeds)
+        if not seed_list or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seed_list):
+            raise ConfigError(f"{seeds!r} (allowed: a count, or a list of non-negative integers)", field="--seeds")
+    combos = list(itertools.product(*(vary[k] for k in keys)))
+    for combo in combos:
+        overrides = [f"{p}={_value_text(v)}" for p, v in zip(dotted, combo)]
+        try:
+            prepare(source, overrides)
+        except FabricsimError as exc:
+            if not isinstance(exc, ConfigError):
+                raise
+            culprit = None
+            try:
+                loc = tuple(str(x) for x in parse_field(exc.field)) if exc.field else ()
+            except ValueError:
+                loc = ()
+            for k, p in zip(keys, dotted):
+                kp = tuple(p.split("."))
+                n = min(len(kp), len(loc))
+                if n and loc[:n] == kp[:n]:
+                    culprit = k
+            if culprit is not None:
+                items = f"--vary {_item(culprit, vary[culprit])}"
+            else:
+                items = " ".join(f"--vary {_item(k, vary[k])}" for k in keys)
+            msg = re.sub(r"\s*\(from --set [^)]*\)$", "", exc.message)
+            if exc.field:
+                msg = f"{exc.field}: {msg}"
+            raise ConfigError(msg, source=exc.source, field=items) from None
+    return base, keys, dotted, combos, seed_list
+
+
+def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Path | None = None,
+            metrics: list[str] | None = None, progress=None) -> pd.DataFrame:
+    """Run every combination of ``vary`` and every seed; one row per run.
+
+    Parameters
+    ----------
+    scenario:
+        A YAML path, dict, :class:`~fabricsim.Scenario` or loaded scenario.
+    vary:
+        ``{key: [values]}``; keys are dotted scenario paths or the aliases ``routing``
+        (routing.policy), ``cc`` (congestion_control.algorithm), ``receiver`` (receiver.model)
+        and ``split`` (nic.plane_split).
+    seeds:
+        A count N (the scenario's seed, +1, ... +N-1) or a list of seeds; default the scenario's seed.
+    output_dir:
+        If given, each run's results folder goes to ``output_dir/<combination>/seed<N>/`` and the
+        table and its :func:`summarize` are written there as ``runs.csv``, ``runs.parquet`` and
+        ``summary.csv``.
+    metrics:
+        Metric columns (default :data:`DEFAULT_METRICS`).
+    progress:
+        Optional callable ``(i, n, name, seed)`` called before each run.
+
+    Returns
+    -------
+    DataFrame
+        Identity columns (one per varied key, named as given, then ``seed``) and metric columns.
+    Raises
+    ------
+    ConfigError
+        A bad key or value, naming the ``--vary`` item, before anything runs.
+    """
+    from .api import run
+    from .config import LoadedScenario
+
+    metrics = list(DEFAULT_METRICS if metrics is None else metrics)
+    unknown = [m for m in metrics if m not in DEFAULT_METRICS + ["completed", "messages", "status"]]
+    if unknown:
+        raise ConfigError(f"unknown metric {unknown[0]!r} (allowed: {', '.join(DEFAULT_METRICS)})",
+                          field="metrics")
+    base, keys, dotted, combos, seed_list = _plan(scenario, vary or {}, seeds)
+    source = scenario.scenario if isinstance(scenario, LoadedScenario) else scenario
+    out = Path(output_dir) if output_dir is not None else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise ConfigError("exists and is not a folder", source=str(out), field="--output")
+    rows = []
+    total = len(combos) * len(seed_list)
+    i = 0
+    for combo in combos:
+        name = _combo_name(keys, combo)
+        overrides = [f"{p}={_value_text(v)}" for p, v in zip(dotted, combo)]
+        for seed in seed_list:
+            i += 1
+            if progress is not None:
+                progress(i, total, name, seed)
+            run_dir = out / name / f"seed{seed}" if out is not None else None
+            res = run(source, output_dir=run_dir, overrides=overrides, seed=seed)
+            m = metrics_of(res.summary)
+            row = dict(zip(keys, combo))
+            row["seed"] = seed
+            row.update({k: m[k] for k in metrics})
+            rows.append(row)
+    df = pd.DataFrame(rows, columns=keys + ["seed"] + metrics)
+    for c in metrics:
+        if c != "status":
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out / "runs.csv", index=False)
+        try:
+            df.to_parquet(out / "runs.parquet", index=False)
+        except (ImportError, ValueError):  # pragma: no cover - no parquet engine
+            pass
+        summarize(df).to_csv(out / "summary.csv", index=False)
+    df.attrs["identity"] = keys
+    return df
+
+
+def summarize(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
+    """Mean and 95 % confidence half-width (Student t) of every metric per combination.
+
+    ``by`` defaults to the identity columns of :func:`compare` (every column before ``seed``).
+    Columns: the identity columns, ``runs``, then ``<metric>_mean`` and ``<metric>_ci95`` (NaN
+    with a single run)."""
+    if by is None:
+        by = df.attrs.get("identity")
+        if by is None:
+            cols = list(df.columns)
+            by = cols[:cols.index("seed")] if "seed" in cols else []
+    by = list(by)
+    metric_cols = [c for c in df.columns if c not in by and c != "seed" and pd.api.types.is_numeric_dtype(df[c])]
+    groups = df.groupby(by, sort=False, dropna=False) if by else [((), df)]
+    rows = []
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        row = dict(zip(by, key))
+        row["runs"] = len(g)
+        for c in metric_cols:
+            v = g[c].dropna().astype(float)
+            n = len(v)
+            mean = float(v.mean()) if n else math.nan
+            ci = t_critical(n - 1) * float(v.std(ddof=1)) / math.sqrt(n) if n >= 2 else math.nan
+            row[f"{c}_mean"] = mean
+            row[f"{c}_ci95"] = ci
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_summary(summary: pd.DataFrame, identity: list[str]) -> str:
+    """The summary as a compact text table: ``mean ± ci`` per metric."""
+    metrics = [c[:-5] for c in summary.columns if c.endswith("_mean")]
+    table = summary[identity + ["runs"]].copy() if identity else pd.DataFrame({"runs": summary["runs"]})
+
+    def cell(mean, ci):
+        if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+            return "n/a"
+        s = f"{mean:.4g}"
+        if ci is not None and not (isinstance(ci, float) and math.isnan(ci)):
+            s += f"±{ci:.2g}"
+        return s
+
+    short = {"goodput_while_all_active_fraction": "goodput_all_active", "completion_time_ratio": "completion_ratio"}
+    for m in metrics:
+        table[short.get(m, m)] = [cell(a, b) for a, b in zip(summary[f"{m}_mean"], summary[f"{m}_ci95"])]
+    return table.to_string(index=False)
+
+
+compare.summarize = summarize  # ``fabricsim.compare`` is the function; keep summarize reachable from it
