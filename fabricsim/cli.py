@@ -72,7 +72,8 @@ def main():
               help="override a scenario field, e.g. --set routing.policy=adaptive (repeatable)")
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar and no summary")
 @click.option("--json", "as_json", is_flag=True, help="print summary.json instead of the text summary")
-def run(scenario, output, seed, sets, quiet, as_json):
+@click.option("--report", "report", is_flag=True, help="also write RESULTS_DIR/report.html (self-contained HTML)")
+def run(scenario, output, seed, sets, quiet, as_json, report):
     """Simulate SCENARIO and write a results folder."""
     from .api import prepare, run as api_run
     try:
@@ -84,6 +85,9 @@ def run(scenario, output, seed, sets, quiet, as_json):
         result = api_run(loaded, output_dir=out, progress=not quiet)
     except FabricsimError as exc:
         _fail(exc, scenario, list(sets) + ([f"simulation.seed={seed}"] if seed is not None else []))
+    if report:
+        from .analysis.report import write_report
+        write_report(result, out / "report.html")
     if as_json:
         click.echo(json.dumps(result.summary, indent=2, default=str))
     elif not quiet:
@@ -449,6 +453,35 @@ def trace_import_chakra(et_path, output, as_json):
         click.echo(json.dumps(dict(imp.summary(), output=str(output)), indent=2))
     else:
         click.echo(format_summary(imp, output))
+
+
+@main.command("plot")
+@click.argument("results_dir", type=click.Path())
+def plot_cmd(results_dir):
+    """Write the plots of the results folder RESULTS_DIR as PNG files into RESULTS_DIR/plots/."""
+    from .analysis.load import load_results
+    from .analysis.plots import write_plots
+    try:
+        result = load_results(results_dir)
+    except FabricsimError as exc:
+        _fail(exc)
+    for p in write_plots(result, Path(results_dir) / "plots"):
+        click.echo(str(p))
+
+
+@main.command("report")
+@click.argument("results_dir", type=click.Path())
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+              help="HTML file to write (default: RESULTS_DIR/report.html)")
+def report_cmd(results_dir, output):
+    """Write one self-contained HTML report (scenario, summary, plots, definitions) of RESULTS_DIR."""
+    from .analysis.load import load_results
+    from .analysis.report import write_report
+    try:
+        result = load_results(results_dir)
+    except FabricsimError as exc:
+        _fail(exc)
+    click.echo(str(write_report(result, output or Path(results_dir) / "report.html")))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,261 @@
+"""Plots of a run's tables (matplotlib, Agg backend).
+
+Every ``plot_*`` function takes a DataFrame (or a :class:`~fabricsim.analysis.result.Result`,
+from which it takes the right table) and an optional matplotlib ``Axes``; it draws on that Axes
+(or on a new figure) and returns the Axes. Axis labels carry units. Column meanings are in
+docs/metrics.md.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+PS_PER_US = 1e6
+
+
+def _ax(ax):
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2))
+    return ax
+
+
+def _table(obj, attr):
+    """``obj`` itself if a DataFrame, else its ``attr`` table (a Result)."""
+    if isinstance(obj, pd.DataFrame):
+        return obj
+    if hasattr(obj, attr):
+        return getattr(obj, attr)
+    raise TypeError(f"expected a DataFrame or a Result, got {type(obj).__name__}")
+
+
+def _empty(ax, what):
+    ax.text(0.5, 0.5, f"no {what}", ha="center", va="center", transform=ax.transAxes)
+
+
+def plot_fct_cdf(messages, ax=None, label: str | None = None):
+    """CDF of message completion time (``fct_ps``, completed messages) in microseconds.
+
+    ``messages`` is a messages table, a Result, or a dict ``name -> table/Result`` to compare
+    several policies on one Axes.
+    """
+    ax = _ax(ax)
+    series = messages if isinstance(messages, dict) else {label: messages}
+    drawn = False
+    for name, m in series.items():
+        m = _table(m, "messages")
+        done = m[m["completed"].astype(bool)] if "completed" in m else m
+        fct = np.sort(done["fct_ps"].dropna().astype("float64").to_numpy()) / PS_PER_US
+        if len(fct) == 0:
+            continue
+        y = np.arange(1, len(fct) + 1) / len(fct)
+        ax.step(fct, y, where="post", label=None if name is None else str(name))
+        drawn = True
+    if not drawn:
+        _empty(ax, "completed messages")
+    ax.set_xlabel("message completion time (µs)")
+    ax.set_ylabel("fraction of messages")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Message completion time CDF")
+    ax.grid(True, alpha=0.3)
+    if drawn and any(k is not None for k in series):
+        ax.legend()
+    return ax
+
+
+def histogram_percentile(latency: pd.DataFrame, q: float) -> float | None:
+    """The q-th percentile (0-100, ps) of a latency histogram table: the geometric middle of the
+    first bucket whose cumulative fraction reaches q/100 (as the recorder reports it)."""
+    if latency is None or len(latency) == 0:
+        return None
+    cum = latency["cumulative_fraction"].to_numpy()
+    i = int(np.searchsorted(cum, q / 100.0 - 1e-12))
+    i = min(i, len(cum) - 1)
+    return float(np.sqrt(latency["lower_ps"].iloc[i] * latency["upper_ps"].iloc[i]))
+
+
+def plot_latency_cdf(latency, summary: dict | None = None, ax=None):
+    """CDF of one-way packet latency (µs, log scale) from the histogram table, with p50, p99 and
+    p99.9 marked (from ``summary['packet_latency']`` if given, else from the histogram)."""
+    if summary is None and hasattr(latency, "summary"):
+        summary = latency.summary
+    lat = _table(latency, "latency")
+    ax = _ax(ax)
+    if len(lat) == 0:
+        _empty(ax, "packet latencies")
+    else:
+        x = np.concatenate([[lat["lower_ps"].iloc[0]], lat["upper_ps"].to_numpy()]) / PS_PER_US
+        y = np.concatenate([[0.0], lat["cumulative_fraction"].to_numpy()])
+        ax.step(x, y, where="post", label="packets")
+        pl = (summary or {}).get("packet_latency", {})
+        for key, q, color in (("p50_ps", 50, "tab:green"), ("p99_ps", 99, "tab:orange"),
+                              ("p999_ps", 99.9, "tab:red")):
+            v = pl.get(key)
+            if v is None:
+                v = histogram_percentile(lat, q)
+            if v is None:
+                continue
+            name = f"p{q:g}"
+            ax.axvline(v / PS_PER_US, color=color, linestyle="--", linewidth=1,
+                       label=f"{name} = {v / PS_PER_US:.3g} µs")
+        ax.set_xscale("log")
+        from matplotlib.ticker import FormatStrFormatter
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        ax.legend(loc="lower right")
+    ax.set_xlabel("packet latency (µs)")
+    ax.set_ylabel("fraction of packets")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Packet latency CDF")
+    ax.grid(True, alpha=0.3, which="both")
+    return ax
+
+
+def plot_goodput(goodput, ax=None, label: str | None = None):
+    """Delivered payload rate per time bin (Gbit/s) against simulated time (µs)."""
+    g = _table(goodput, "goodput")
+    ax = _ax(ax)
+    if len(g) == 0:
+        _empty(ax, "goodput samples")
+    else:
+        ax.step(g["bin_start_ps"].to_numpy() / PS_PER_US, g["goodput_bps"].to_numpy() / 1e9,
+                where="post", label=label)
+        if label is not None:
+            ax.legend()
+    ax.set_xlabel("simulated time (µs)")
+    ax.set_ylabel("goodput (Gbit/s)")
+    ax.set_title("Goodput over time")
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_link_utilisation(links, ax=None, max_links: int = 400):
+    """Utilisation (% of line rate over the run) of each directed link, grouped and coloured by
+    link kind (tier), sorted within a kind. Only the ``max_links`` busiest links are shown."""
+    lk = _table(links, "links")
+    ax = _ax(ax)
+    if len(lk) == 0 or "utilisation" not in lk:
+        _empty(ax, "links")
+    else:
+        df = lk.copy()
+        if "kind" not in df:
+            df["kind"] = "link"
+        df["kind"] = df["kind"].fillna("link").astype(str)
+        if len(df) > max_links:
+            df = df.nlargest(max_links, "utilisation")
+        df = df.sort_values(["kind", "utilisation"], ascending=[True, False], kind="stable")
+        x0 = 0
+        for i, (kind, g) in enumerate(df.groupby("kind", sort=False)):
+            xs = np.arange(x0, x0 + len(g))
+            ax.bar(xs, g["utilisation"].to_numpy() * 100, width=1.0, color=f"C{i % 10}",
+                   label=f"{kind} ({len(g)})")
+            x0 += len(g) + 1
+        ax.legend(fontsize="small")
+        ax.set_xlim(-1, x0)
+    ax.set_xlabel("directed link (grouped by kind, busiest first)")
+    ax.set_ylabel("utilisation (% of line rate)")
+    ax.set_title("Link utilisation over the run")
+    ax.grid(True, axis="y", alpha=0.3)
+    return ax
+
+
+def plot_effective_bandwidth(df: pd.DataFrame, ax=None, metrics=("goodput_fraction", "completion_time_ratio"),
+                             by: str = "policy"):
+    """Bars per policy (column ``by``) of the effective-bandwidth figures (fractions, 1.0 = ideal);
+    mean over rows (seeds) with a standard-deviation error bar when a policy has several rows.
+
+    ``df`` is tidy: one row per run with a ``by`` column and the ``metrics`` columns (e.g. a
+    DataFrame of :meth:`Result.headline` dicts with a policy column).
+    """
+    ax = _ax(ax)
+    if by not in df.columns and "routing" in df.columns:
+        by = "routing"
+    metrics = [m for m in metrics if m in df.columns]
+    if len(df) == 0 or not metrics:
+        _empty(ax, "effective-bandwidth figures")
+    else:
+        groups = list(dict.fromkeys(df[by].astype(str)))
+        key = df[by].astype(str)
+        width = 0.8 / len(metrics)
+        x = np.arange(len(groups))
+        for j, m in enumerate(metrics):
+            vals = pd.to_numeric(df[m], errors="coerce")
+            mean = [vals[key == gname].mean() for gname in groups]
+            n = [vals[key == gname].count() for gname in groups]
+            std = [vals[key == gname].std(ddof=1) if c > 1 else 0.0 for gname, c in zip(groups, n)]
+            yerr = std if any(c > 1 for c in n) else None
+            ax.bar(x + (j - (len(metrics) - 1) / 2) * width, np.nan_to_num(mean), width, yerr=yerr,
+                   capsize=4 if yerr is not None else 0, label=m.replace("_", " "))
+        ax.set_xticks(x)
+        ax.set_xticklabels(groups)
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+        ax.legend(fontsize="small")
+    ax.set_xlabel(by)
+    ax.set_ylabel("fraction of ideal (1 = ideal fabric)")
+    ax.set_title("Effective bandwidth")
+    ax.grid(True, axis="y", alpha=0.3)
+    return ax
+
+
+def plot_collectives(collectives, ax=None, max_ops: int = 60):
+    """Completion time (µs) of each traced operation, in trace order (first ``max_ops``)."""
+    c = _table(collectives, "collectives")
+    ax = _ax(ax)
+    if len(c) == 0:
+        _empty(ax, "traced operations")
+    else:
+        c = c.head(max_ops)
+        t = pd.to_numeric(c["time_ps"], errors="coerce").astype("float64").to_numpy() / PS_PER_US
+        done = ~np.isnan(t)
+        xs = np.arange(len(c))
+        ax.bar(xs[done], t[done], color="C0", label="completed")
+        if (~done).any():
+            ax.bar(xs[~done], np.zeros((~done).sum()), color="C3", label="incomplete")
+        ax.set_xticks(xs)
+        ax.set_xticklabels(c["op"].astype(str), rotation=90, fontsize="x-small")
+    ax.set_xlabel("operation")
+    ax.set_ylabel("completion time (µs)")
+    ax.set_title("Per-operation completion time")
+    ax.grid(True, axis="y", alpha=0.3)
+    return ax
+
+
+def figures(result) -> dict:
+    """The plots that apply to ``result``: name -> matplotlib Figure (caller closes them)."""
+    out = {}
+
+    def new(name, fn, *args, **kw):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        fn(*args, ax=ax, **kw)
+        fig.tight_layout()
+        out[name] = fig
+
+    if len(result.messages):
+        new("fct_cdf", plot_fct_cdf, result.messages)
+    if len(result.latency):
+        new("latency_cdf", plot_latency_cdf, result.latency, summary=result.summary)
+    if len(result.goodput):
+        new("goodput", plot_goodput, result.goodput)
+    if len(result.links):
+        new("link_utilisation", plot_link_utilisation, result.links)
+    if result.collectives is not None and len(result.collectives):
+        new("collectives", plot_collectives, result.collectives)
+    return out
+
+
+def write_plots(result, out_dir: str | Path, dpi: int = 110) -> list[Path]:
+    """Write the applicable plots of ``result`` as PNG files into ``out_dir``; returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in figures(result).items():
+        p = out_dir / f"{name}.png"
+        fig.savefig(p, dpi=dpi)
+        plt.close(fig)
+        paths.append(p)
+    return paths

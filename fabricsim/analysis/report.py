@@ -1,0 +1,175 @@
+"""One self-contained HTML report of a run: scenario, summary, plots (embedded PNG) and definitions.
+
+The file references nothing outside itself (no scripts, stylesheets or images from a server), so it
+opens in a browser with no network.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import yaml
+
+from ..units import format_rate, format_size, format_time
+
+#: Short definitions of the headline figures (full definitions: docs/metrics.md).
+DEFINITIONS = {
+    "messages.completed / total": "messages whose payload all arrived / messages in the run",
+    "effective_bandwidth.goodput_bps": "delivered payload bits over the pattern's duration (first release to last "
+                                       "completion; run end if incomplete)",
+    "effective_bandwidth.sender_capacity_bps": "sum of NIC line rates of the sending hosts",
+    "effective_bandwidth.goodput_fraction": "goodput_bps / sender_capacity_bps (at most payload/(payload+header))",
+    "effective_bandwidth.completion_time_ratio": "ideal / actual duration of the whole pattern (1.0 = ideal fabric)",
+    "effective_bandwidth.goodput_while_all_active_fraction": "goodput while every flow is running, over sender "
+                                                             "capacity",
+    "pattern.ideal_duration_ps": "lower bound on the pattern's duration on an idle non-blocking fabric",
+    "fct (message completion time)": "end_ps - release_ps of a message: last payload byte arrival minus hand-off "
+                                     "to the source NIC; percentiles over completed messages",
+    "slowdown": "fct / ideal fct of the same message alone on an idle fabric (1.0 = no interference)",
+    "packet_latency": "one-way packet latency, first bit leaving the source NIC to last bit at the destination NIC; "
+                      "from a log-bucketed histogram (values within relative_error)",
+    "drops.packets": "packets dropped in the network (drop-tail buffer full)",
+    "links.utilisation": "tx_bytes * 8 / (rate_bps * run end time) of a directed link",
+    "links.peak_queue_bytes": "largest egress backlog seen at an enqueue",
+    "collectives.time_ps": "per traced operation: last completion minus first release of its messages",
+    "algbw / busbw": "operation bytes per rank over its time; busbw = algbw * (n-1)/n (nccl-tests all-to-all)",
+}
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:60em;
+color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;
+vertical-align:top}th{background:#f4f4f4}td.v{font-family:monospace;text-align:right}
+pre{background:#f7f7f7;padding:.8em;overflow:auto;font-size:.85em;max-height:30em}
+figure{margin:1em 0}img{max-width:100%}figcaption{font-size:.85em;color:#555}
+"""
+
+_CAPTIONS = {
+    "fct_cdf": "Message completion time CDF (completed messages).",
+    "latency_cdf": "Packet latency CDF with p50 / p99 / p99.9 marked.",
+    "goodput": "Delivered payload rate per time bin.",
+    "link_utilisation": "Utilisation of each directed link over the run, grouped by link kind.",
+    "collectives": "Completion time of each traced operation.",
+}
+
+
+def _fmt_value(key: str, v) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, (int, float)):
+        if key.endswith("_ps"):
+            return f"{format_time(v)} ({v:,.0f} ps)" if isinstance(v, int) or float(v).is_integer() \
+                else f"{format_time(v)} ({v:,.1f} ps)"
+        if key.endswith("_bps"):
+            return f"{format_rate(v)}"
+        if key.endswith("_bytes"):
+            return f"{format_size(v)} ({int(v):,} B)"
+        if key.endswith("_s"):
+            return f"{v:.3f} s"
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return f"{v:,}"
+    return str(v)
+
+
+def _flatten(d: dict, prefix: str = "") -> list[tuple[str, object]]:
+    rows = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            if v:
+                rows.extend(_flatten(v, key + "."))
+        elif isinstance(v, (list, tuple)):
+            rows.append((key, ", ".join(map(str, v))))
+        else:
+            rows.append((key, v))
+    return rows
+
+
+def _png_data_uri(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def render_report(result) -> str:
+    """The HTML text of the report of ``result`` (a :class:`Result`)."""
+    import matplotlib.pyplot as plt
+
+    from .plots import figures
+
+    s = result.summary
+    e = html.escape
+    title = f"fabricsim report: {s.get('scenario', '')} (seed {s.get('seed', '')})"
+    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>",
+             f"<style>{_CSS}</style></head><body>", f"<h1>{e(title)}</h1>"]
+    run = s.get("run", {})
+    parts.append(f"<p>routing <b>{e(str(s.get('routing')))}</b>, status <b>{e(str(run.get('status')))}</b>, "
+                 f"fabricsim {e(str(run.get('version')))}</p>")
+
+    eb, pl = s.get("effective_bandwidth", {}), s.get("packet_latency", {})
+    msgs = s.get("messages", {})
+    headline = [
+        ("messages completed", f"{msgs.get('completed')} / {msgs.get('total')}"),
+        ("goodput", _fmt_value("goodput_bps", eb.get("goodput_bps"))),
+        ("goodput fraction of sender line rate", _fmt_value("x", eb.get("goodput_fraction"))),
+        ("completion time ratio (ideal / actual)", _fmt_value("x", eb.get("completion_time_ratio"))),
+        ("message FCT p50 / p99", " / ".join(_fmt_value("_ps", s.get("fct", {}).get(k)) for k in ("p50_ps", "p99_ps"))),
+        ("packet latency p50 / p99 / p99.9",
+         " / ".join(_fmt_value("_ps", pl.get(k)) for k in ("p50_ps", "p99_ps", "p999_ps"))),
+        ("dropped packets", _fmt_value("x", s.get("drops", {}).get("packets"))),
+    ]
+    parts.append("<h2>Headline</h2><table><tr><th>figure</th><th>value</th></tr>")
+    for k, v in headline:
+        parts.append(f"<tr><td>{e(k)}</td><td class=\"v\">{e(v)}</td></tr>")
+    parts.append("</table>")
+    parts.append("<h2>Summary (all fields)</h2><table><tr><th>figure</th><th>value</th></tr>")
+    for key, v in _flatten(s):
+        parts.append(f"<tr><td>{e(key)}</td><td class=\"v\">{e(_fmt_value(key, v))}</td></tr>")
+    parts.append("</table>")
+
+    parts.append("<h2>Plots</h2>")
+    figs = figures(result)
+    if not figs:
+        parts.append("<p>No plots apply (empty tables).</p>")
+    for name, fig in figs.items():
+        uri = _png_data_uri(fig)
+        plt.close(fig)
+        cap = _CAPTIONS.get(name, name)
+        parts.append(f"<figure><img src=\"{uri}\" alt=\"{e(name)}\"><figcaption>{e(cap)}</figcaption></figure>")
+
+    parts.append("<h2>Scenario (resolved)</h2>")
+    parts.append(f"<pre>{e(yaml.safe_dump(result.scenario, sort_keys=False))}</pre>")
+
+    parts.append("<h2>Definitions</h2><p>Units: times in picoseconds (_ps), sizes in bytes (_bytes), rates in "
+                 "bit/s (_bps). Full definitions: docs/metrics.md of fabricsim.</p>")
+    parts.append("<table><tr><th>figure</th><th>meaning</th></tr>")
+    for k, v in DEFINITIONS.items():
+        parts.append(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>")
+    parts.append("</table></body></html>\n")
+    return "\n".join(parts)
+
+
+def write_report(result_or_dir, path: str | Path | None = None) -> Path:
+    """Write the self-contained HTML report of a :class:`Result` or a results folder to ``path``
+    (default: ``report.html`` in the results folder); returns the path written."""
+    if isinstance(result_or_dir, (str, Path)):
+        from .load import load_results
+        result = load_results(result_or_dir)
+    else:
+        result = result_or_dir
+    if path is None:
+        if result.output_dir is None:
+            raise ValueError("path is required for a Result that was not written to a folder")
+        path = Path(result.output_dir) / "report.html"
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(render_report(result), encoding="utf-8")
+    tmp.replace(path)
+    return path
