@@ -90,11 +90,14 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
 
 
 class _progress_bar:
-    """tqdm bar advanced in simulated time."""
+    """tqdm bar on stderr advanced in simulated time: shown only after a second of wall time and
+    only when stderr is a terminal (``disable=None``), so logs and CI output stay clean."""
 
     def __init__(self, n_messages: int, limit_ps: int):
+        import sys
         from tqdm import tqdm
         self._bar = tqdm(total=None, unit="us", unit_scale=False, desc="simulated", leave=False,
+                         file=sys.stderr, disable=None, delay=1.0,
                          bar_format="{desc}: {n:.1f} us simulated [{elapsed}, {rate_fmt}]")
         self._last = 0
 
