@@ -206,7 +206,8 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     output_dir:
         If given, each run's results folder goes to ``output_dir/<combination>/seed<N>/`` and the
         table and its :func:`summarize` are written there as ``runs.csv``, ``runs.parquet`` and
-        ``summary.csv``.
+        ``summary.csv``, with ``effective_bandwidth.png`` (bars per combination, error bars over
+        seeds).
     metrics:
         Metric columns (default :data:`DEFAULT_METRICS`).
     progress:
@@ -263,8 +264,22 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         except (ImportError, ValueError):  # pragma: no cover - no parquet engine
             pass
         summarize(df).to_csv(out / "summary.csv", index=False)
+        _write_plot(df, keys, out / "effective_bandwidth.png")
     df.attrs["identity"] = keys
     return df
+
+
+def _write_plot(df: pd.DataFrame, keys: list[str], path: Path) -> None:
+    """Effective-bandwidth bars per combination (error bars over seeds) as a PNG."""
+    import matplotlib.pyplot as plt
+
+    from .analysis.plots import plot_effective_bandwidth
+    policy = df[keys].astype(str).agg(" ".join, axis=1) if keys else pd.Series(["run"] * len(df))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * policy.nunique() + 2), 3.8))
+    plot_effective_bandwidth(df.assign(policy=policy.values), ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def summarize(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:

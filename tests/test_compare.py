@@ -92,6 +92,7 @@ def test_bad_vary_raises_before_running(tmp_path):
 def test_output_dir_layout(tmp_path):
     out = tmp_path / "cmp"
     fabricsim.compare(TINY, vary={"routing": ["ecmp", "spray"]}, seeds=2, output_dir=out)
+    assert (out / "effective_bandwidth.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for name in ("runs.csv", "runs.parquet", "summary.csv"):
         assert (out / name).is_file()
     assert (out / "routing-ecmp" / "seed1" / "summary.json").is_file()
