@@ -225,6 +225,58 @@ def plot_collectives(collectives, ax=None, max_ops: int = 60):
     return ax
 
 
+def plot_link_heatmap(link_timeseries, links, ax=None, max_links: int = 200):
+    """Utilisation of each link over time (``Result.link_timeseries``), links grouped by kind
+    (tier) and, within a kind, busiest first; at most ``max_links`` rows."""
+    ax = _ax(ax)
+    lt = _table(link_timeseries, "link_timeseries")
+    lk = _table(links, "links")
+    if lt is None or not len(lt):
+        _empty(ax, "link time series (see outputs.link_sample_interval)")
+        return ax
+    order = lk.sort_values(["kind", "tx_bytes"], ascending=[True, False])
+    order = order.groupby("kind", sort=True, group_keys=False).head(max(1, max_links // max(1, order["kind"].nunique())))
+    ids = order["link_id"].tolist()
+    grid = lt.pivot_table(index="link_id", columns="bin_start_ps", values="utilisation").reindex(ids)
+    t = np.asarray(grid.columns, dtype=float) / 1e6
+    step = (t[1] - t[0]) if len(t) > 1 else 1.0
+    im = ax.imshow(grid.to_numpy() * 100, aspect="auto", interpolation="nearest", vmin=0, vmax=100, cmap="viridis",
+                   extent=(t[0], t[-1] + step, len(ids), 0))
+    ax.figure.colorbar(im, ax=ax, label="utilisation (% of line rate)")
+    # tier labels at the middle of each group
+    kinds = order["kind"].tolist()
+    edges = [i for i in range(1, len(kinds)) if kinds[i] != kinds[i - 1]]
+    for e in edges:
+        ax.axhline(e, color="white", lw=0.8)
+    starts = [0] + edges
+    ends = edges + [len(kinds)]
+    ax.set_yticks([(a + b) / 2 for a, b in zip(starts, ends)], [kinds[a] for a in starts])
+    ax.set_xlabel("simulated time (us)")
+    ax.set_ylabel("links by tier (busiest first)")
+    ax.set_title("link utilisation over time")
+    return ax
+
+
+def plot_queue_timeseries(link_timeseries, links, ax=None, top: int = 8):
+    """Queue occupancy over time of the ``top`` ports with the largest peak queue."""
+    ax = _ax(ax)
+    lt = _table(link_timeseries, "link_timeseries")
+    lk = _table(links, "links")
+    if lt is None or not len(lt):
+        _empty(ax, "link time series (see outputs.link_sample_interval)")
+        return ax
+    hot = lk.sort_values("peak_queue_bytes", ascending=False).head(top)
+    for row in hot.itertuples():
+        d = lt[lt["link_id"] == row.link_id]
+        label = f"{getattr(row, 'src_name', row.src)}->{getattr(row, 'dst_name', row.dst)}"
+        ax.step(d["bin_end_ps"] / 1e6, d["queue_bytes"] / 1024, where="post", label=label)
+    ax.set_xlabel("simulated time (us)")
+    ax.set_ylabel("queued (KiB)")
+    ax.set_title(f"queue occupancy, {len(hot)} hottest ports (sampled)")
+    ax.legend(fontsize=7, loc="upper right")
+    return ax
+
+
 def figures(result) -> dict:
     """The plots that apply to ``result``: name -> matplotlib Figure (caller closes them)."""
     out = {}
@@ -245,6 +297,10 @@ def figures(result) -> dict:
         new("link_utilisation", plot_link_utilisation, result.links)
     if result.collectives is not None and len(result.collectives):
         new("collectives", plot_collectives, result.collectives)
+    lt = getattr(result, "link_timeseries", None)
+    if lt is not None and len(lt):
+        new("link_heatmap", plot_link_heatmap, lt, result.links)
+        new("queue_timeseries", plot_queue_timeseries, lt, result.links)
     return out
 
 

@@ -34,6 +34,8 @@ class Result:
         Delivered payload per time bin.
     collectives: DataFrame
         One row per traced operation (empty unless messages carry an ``op`` tag).
+    link_timeseries: DataFrame
+        Per link and sampling interval: bytes sent, utilisation, queue at the interval's end.
     scenario: dict
         The resolved scenario (every default filled in).
     output_dir: Path | None
@@ -47,6 +49,7 @@ class Result:
     goodput: pd.DataFrame
     scenario: dict
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
+    link_timeseries: pd.DataFrame = field(default_factory=pd.DataFrame)
     output_dir: Path | None = None
     extra: dict = field(default_factory=dict)
 
@@ -239,6 +242,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
             "exposed_communication_ps_mean": (duration - sum(per_gpu.values()) / len(per_gpu))
             if duration and per_gpu else None,
         }
+    link_ts = link_timeseries(outcome)
+    if outcome.link_samples_truncated:
+        summary["run"]["link_timeseries_truncated"] = True
     collectives = collectives_table(msgs)
     if len(collectives):
         t = collectives["time_ps"].dropna().astype("int64")
@@ -246,7 +252,34 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                                   "time_p50_ps": float(t.median()) if len(t) else None,
                                   "time_max_ps": int(t.max()) if len(t) else None}
     return Result(summary=summary, messages=msgs, links=links, latency=lat.table(), goodput=goodput,
-                  scenario=sc.model_dump(mode="json"), collectives=collectives)
+                  scenario=sc.model_dump(mode="json"), collectives=collectives, link_timeseries=link_ts)
+
+
+def link_timeseries(outcome) -> pd.DataFrame:
+    """Long table from the engine's periodic link samples (``outputs.link_sample_interval``):
+    one row per link and interval ``[bin_start_ps, bin_end_ps)`` with the wire bytes that left the
+    port in it,
+    utilisation = bytes x 8 / (rate x interval) and ``queue_bytes`` queued at the interval's end."""
+    cols = ["link_id", "bin_start_ps", "bin_end_ps", "tx_bytes", "utilisation", "queue_bytes"]
+    samples = outcome.link_samples
+    if len(samples) < 2 or not outcome.links:
+        return pd.DataFrame(columns=cols)
+    times = np.array([s[0] for s in samples], dtype=np.int64)
+    tx = np.array([s[1] for s in samples], dtype=np.int64)          # samples x links, cumulative
+    q = np.array([s[2] for s in samples], dtype=np.int64)
+    keep = np.diff(times) > 0
+    start, end = times[:-1][keep], times[1:][keep]
+    # a port counts a packet's bytes when it is enqueued; what has left the port by t is the
+    # count minus what is still queued (including the rest of the packet being serialised)
+    sent = np.diff(tx - q, axis=0)[keep]
+    rates = np.array([row["rate_bps"] for row in outcome.links], dtype=np.float64)
+    ids = np.array([row["link_id"] for row in outcome.links], dtype=np.int64)
+    n_bins, n_links = sent.shape
+    util = sent * 8e12 / (rates[None, :] * (end - start)[:, None])
+    return pd.DataFrame({
+        "link_id": np.tile(ids, n_bins), "bin_start_ps": np.repeat(start, n_links),
+        "bin_end_ps": np.repeat(end, n_links), "tx_bytes": sent.ravel(), "utilisation": util.ravel(),
+        "queue_bytes": q[1:][keep].ravel()})
 
 
 def summary_json(summary: dict) -> str:

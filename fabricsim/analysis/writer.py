@@ -9,6 +9,7 @@ Layout (definitions in docs/metrics.md)::
     latency_histogram.*     packet-latency histogram buckets
     goodput_timeseries.*    delivered payload per time bin
     collectives.*           one row per traced operation (traces with an op column only)
+    link_timeseries.*       per link and sampling interval: bytes, utilisation, queue
     scenario.resolved.yaml  the scenario with every default filled in
 
 ``messages.partial.csv`` streams completed messages during the run and is removed once the
@@ -25,7 +26,7 @@ import yaml
 from .result import Result, summary_json
 
 
-TABLES = ("messages", "links", "latency_histogram", "goodput_timeseries", "collectives")
+TABLES = ("messages", "links", "latency_histogram", "goodput_timeseries", "collectives", "link_timeseries")
 
 
 class ResultsFolder:
@@ -67,6 +68,8 @@ class ResultsFolder:
         self._table("goodput_timeseries", result.goodput)
         if len(result.collectives):
             self._table("collectives", result.collectives)
+        if len(result.link_timeseries):
+            self._table("link_timeseries", result.link_timeseries)
         self._write_text("summary.json", summary_json(result.summary))
         self._write_text("run.json", json.dumps({"seed": result.summary["seed"], **result.summary["run"]},
                                                 indent=2, default=str))

@@ -40,6 +40,11 @@ class OutputsConfig(BaseModel):
     dir: str | None = Field(None, description="results folder; default results/<scenario name>")
     formats: list[Literal["parquet", "csv"]] = Field(default_factory=lambda: ["parquet", "csv"], min_length=1)
     timeseries_bin: PositiveTime = Field("10us", description="bin width of the goodput time series (10us)")
+    link_sample_interval: PositiveTime | Literal["off"] = Field("10us", description=(
+        "every this much simulated time, record each link's transmitted bytes and queue; 'off' "
+        "disables the link time series"))
+    link_sample_budget: StrictInt = Field(5_000_000, ge=0, description=(
+        "at most this many (link, sample) values; sampling stops (and says so) beyond it"))
     latency_rel_error: StrictFloat = Field(0.01, gt=0, le=0.5,
                                      description="relative bin width of the packet-latency histogram")
 

@@ -35,6 +35,9 @@ class RunOutcome:
     packet_hops: int
     links: list = field(default_factory=list)   # one dict per directed link (see docs/metrics.md)
     counters: dict = field(default_factory=dict)
+    #: [(time_ps, [tx_bytes per link], [queued bytes per link])], links in the order of ``links``
+    link_samples: list = field(default_factory=list)
+    link_samples_truncated: bool = False
 
 
 class Engine(Protocol):

@@ -249,6 +249,7 @@ class PacketEngine:
         self.pxn = bool(sc.nic.params and sc.nic.params.pxn)
         self.pxn_chunk = sc.nic.params.pxn_chunk if sc.nic.params else 0
         self.pieces: list[MessageState] = []   # PXN chunks (not in the messages table)
+        self._last_t = 0                         # last message completion (end of a drained run)
         self.gpu_compute = simcfg.compute == "gpu"
         self._jobs: dict = {}                   # (sender, deps, gap) -> end of that compute job
         self.gpu_free: dict[int, int] = {}       # GPU -> when its current compute job ends
@@ -333,6 +334,8 @@ class PacketEngine:
             return
         st.done = True
         st.end = t
+        if t > self._last_t:
+            self._last_t = t
         if st.parent is not None:
             self._piece_done(st, t)
             return
@@ -379,10 +382,31 @@ class PacketEngine:
             self.message_done(st, self.kernel.now)
 
     # ------------------------------------------------------------------ run
+    def _sample_links(self, t, _):
+        """Periodic snapshot of every link: cumulative bytes sent and bytes queued. Reads state
+        only, so it changes nothing simulated; it reschedules itself while other events remain."""
+        if not self.kernel.pending():
+            # nothing else left: the simulation ended before this sample (at self._last_t)
+            self._sampler_overshot = True
+            return
+        self.link_samples.append((t, [p.tx_bytes for p in self.ports], [p.queued_bytes(t) for p in self.ports]))
+        if len(self.link_samples) * len(self.ports) >= self._sample_budget:
+            self.link_samples_truncated = True
+            return
+        self.kernel.schedule(t + self._sample_every, self._sample_links, None)
+
     def run(self, progress=None) -> RunOutcome:
         for st in self.states.values():
             if st.pending_deps == 0:
                 self.kernel.schedule(st.msg.start_ps, self.release, st)
+        every = self.sim.scenario.outputs.link_sample_interval
+        self.link_samples: list = []
+        self.link_samples_truncated = False
+        self._sampler_overshot = False
+        if every != "off" and self.ports and self.sim.scenario.outputs.link_sample_budget:
+            self._sample_every = every
+            self._sample_budget = self.sim.scenario.outputs.link_sample_budget
+            self.kernel.schedule(0, self._sample_links, None)
         status = "complete"
         # The cyclic garbage collector is paused while events run: the data path creates no
         # reference cycles (packets and agenda entries are freed by reference counting), but the
@@ -398,6 +422,8 @@ class PacketEngine:
             if gc_was_enabled:
                 gc.enable()
         now = self.kernel.now
+        if how == "drained" and self._sampler_overshot:
+            now = self._last_t   # the link sampler outlived the last real event
         if how == "time_limit":
             status = "time_limit"
         elif how == "interrupted":
@@ -427,5 +453,11 @@ class PacketEngine:
             counters["gpu_compute_busy_ps"] = dict(sorted(self.gpu_busy.items()))
         if hasattr(self.routing, "new_flowlets"):
             counters["new_flowlets"] = self.routing.new_flowlets
+        if self.link_samples and self.link_samples[-1][0] < now:
+            self._final_sample(now)
         return RunOutcome(status=status, end_ps=now, events=self.kernel.events, packet_hops=hops,
-                          links=links, counters=counters)
+                          links=links, counters=counters, link_samples=self.link_samples,
+                          link_samples_truncated=self.link_samples_truncated)
+
+    def _final_sample(self, now):
+        self.link_samples.append((now, [p.tx_bytes for p in self.ports], [p.queued_bytes(now) for p in self.ports]))
