@@ -225,14 +225,21 @@ def plot_collectives(collectives, ax=None, max_ops: int = 60):
     return ax
 
 
+def _link_series(link_timeseries, links, ax):
+    """(ax, link time series, links table); the series is None (and the Axes says so) if empty."""
+    ax = _ax(ax)
+    lt = _table(link_timeseries, "link_timeseries")
+    if lt is None or not len(lt):
+        _empty(ax, "link time series (see outputs.link_sample_interval)")
+        return ax, None, None
+    return ax, lt, _table(links, "links")
+
+
 def plot_link_heatmap(link_timeseries, links, ax=None, max_links: int = 200):
     """Utilisation of each link over time (``Result.link_timeseries``), links grouped by kind
     (tier) and, within a kind, busiest first; at most ``max_links`` rows."""
-    ax = _ax(ax)
-    lt = _table(link_timeseries, "link_timeseries")
-    lk = _table(links, "links")
-    if lt is None or not len(lt):
-        _empty(ax, "link time series (see outputs.link_sample_interval)")
+    ax, lt, lk = _link_series(link_timeseries, links, ax)
+    if lt is None:
         return ax
     order = lk.sort_values(["kind", "tx_bytes"], ascending=[True, False])
     order = order.groupby("kind", sort=True, group_keys=False).head(max(1, max_links // max(1, order["kind"].nunique())))
@@ -259,11 +266,8 @@ def plot_link_heatmap(link_timeseries, links, ax=None, max_links: int = 200):
 
 def plot_queue_timeseries(link_timeseries, links, ax=None, top: int = 8):
     """Queue occupancy over time of the ``top`` ports with the largest peak queue."""
-    ax = _ax(ax)
-    lt = _table(link_timeseries, "link_timeseries")
-    lk = _table(links, "links")
-    if lt is None or not len(lt):
-        _empty(ax, "link time series (see outputs.link_sample_interval)")
+    ax, lt, lk = _link_series(link_timeseries, links, ax)
+    if lt is None:
         return ax
     hot = lk.sort_values("peak_queue_bytes", ascending=False).head(top)
     for row in hot.itertuples():
