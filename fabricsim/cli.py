@@ -167,16 +167,9 @@ def topo():
 def topo_show(file, as_json, draw):
     """Print node and link counts per tier, bisection bandwidth (per plane for clusters) of a
     topology (or scenario) FILE; optionally draw it."""
-    from .config.scenario import load_yaml
-    from .topology import build_topology, load_topology_file
+    from .topology import load_topology_or_scenario
     try:
-        data, _ = load_yaml(file)
-        if isinstance(data, dict) and "topology" in data:
-            from .config import load_scenario
-            loaded = load_scenario(file)
-            t = build_topology(loaded.scenario.topology, source=loaded.source, resolve=loaded.resolve_path)
-        else:
-            t = load_topology_file(file)
+        t = load_topology_or_scenario(file)
         d = t.describe()
         if draw:
             from .topology.draw import draw_topology
@@ -225,16 +218,8 @@ def trace_group():
 
 def _trace_topology_hosts(path) -> int:
     """Number of GPUs (hosts) of a topology YAML file or of a scenario's topology."""
-    from .config.scenario import load_yaml
-    from .topology import build_topology, load_topology_file
-    data, _ = load_yaml(path)
-    if isinstance(data, dict) and "topology" in data:
-        from .config import load_scenario
-        loaded = load_scenario(path)
-        t = build_topology(loaded.scenario.topology, source=loaded.source, resolve=loaded.resolve_path)
-    else:
-        t = load_topology_file(path)
-    return t.num_hosts
+    from .topology import load_topology_or_scenario
+    return load_topology_or_scenario(path).num_hosts
 
 
 @trace_group.command("inspect")

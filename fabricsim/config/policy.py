@@ -20,9 +20,14 @@ class PolicySection(BaseModel):
     name: str = ""
     params: Any = None
 
+    #: "module:NAME" of the registry the name is looked up in (imported lazily: no cycles)
+    registry_ref: ClassVar[str] = ""
+
     @classmethod
-    def registry(cls):  # pragma: no cover - abstract
-        raise NotImplementedError
+    def registry(cls):
+        import importlib
+        module, name = cls.registry_ref.split(":")
+        return getattr(importlib.import_module(module), name)
 
     @model_validator(mode="before")
     @classmethod
@@ -64,11 +69,7 @@ class RoutingSection(PolicySection):
 
     name_field: ClassVar[str] = "policy"
     default_name: ClassVar[str] = "ecmp"
-
-    @classmethod
-    def registry(cls):
-        from ..routing import ROUTING
-        return ROUTING
+    registry_ref: ClassVar[str] = "fabricsim.routing:ROUTING"
 
 
 class ReceiverSection(PolicySection):
@@ -76,11 +77,7 @@ class ReceiverSection(PolicySection):
 
     name_field: ClassVar[str] = "model"
     default_name: ClassVar[str] = "ddp"
-
-    @classmethod
-    def registry(cls):
-        from ..receiver import RECEIVERS
-        return RECEIVERS
+    registry_ref: ClassVar[str] = "fabricsim.receiver:RECEIVERS"
 
 
 class CongestionControlSection(PolicySection):
@@ -88,11 +85,7 @@ class CongestionControlSection(PolicySection):
 
     name_field: ClassVar[str] = "algorithm"
     default_name: ClassVar[str] = "none"
-
-    @classmethod
-    def registry(cls):
-        from ..cc import CC
-        return CC
+    registry_ref: ClassVar[str] = "fabricsim.cc:CC"
 
 
 class NicSection(PolicySection):
@@ -100,8 +93,4 @@ class NicSection(PolicySection):
 
     name_field: ClassVar[str] = "plane_split"
     default_name: ClassVar[str] = "per_packet"
-
-    @classmethod
-    def registry(cls):
-        from ..planes import SPLITS
-        return SPLITS
+    registry_ref: ClassVar[str] = "fabricsim.planes:SPLITS"

@@ -270,7 +270,8 @@ class PacketEngine:
         """Hand a message to its source NIC: split it over its queue pairs."""
         m = st.msg
         st.release = t
-        self.recorder.on_release(st, t)
+        if st.parent is None:   # PXN pieces are not messages of the pattern
+            self.recorder.on_release(st, t)
         if self.pxn and st.parent is None:
             relay = self.sim.paths.pxn_relay(m.src, m.dst)
             if relay is not None:

@@ -13,7 +13,7 @@ from .explicit import build_explicit
 from .leaf_spine import build_leaf_spine
 from .model import Topology
 
-__all__ = ["Topology", "build_topology", "load_topology_file", "build_leaf_spine", "build_explicit",
+__all__ = ["Topology", "build_topology", "load_topology_file", "load_topology_or_scenario", "build_leaf_spine", "build_explicit",
            "build_cluster"]
 
 _FILE_MODELS = {"leaf_spine": LeafSpineConfig, "explicit": ExplicitTopologyConfig, "nvl72_rack": NvlRackConfig,
@@ -58,3 +58,14 @@ def build_topology(cfg, source: str = "<scenario>", resolve=None, prefix: str = 
                                 field=f"{prefix}.path" if prefix else "path")
         return load_topology_file(path)
     raise TopologyError(f"unsupported topology {type(cfg).__name__}", source=source, field="topology")
+
+
+def load_topology_or_scenario(path: str | Path) -> Topology:
+    """The topology of a topology YAML file, or of a scenario file (one with a ``topology:``)."""
+    from ..config.scenario import load_yaml
+    data, _ = load_yaml(path)
+    if isinstance(data, dict) and "topology" in data:
+        from ..config import load_scenario
+        loaded = load_scenario(path)
+        return build_topology(loaded.scenario.topology, source=loaded.source, resolve=loaded.resolve_path)
+    return load_topology_file(path)

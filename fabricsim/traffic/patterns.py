@@ -106,14 +106,20 @@ def _time_col(row, names, source, line, units_parse):
     return 0
 
 
+def _input_file(cfg, resolve, source, what: str) -> Path:
+    """The file named by ``traffic.path`` (relative to the scenario), or a TrafficError."""
+    path = Path(resolve(cfg.path) if resolve else cfg.path)
+    if not path.is_file():
+        raise TrafficError(f"{what} {cfg.path!r} not found (looked at {path})", source=source,
+                           field="traffic.path")
+    return path
+
+
 @PATTERNS.register("csv")
 def csv_messages(cfg, topo, streams, source, resolve):
     """Read a CSV message list (see :class:`fabricsim.config.traffic.CsvTraffic`)."""
     from .. import units
-    path = Path(resolve(cfg.path) if resolve else cfg.path)
-    if not path.is_file():
-        raise TrafficError(f"message list {cfg.path!r} not found (looked at {path})", source=source,
-                           field="traffic.path")
+    path = _input_file(cfg, resolve, source, "message list")
     src_name = str(path)
     H = topo.num_hosts
     out: list[Message] = []
@@ -190,10 +196,7 @@ def csv_messages(cfg, topo, streams, source, resolve):
 def trace_messages(cfg, topo, streams, source, resolve):
     """Replay a v1 trace (see :class:`fabricsim.config.traffic.TraceTraffic`, docs/traces.md)."""
     from ..traces import read_trace
-    path = Path(resolve(cfg.path) if resolve else cfg.path)
-    if not path.is_file():
-        raise TrafficError(f"trace {cfg.path!r} not found (looked at {path})", source=source,
-                           field="traffic.path")
+    path = _input_file(cfg, resolve, source, "trace")
     return read_trace(path, num_hosts=topo.num_hosts).to_messages(cfg.qps_per_message)
 
 
