@@ -21,17 +21,20 @@ def test_all_to_all_inside_an_nvl72_rack_reaches_the_nvlink_bound_with_chips_or_
     for res in (chips, xbar):
         eb = res.summary["effective_bandwidth"]
         assert res.summary["messages"]["completed"] == 72 * 71
-        # ideal = every GPU pushing 71 x 64 KiB through its 7.2 Tbps of NVLink
-        assert eb["completion_time_ratio"] >= 0.97
+        # ideal = every GPU pushing 71 x 64 KiB through its 7.2 Tbps of NVLink. Each GPU's links
+        # also carry the ACKs of the 71 flows it receives (86 B per 4178 B packet, 2 %): on the
+        # crossbar that costs ~2 %; on the 18 chips, whose links the data alone fills, the
+        # overload costs adaptive routing ~10 % (as on a leaf-spine sized for data alone)
+        assert eb["completion_time_ratio"] >= (0.97 if res is xbar else 0.87)
         assert eb["sender_capacity_bps"] == 72 * 7200 * G
         # nothing leaves a GPU except over NVLink (there is no NIC in this preset)
         assert set(res.links["kind"]) == {"nvlink"}
     # the faithful 18-chip model and the single crossbar agree on the collective's duration
     d_chips = chips.summary["pattern"]["duration_ps"]
     d_xbar = xbar.summary["pattern"]["duration_ps"]
-    assert abs(d_chips - d_xbar) / d_xbar < 0.03
+    assert abs(d_chips - d_xbar) / d_xbar < 0.12
     # the crossbar keeps every GPU at the NVLink rate (times payload share) while all flows run
-    assert xbar.summary["effective_bandwidth"]["goodput_while_all_active_fraction"] > 0.97 * EFF
+    assert xbar.summary["effective_bandwidth"]["goodput_while_all_active_fraction"] > 0.97 * EFF * 4178 / (4178 + 86)
 
 
 def two_racks(tmp_path, failed=None, routing="adaptive"):
@@ -60,13 +63,14 @@ def test_cross_rack_permutation_is_bounded_by_nic_rate_over_all_planes(tmp_path)
     g = per_flow_goodput(res)
     bound = 2 * 400 * G * EFF
     assert g.max() <= bound * 1.001
-    assert g.mean() > 0.95 * bound
+    # every GPU also receives a flow, so its NIC ports carry that flow's ACKs (86 B per 4178 B)
+    assert g.mean() > 0.95 * bound * 4178 / (4178 + 86)
     # cross-rack traffic uses the NICs, never NVLink
-    assert res.links.loc[res.links["kind"] == "nvlink", "tx_bytes"].sum() == 0
+    assert res.links.loc[res.links["kind"] == "nvlink", "tx_data_bytes"].sum() == 0
     # both planes carry half each
     L = res.links
     up = L[(L["kind"] == "host-leaf") & (L["src"] < 72)]
-    per_plane = up.groupby(up["dst_name"].str.split(".").str[0])["tx_bytes"].sum()
+    per_plane = up.groupby(up["dst_name"].str.split(".").str[0])["tx_data_bytes"].sum()
     assert len(per_plane) == 2
     assert per_plane.min() / per_plane.max() > 0.98
 
@@ -104,8 +108,8 @@ def test_pxn_moves_off_rail_traffic_onto_nvlink_and_keeps_it_under_one_leaf(tmp_
         b = res.summary["bytes"]
         assert b["delivered_payload_bytes"] == b["injected_payload_bytes"] == 36 * 2**20
         assert res.goodput["delivered_bytes"].sum() == 36 * 2**20   # relay hops are not goodput
-    spine = lambda r: r.links.loc[r.links["kind"] == "leaf-spine", "tx_bytes"].sum()  # noqa: E731
-    nvlink = lambda r: r.links.loc[r.links["kind"] == "nvlink", "tx_bytes"].sum()  # noqa: E731
+    spine = lambda r: r.links.loc[r.links["kind"] == "leaf-spine", "tx_data_bytes"].sum()  # noqa: E731
+    nvlink = lambda r: r.links.loc[r.links["kind"] == "nvlink", "tx_data_bytes"].sum()  # noqa: E731
     assert spine(direct) > 0 and nvlink(direct) == 0
     assert spine(relayed) == 0
     # each byte crosses NVLink twice (GPU -> NVLink switch -> relay GPU), in 4 KiB packets
@@ -124,7 +128,7 @@ def test_three_tier_cluster_routes_through_super_spines():
     adaptive, ecmp = run("adaptive"), run("ecmp")
     for res in (adaptive, ecmp):
         assert res.summary["messages"]["completed"] == 64
-        assert res.links.loc[res.links["kind"] == "spine-superspine", "tx_bytes"].sum() > 0
+        assert res.links.loc[res.links["kind"] == "spine-superspine", "tx_data_bytes"].sum() > 0
     assert adaptive.summary["effective_bandwidth"]["completion_time_ratio"] > 0.9
     assert ecmp.summary["effective_bandwidth"]["completion_time_ratio"] < \
         adaptive.summary["effective_bandwidth"]["completion_time_ratio"]

@@ -60,7 +60,7 @@ def run(topo, messages, split="per_packet", seed=1):
 
 def host_port_bytes(res, host):
     L = res.links
-    return dict(zip(L[L["src"] == host]["dst_name"], L[L["src"] == host]["tx_bytes"]))
+    return dict(zip(L[L["src"] == host]["dst_name"], L[L["src"] == host]["tx_data_bytes"]))
 
 
 def test_per_packet_split_uses_both_planes_at_full_rate():

@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 import fabricsim
-from fabricsim.analysis.recorder import Recorder
+from fabricsim.analysis.recorder import MESSAGE_COLUMNS, Recorder
 from fabricsim.analysis.result import build_result
 from fabricsim.cli import main
 from fabricsim.engine import ENGINES
@@ -101,7 +101,8 @@ def test_streamed_partial_file_holds_finished_messages(tmp_path):
     path = tmp_path / "messages.partial.csv"
     rec = Recorder(stream_path=path)
     _run_interrupted(sim, rec)
-    done_before_final = sum(1 for r in rec.rows if r[-2])
+    col = MESSAGE_COLUMNS.index("completed")
+    done_before_final = sum(1 for r in rec.rows if r[col])
     rec.close()
     streamed = pd.read_csv(path)
     assert streamed["completed"].sum() == done_before_final > 0

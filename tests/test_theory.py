@@ -18,7 +18,8 @@ def leaf_spine(n_per_leaf=4, leaves=2, spines=2, host_rate="400Gbps", fabric_rat
                host_delay="500ns", fabric_delay="700ns", latency="600ns", **extra):
     return {"kind": "leaf_spine", "hosts_per_leaf": n_per_leaf, "leaves": leaves, "spines": spines,
             "host_link": {"rate": host_rate, "delay": host_delay},
-            "fabric_link": {"rate": fabric_rate, "delay": fabric_delay}, "switch_latency": latency, **extra}
+            "fabric_link": {"rate": fabric_rate, "delay": fabric_delay}, "switch_latency": latency,
+            "buffer": {"size": "unbounded"}, **extra}
 
 
 def csv_traffic(tmp_path, rows, name="m.csv"):
@@ -101,7 +102,7 @@ def test_two_flows_share_one_bottleneck_at_its_rate(tmp_path):
 def _uplink_fraction(res):
     L = res.links
     up = L[(L["kind"] == "leaf-spine") & L["src_name"].str.startswith("leaf")]
-    return float((up["tx_bytes"] > 0).mean()), up
+    return float((up["tx_data_bytes"] > 0).mean()), up
 
 
 def test_ecmp_uplink_usage_matches_balls_into_bins_and_sets_throughput():
@@ -130,16 +131,27 @@ def test_ecmp_completion_is_set_by_the_most_collided_link():
                                       "message_size": "2MiB"}, routing="ecmp", seed=seed))
         _, up = _uplink_fraction(res)
         wire_per_msg = 512 * 4178
-        k_max = int(round(up["tx_bytes"].max() / wire_per_msg))
+        k_max = int(round(up["tx_data_bytes"].max() / wire_per_msg))
         ratio = res.summary["effective_bandwidth"]["completion_time_ratio"]
         assert ratio < res.summary["effective_bandwidth"]["goodput_while_all_active_fraction"]
         assert abs(ratio - 1 / k_max) < 0.1 / k_max
 
 
-FABRIC = leaf_spine(n_per_leaf=8, leaves=4, spines=8)
+# 9 spines for 8 hosts per leaf: the data alone would fill 8, and the ACKs coming back (86 B per
+# 4178 B packet, 2 %) need the slack. On exactly 8 spines the spine->leaf downlinks run at 102 %
+# and adaptive falls to 0.79-0.85 (a real effect, covered by the next test).
+FABRIC = leaf_spine(n_per_leaf=8, leaves=4, spines=9)
 
 
-@pytest.mark.parametrize("policy,floor", [("adaptive", 0.9), ("spray", 0.85)])
+def test_acks_overload_a_fabric_sized_for_data_alone():
+    full = leaf_spine(n_per_leaf=8, leaves=4, spines=8)
+    ratios = [fabricsim.run(scenario(full, {"pattern": "permutation", "locality": "cross_leaf",
+                                            "message_size": "4MiB"}, routing="adaptive", seed=s)
+                            ).summary["effective_bandwidth"]["completion_time_ratio"] for s in (1, 2)]
+    assert max(ratios) < 0.9
+
+
+@pytest.mark.parametrize("policy,floor", [("adaptive", 0.93), ("spray", 0.85)])
 def test_adaptive_and_spray_approach_ideal_completion(policy, floor):
     for seed in (1, 2, 3):
         res = fabricsim.run(scenario(FABRIC, {"pattern": "permutation", "locality": "cross_leaf",
@@ -172,33 +184,38 @@ def test_flowlet_keeps_a_line_rate_flow_on_one_path():
                                  routing="flowlet"))
     _, up = _uplink_fraction(res)
     per_msg = 256 * 4178
-    assert set((up["tx_bytes"] % per_msg).tolist()) == {0}
-    # one flowlet per flow: only the source leaf has a choice of port (spines have one way down)
-    assert res.summary["run"]["new_flowlets"] == 8
+    assert set((up["tx_data_bytes"] % per_msg).tolist()) == {0}
+    # one flowlet per flow and direction: only the source leaf has a choice of port for the data
+    # (spines have one way down), only the destination leaf for its ACKs
+    assert res.summary["run"]["new_flowlets"] == 8 + 8
 
 
 # ---------------------------------------------------------------------------------------------
 # conservation, determinism, cells, dependencies
 
 
-def test_finite_buffers_conserve_bytes_and_report_incomplete_messages():
+def test_finite_buffers_drop_and_the_transport_recovers_every_byte():
     topo = leaf_spine(n_per_leaf=8, leaves=2, spines=2, buffer={"mode": "per_port", "size": "64KiB"})
     res = fabricsim.run(scenario(topo, {"pattern": "incast", "senders": 8, "receiver": 0,
                                         "message_size": "256KiB"}))
     b = res.summary["bytes"]
+    tr = res.summary["transport"]
     assert res.summary["drops"]["packets"] > 0
-    assert b["injected_payload_bytes"] == b["delivered_payload_bytes"] + b["dropped_payload_bytes"]
+    # every message completes: what was dropped was detected and resent
+    assert res.messages["completed"].all()
+    assert b["delivered_payload_bytes"] == b["offered_payload_bytes"] == b["injected_payload_bytes"]
     assert b["in_flight_payload_bytes"] == 0
+    # each dropped byte was resent at least once; resent bytes either arrived or were dropped again
+    assert tr["retransmitted_bytes"] >= b["dropped_payload_bytes"]
     m = res.messages
-    incomplete = m[~m["completed"]]
-    assert len(incomplete) > 0
-    assert set(incomplete["incomplete_reason"]) == {"packet_dropped"}
-    assert (incomplete["delivered_bytes"] + incomplete["dropped_bytes"] == incomplete["size_bytes"]).all()
-    assert res.summary["messages"]["incomplete_by_reason"] == {"packet_dropped": len(incomplete)}
+    assert (m["retransmitted_bytes"] == m["rtx_sack_bytes"] + m["rtx_timeout_bytes"] + m["rtx_nak_bytes"]).all()
+    assert (m["retransmitted_bytes"] >= m["dropped_bytes"]).all()
+    assert int(m["retransmitted_bytes"].sum()) - int(m["duplicate_bytes"].sum()) <= b["dropped_payload_bytes"]
     # drops are counted where they happened: on the receiver's downlink (and congested uplinks)
     dropped_links = res.links[res.links["drops_buffer_full"] > 0]
     assert 0 in set(dropped_links["dst"])
-    assert dropped_links["drops_buffer_full"].sum() == res.summary["drops"]["packets"]
+    drops = res.summary["drops"]
+    assert dropped_links["drops_buffer_full"].sum() == drops["packets"] + drops["control_packets"]
     assert (res.links["peak_queue_bytes"] <= 64 * 1024).all()
 
 
@@ -221,7 +238,7 @@ def test_same_seed_same_results_other_seed_other_collisions():
     c = fabricsim.run({**sc, "simulation": {"seed": 2}})
     _, ua = _uplink_fraction(a)
     _, uc = _uplink_fraction(c)
-    assert not np.array_equal(ua["tx_bytes"].to_numpy(), uc["tx_bytes"].to_numpy())
+    assert not np.array_equal(ua["tx_data_bytes"].to_numpy(), uc["tx_data_bytes"].to_numpy())
     assert a.summary["seed"] == 1 and c.summary["seed"] == 2
 
 

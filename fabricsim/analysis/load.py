@@ -12,7 +12,7 @@ from .result import Result
 
 #: Result attribute -> table file stem
 _TABLES = {"messages": "messages", "links": "links", "latency": "latency_histogram",
-           "goodput": "goodput_timeseries", "collectives": "collectives"}
+           "goodput": "goodput_timeseries", "collectives": "collectives", "nics": "nics"}
 
 
 def _read_table(folder: Path, stem: str) -> pd.DataFrame:

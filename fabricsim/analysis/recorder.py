@@ -11,6 +11,42 @@ from .histogram import LogHistogram
 
 MESSAGE_COLUMNS = ["message_id", "src", "dst", "size_bytes", "qps", "start_ps", "release_ps", "end_ps",
                    "fct_ps", "delivered_bytes", "dropped_bytes", "completed", "incomplete_reason"]
+#: transport statistics per message (definitions in docs/metrics.md)
+TRANSPORT_COLUMNS = ["retransmitted_bytes", "rtx_sack_bytes", "rtx_timeout_bytes", "rtx_nak_bytes",
+                     "duplicate_bytes", "received_packets", "out_of_order_fraction", "reorder_distance_p50_packets",
+                     "reorder_distance_p99_packets", "reorder_distance_max_packets", "peak_reorder_bytes",
+                     "reorder_delay_mean_ps", "reorder_delay_max_ps", "ecn_marked_packets", "cnps", "naks",
+                     "reorder_overflow_bytes", "discarded_out_of_order_bytes"]
+ALL_MESSAGE_COLUMNS = MESSAGE_COLUMNS + TRANSPORT_COLUMNS
+
+
+def hist_percentile(hist: dict, q: float) -> int:
+    """Smallest value v of a {value: count} histogram with at least q % of the counts <= v (0 if empty).
+
+    >>> hist_percentile({1: 98, 7: 2}, 50), hist_percentile({1: 98, 7: 2}, 99)
+    (1, 7)
+    """
+    n = sum(hist.values())
+    if not n:
+        return 0
+    need = q / 100 * n
+    acc = 0
+    for v in sorted(hist):
+        acc += hist[v]
+        if acc >= need:
+            return v
+    return max(hist)  # pragma: no cover - rounding
+
+
+def transport_row(st) -> tuple:
+    """The TRANSPORT_COLUMNS values of a MessageState."""
+    rb = st.rtx_bytes
+    h = st.reorder_hist
+    rx = st.rx_units
+    return (sum(rb.values()), rb.get("sack", 0), rb.get("timeout", 0), rb.get("nak", 0), st.dup_bytes, rx,
+            (st.ooo_units / rx) if rx else 0.0, hist_percentile(h, 50), hist_percentile(h, 99),
+            max(h) if h else 0, st.peak_hold, (st.reorder_wait_ps / rx) if rx else 0.0, st.reorder_wait_max_ps,
+            st.ecn_marked, st.cnps, st.naks, st.overflow_bytes, st.discarded_bytes)
 
 
 class Recorder:
@@ -29,10 +65,11 @@ class Recorder:
         self.delivered_at_last_first_arrival = 0
         self._fh = None
         self._writer = None
+        self.hists: list = []                 # (src, dst, reorder histogram) per message, for per-NIC tables
         if stream_path is not None:
             self._fh = open(stream_path, "w", newline="")
             self._writer = csv.writer(self._fh)
-            self._writer.writerow(MESSAGE_COLUMNS)
+            self._writer.writerow(ALL_MESSAGE_COLUMNS)
 
     def on_release(self, st, t):
         if self.first_release is None or t < self.first_release:
@@ -55,6 +92,8 @@ class Recorder:
             self.delivered_at_first_end = self.delivered_total
         row = (m.id, m.src, m.dst, m.size_bytes, m.qps, m.start_ps, st.release, end,
                (end - st.release) if completed else None, st.delivered, st.dropped, completed, st.reason)
+        row = row + transport_row(st)
+        self.hists.append((m.src, m.dst, st.reorder_hist))
         self.rows.append(row)
         if self._writer is not None:
             self._writer.writerow(["" if v is None else v for v in row])

@@ -11,7 +11,7 @@ import pandas as pd
 
 from .collectives import add_tag_columns, collectives_table
 from .ideal import IdealModel
-from .recorder import MESSAGE_COLUMNS
+from .recorder import ALL_MESSAGE_COLUMNS, hist_percentile
 
 PS_PER_S = 10**12
 
@@ -36,6 +36,9 @@ class Result:
         One row per traced operation (empty unless messages carry an ``op`` tag).
     link_timeseries: DataFrame
         Per link and sampling interval: bytes sent, utilisation, queue at the interval's end.
+    nics: DataFrame
+        One row per host (its SuperNIC): receive-side reorder statistics and send-side
+        retransmissions (see docs/metrics.md).
     scenario: dict
         The resolved scenario (every default filled in).
     output_dir: Path | None
@@ -50,6 +53,7 @@ class Result:
     scenario: dict
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
     link_timeseries: pd.DataFrame = field(default_factory=pd.DataFrame)
+    nics: pd.DataFrame = field(default_factory=pd.DataFrame)
     output_dir: Path | None = None
     extra: dict = field(default_factory=dict)
 
@@ -71,6 +75,8 @@ class Result:
             "fct_p99_us": s["fct"]["p99_ps"] / 1e6 if s["fct"]["p99_ps"] is not None else None,
             "latency_p99_us": s["packet_latency"]["p99_ps"] / 1e6 if s["packet_latency"]["count"] else None,
             "drops": s["drops"]["packets"],
+            "retransmitted_bytes": s.get("transport", {}).get("retransmitted_bytes"),
+            "peak_queue_bytes": s["links"]["max_peak_queue_bytes"],
         }
 
 
@@ -93,7 +99,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     sc = sim.scenario
     simcfg = sc.simulation
     topo = sim.topology
-    msgs = pd.DataFrame(recorder.rows, columns=MESSAGE_COLUMNS)
+    msgs = pd.DataFrame(recorder.rows, columns=ALL_MESSAGE_COLUMNS)
     msgs = msgs.sort_values("message_id", kind="stable").reset_index(drop=True)
     for c in ("release_ps", "end_ps", "fct_ps"):
         msgs[c] = msgs[c].astype("Int64")
@@ -185,7 +191,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
             "injected_payload_bytes": injected,
             "delivered_payload_bytes": delivered,
             "dropped_payload_bytes": dropped_payload,
-            "in_flight_payload_bytes": (injected - delivered - dropped_payload) if injected is not None else None,
+            "in_flight_payload_bytes": (injected - delivered) if injected is not None else None,
         },
         "pattern": {
             "first_release_ps": t0 if len(released) else None,
@@ -210,7 +216,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         },
         "drops": {"packets": int(outcome.counters.get("dropped_packets", 0)),
                   "bytes_on_wire": int(links["dropped_bytes"].sum()) if len(links) else 0,
+                  "control_packets": int(outcome.counters.get("dropped_control_packets", 0)),
                   "by_reason": {"buffer_full": int(links["drops_buffer_full"].sum()) if len(links) else 0}},
+        "transport": transport_summary(msgs, links, outcome),
         "links": {
             "max_utilisation": float(links["utilisation"].max()) if len(links) else None,
             "max_peak_queue_bytes": int(links["peak_queue_bytes"].max()) if len(links) else None,
@@ -251,8 +259,69 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         summary["collectives"] = {"operations": int(len(collectives)),
                                   "time_p50_ps": float(t.median()) if len(t) else None,
                                   "time_max_ps": int(t.max()) if len(t) else None}
+    nics = nic_table(msgs, recorder.hists, outcome)
     return Result(summary=summary, messages=msgs, links=links, latency=lat.table(), goodput=goodput,
-                  scenario=sc.model_dump(mode="json"), collectives=collectives, link_timeseries=link_ts)
+                  scenario=sc.model_dump(mode="json"), collectives=collectives, link_timeseries=link_ts,
+                  nics=nics)
+
+
+def transport_summary(msgs: pd.DataFrame, links: pd.DataFrame, outcome) -> dict:
+    """Run-wide transport figures (docs/metrics.md, "Transport")."""
+    rx = int(msgs["received_packets"].sum()) if len(msgs) else 0
+    ooo = float((msgs["out_of_order_fraction"] * msgs["received_packets"]).sum()) if rx else 0.0
+    c = outcome.counters
+    return {
+        "retransmitted_bytes": int(msgs["retransmitted_bytes"].sum()) if len(msgs) else 0,
+        "retransmitted_bytes_by_cause": {k: int(msgs[f"rtx_{k}_bytes"].sum()) if len(msgs) else 0
+                                         for k in ("sack", "timeout", "nak")},
+        "duplicate_bytes": int(msgs["duplicate_bytes"].sum()) if len(msgs) else 0,
+        "retransmission_timeouts": int(c.get("retransmission_timeouts", 0)),
+        "out_of_order_fraction": ooo / rx if rx else 0.0,
+        "reorder_distance_max_packets": int(msgs["reorder_distance_max_packets"].max()) if len(msgs) else 0,
+        "peak_reorder_bytes_per_nic": max(outcome.host_peak_hold.values(), default=0),
+        "ecn_marked_packets": int(links["ecn_marked_packets"].sum()) if len(links) else 0,
+        "cnps": int(msgs["cnps"].sum()) if len(msgs) else 0,
+        "naks": int(msgs["naks"].sum()) if len(msgs) else 0,
+        "pfc_pause_events": int(c.get("pfc_pause_events", 0)),
+        "pfc_paused_ps_total": int(links["pfc_paused_ps"].sum()) if len(links) else 0,
+    }
+
+
+def nic_table(msgs: pd.DataFrame, hists: list, outcome) -> pd.DataFrame:
+    """One row per host: what its NIC saw receiving (reordering) and did sending (retransmissions)."""
+    if not len(msgs):
+        return pd.DataFrame()
+    rx = msgs.groupby("dst").agg(
+        received_packets=("received_packets", "sum"), duplicate_bytes=("duplicate_bytes", "sum"),
+        ecn_marked_packets=("ecn_marked_packets", "sum"), reorder_overflow_bytes=("reorder_overflow_bytes", "sum"),
+        discarded_out_of_order_bytes=("discarded_out_of_order_bytes", "sum"))
+    msgs = msgs.assign(_ooo=msgs["out_of_order_fraction"] * msgs["received_packets"],
+                       _wait=msgs["reorder_delay_mean_ps"] * msgs["received_packets"])
+    extra = msgs.groupby("dst").agg(_ooo=("_ooo", "sum"), _wait=("_wait", "sum"),
+                                    reorder_delay_max_ps=("reorder_delay_max_ps", "max"))
+    rx = rx.join(extra)
+    denom = rx["received_packets"].where(rx["received_packets"] > 0)
+    rx["out_of_order_fraction"] = (rx.pop("_ooo") / denom).fillna(0.0)
+    rx["reorder_delay_mean_ps"] = (rx.pop("_wait") / denom).fillna(0.0)
+    merged: dict[int, dict] = {}
+    for _src, dst, h in hists:
+        acc = merged.setdefault(dst, {})
+        for k, v in h.items():
+            acc[k] = acc.get(k, 0) + v
+    rx["reorder_distance_p50_packets"] = [hist_percentile(merged.get(h, {}), 50) for h in rx.index]
+    rx["reorder_distance_p99_packets"] = [hist_percentile(merged.get(h, {}), 99) for h in rx.index]
+    rx["reorder_distance_max_packets"] = [max(merged.get(h, {}), default=0) for h in rx.index]
+    rx["peak_reorder_bytes"] = [int(outcome.host_peak_hold.get(h, 0)) for h in rx.index]
+    tx = msgs.groupby("src").agg(
+        retransmitted_bytes=("retransmitted_bytes", "sum"), rtx_sack_bytes=("rtx_sack_bytes", "sum"),
+        rtx_timeout_bytes=("rtx_timeout_bytes", "sum"), rtx_nak_bytes=("rtx_nak_bytes", "sum"),
+        cnps_received=("cnps", "sum"), naks_received=("naks", "sum"))
+    out = rx.join(tx, how="outer").fillna(0)
+    out.index.name = "host"
+    for col in out.columns:
+        if col not in ("out_of_order_fraction", "reorder_delay_mean_ps"):
+            out[col] = out[col].astype("int64")
+    return out.reset_index()
 
 
 def link_timeseries(outcome) -> pd.DataFrame:

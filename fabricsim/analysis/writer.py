@@ -10,6 +10,7 @@ Layout (definitions in docs/metrics.md)::
     goodput_timeseries.*    delivered payload per time bin
     collectives.*           one row per traced operation (traces with an op column only)
     link_timeseries.*       per link and sampling interval: bytes, utilisation, queue
+    nics.*                  per host: reordering seen receiving, retransmissions sending
     scenario.resolved.yaml  the scenario with every default filled in
 
 ``messages.partial.csv`` streams completed messages during the run and is removed once the
@@ -26,7 +27,7 @@ import yaml
 from .result import Result, summary_json
 
 
-TABLES = ("messages", "links", "latency_histogram", "goodput_timeseries", "collectives", "link_timeseries")
+TABLES = ("messages", "links", "latency_histogram", "goodput_timeseries", "collectives", "link_timeseries", "nics")
 
 
 class ResultsFolder:
@@ -70,6 +71,8 @@ class ResultsFolder:
             self._table("collectives", result.collectives)
         if len(result.link_timeseries):
             self._table("link_timeseries", result.link_timeseries)
+        if len(result.nics):
+            self._table("nics", result.nics)
         self._write_text("summary.json", summary_json(result.summary))
         self._write_text("run.json", json.dumps({"seed": result.summary["seed"], **result.summary["run"]},
                                                 indent=2, default=str))

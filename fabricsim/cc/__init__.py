@@ -1,19 +1,10 @@
-"""Congestion-control algorithms, chosen by name. Only ``none`` (line rate) exists so far; the
-SuperNIC/CC issue adds DCQCN and telemetry pacing as algorithm objects with hooks."""
-from ..registry import Registry
+"""Congestion-control algorithms, chosen by name (``congestion_control.algorithm``). One file each;
+the contract is in :mod:`fabricsim.cc.base`."""
+from .base import CC, AckInfo, CCParams, CongestionControl, Flow
+from . import none  # noqa: F401  (registration)
+from . import dcqcn, telemetry  # noqa: F401  (registration)
+from .dcqcn import Dcqcn
+from .none import NoCongestionControl
+from .telemetry import Telemetry
 
-CC: Registry = Registry("congestion control algorithm")
-
-
-@CC.register("none")
-class NoCongestionControl:
-    """Every queue pair sends at NIC line rate; nothing reacts to congestion."""
-
-    Params = None
-    paces = False
-
-    def __init__(self, params=None, streams=None):
-        self.params = params
-
-
-__all__ = ["CC", "NoCongestionControl"]
+__all__ = ["CC", "AckInfo", "CCParams", "CongestionControl", "Flow", "Dcqcn", "NoCongestionControl", "Telemetry"]

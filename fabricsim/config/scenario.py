@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, StrictFloat, StrictInt, ValidationError, 
 
 from ..errors import ConfigError
 from .policy import CongestionControlSection, NicSection, ReceiverSection, RoutingSection
+from .switch import SwitchFeatures
 from .topology import LeafSpineConfig, TopologyConfig
 from .traffic import TrafficConfig, PermutationTraffic
 from .types import STRICT, PositiveSize, PositiveTime, Size
@@ -62,6 +63,7 @@ class Scenario(BaseModel):
     congestion_control: CongestionControlSection = Field(
         default_factory=lambda: CongestionControlSection.model_validate({}))
     nic: NicSection = Field(default_factory=lambda: NicSection.model_validate({}))
+    switch: SwitchFeatures = Field(default_factory=SwitchFeatures)
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     outputs: OutputsConfig = Field(default_factory=OutputsConfig)
 

@@ -28,12 +28,13 @@ class LinkSpec(BaseModel):
 class BufferSpec(BaseModel):
     """Switch packet buffer: per egress port, or one pool shared by all ports of a switch.
 
-    ``size: unbounded`` (the default until loss recovery exists) never drops.
+    Default: 2 MiB per egress port [EST] (about a 128 MB shared pool over 64 ports; the vendor does
+    not publish the size). ``size: unbounded`` never drops.
     """
 
     model_config = STRICT
     mode: Literal["per_port", "shared"] = "per_port"
-    size: Union[Literal["unbounded"], PositiveSize] = "unbounded"
+    size: Union[Literal["unbounded"], PositiveSize] = "2MiB"
 
     @property
     def size_bytes(self) -> int | None:

@@ -38,6 +38,8 @@ class RunOutcome:
     #: [(time_ps, [tx_bytes per link], [queued bytes per link])], links in the order of ``links``
     link_samples: list = field(default_factory=list)
     link_samples_truncated: bool = False
+    #: receiving host -> peak bytes held beyond in-order prefixes (all its queue pairs together)
+    host_peak_hold: dict = field(default_factory=dict)
 
 
 class Engine(Protocol):

@@ -2,35 +2,49 @@
 
 Data path, per packet:
 
-1. ``Nic.tx``: the source NIC picks the next queue pair round-robin, cuts one packet, serialises
-   it on its port and schedules the packet's arrival at the peer switch.
-2. ``Switch.arrive``: look up the equal-cost egress ports for the destination (cached), let the
-   routing policy pick one, enqueue by Lindley's recursion (drop-tail if the buffer is full) and
-   schedule the arrival at the next node at ``busy_until + propagation + its forwarding latency``.
-3. The receiver model's ``on_packet`` at the destination host accounts the payload and completes
-   the message.
+1. ``Nic.tx`` (:mod:`fabricsim.net.nic`): the source NIC picks the next queue pair allowed to
+   send (round-robin, pacing, window), cuts one unit (a retransmission first), serialises it on
+   its port and schedules the unit's arrival at the peer switch.
+2. ``Switch.arrive`` (:mod:`fabricsim.net.switch`): routing policy, Lindley queue with drop-tail,
+   ECN marking and telemetry, arrival at the next node.
+3. The receiver model (:mod:`fabricsim.receiver`) accepts, holds or discards the unit, completes
+   the message and returns ACK / NAK / CNP packets, which cross the fabric back like any other.
+4. The sender (:mod:`fabricsim.net.sender`) frees the window, detects losses, retransmits and
+   feeds the congestion-control algorithm (:mod:`fabricsim.cc`).
+
+With ``switch.pfc.enabled`` the ports run as explicit lossless queues instead
+(:mod:`fabricsim.net.lossless`).
 """
 from __future__ import annotations
 
 import gc
 from collections import deque
 
-from ..cc import CC
+from ..analysis.ideal import path_hops, train_time
+from ..cc import CC, CongestionControl, Flow
 from ..planes import SPLITS
 from ..receiver import RECEIVERS
 from ..routing import ROUTING
-from ..net.packet import Packet, QueuePair, five_tuple_hash
+from ..net.lossless import LosslessPort, LosslessSwitch, Pfc
+from ..net.nic import Nic
+from ..net.packet import DATA, QueuePair, five_tuple_hash
+from ..net.port import Port, SharedBuffer
+from ..net.sender import Sender
+from ..net.switch import Switch
 from ..traffic.message import Message
-from ..net.port import PS_BITS, Port, SharedBuffer
 from .interface import ENGINES, RunOutcome, SimulationInput
 from .kernel import make_kernel
 
 
 class MessageState:
-    """Runtime state of one message."""
+    """Runtime state of one message, and its transport statistics (see docs/metrics.md)."""
 
     __slots__ = ("msg", "size", "release", "end", "delivered", "dropped", "injected", "pending_deps",
-                 "dependents", "done", "reason", "parent", "next_stage", "final")
+                 "dependents", "done", "reason", "parent", "next_stage", "final", "qps",
+                 # transport statistics
+                 "rtx_bytes", "dup_bytes", "rx_units", "ooo_units", "reorder_hist", "peak_hold",
+                 "reorder_wait_ps", "reorder_wait_max_ps", "ecn_marked", "cnps", "acks", "naks", "naks_sent",
+                 "overflow_bytes", "discarded_bytes")
 
     def __init__(self, msg, parent=None, final=True):
         self.msg = msg
@@ -38,8 +52,8 @@ class MessageState:
         self.release = None
         self.end = None
         self.delivered = 0
-        self.dropped = 0
-        self.injected = 0
+        self.dropped = 0          # payload bytes of this message's packets dropped by switches
+        self.injected = 0         # payload bytes sent for the first time
         self.pending_deps = len(msg.deps)
         self.dependents = []
         self.done = False
@@ -47,137 +61,34 @@ class MessageState:
         self.parent = parent      # PXN: the user's message this piece belongs to
         self.next_stage = None    # PXN: the piece to send from the relay once this one is in
         self.final = final        # delivered bytes reach the message's destination (count as goodput)
+        self.qps = []
+        self.rtx_bytes = {}       # cause -> payload bytes retransmitted
+        self.dup_bytes = 0        # payload bytes that arrived again after being accepted
+        self.rx_units = 0         # data units received (not duplicates)
+        self.ooo_units = 0        # ... of which out of order
+        self.reorder_hist = {}    # reorder distance (PSNs) -> units
+        self.peak_hold = 0        # peak bytes held beyond the in-order prefix (one queue pair)
+        self.reorder_wait_ps = 0  # total time held units waited for the gap before them
+        self.reorder_wait_max_ps = 0
+        self.ecn_marked = 0       # MTU packets that arrived CE-marked
+        self.cnps = 0             # CNPs that reached the sender
+        self.acks = 0             # ACKs sent by the receiver
+        self.naks = 0             # NAKs that reached the sender
+        self.naks_sent = 0
+        self.overflow_bytes = 0   # reorder buffer full: discarded
+        self.discarded_bytes = 0  # go-back-N: out-of-order units discarded
 
-
-class Switch:
-    __slots__ = ("id", "name", "engine", "table", "route", "paths", "port_to", "choose", "shared", "ports",
-                 "kernel", "push", "seq")
-
-    def __init__(self, node, name, engine):
-        self.id = node
-        self.name = name
-        self.engine = engine
-        self.table = {}         # dst host -> tuple of egress ports
-        self.route = {}         # dst host -> (the port if there is only one, else None; the ports)
-        self.port_to = {}       # neighbour id -> list of ports
-        self.ports = []
-        self.shared = None
-
-    def lookup(self, dst):
-        ports = []
-        for nbr in self.paths.next_hops(self.id, dst):
-            ports.extend(self.port_to[nbr])
-        if not ports:
-            raise RuntimeError(f"switch {self.name} has no route to host {dst}")
-        t = self.table[dst] = tuple(ports)
-        r = self.route[dst] = (t[0] if len(t) == 1 else None, t)
-        return r
-
-    def arrive(self, t, pkt):
-        # Hot path (one call per packet per switch): attributes used twice are read once into
-        # locals; see benchmarks/README.md for what each line costs.
-        #
-        # This packet's entry has left the agenda: the next arrival from the same port joins it
-        # (only each port's first pending arrival is on the agenda, see fabricsim/net/port.py).
-        inflight = pkt.hop.inflight
-        inflight.popleft()
-        if inflight:
-            self.push(inflight[0])
-        route = self.route.get(pkt.dst) or self.lookup(pkt.dst)
-        port = route[0] or self.choose(self, route[1], pkt, t)
-        wire = pkt.wire
-        bu = port.busy_until
-        if bu < t:
-            bu = t
-        elif port.buffer is not None and (bu - t) * port.rate // PS_BITS + wire > port.buffer:
-            self.engine.drop(port, pkt)
-            return
-        shared = self.shared
-        if shared is not None and shared.used(t) + wire > shared.size:
-            self.engine.drop(port, pkt)
-            return
-        k = port.ps_per_byte
-        bu += wire * k if k else -((-wire * PS_BITS) // port.rate)     # = port.ser_ps(wire)
-        port.busy_until = bu
-        if bu - t > port.peak_ps:
-            port.peak_ps = bu - t
-        port.tx_bytes += wire
-        port.tx_packets += pkt.npk
-        # = kernel.schedule(bu + port.offset, port.deliver, pkt), held in the port's inflight
-        entry = (bu + port.offset, next(self.seq), port.deliver, pkt)
-        pkt.hop = port
-        inflight = port.inflight
-        inflight.append(entry)
-        if len(inflight) == 1:
-            self.push(entry)
-
-
-class Nic:
-    """One NIC port of a host: round-robin over its active queue pairs, line-rate sending."""
-
-    __slots__ = ("host", "port", "active", "busy", "kernel", "seg", "mtu", "header", "engine", "push", "seq",
-                 "_tx")
-
-    def __init__(self, host, port, engine, kernel, mtu, header, cell):
-        self.host = host
-        self.port = port
-        self.active = deque()
-        self.busy = False
-        self.kernel = kernel
-        self.push = kernel.push
-        self.seq = kernel.seq
-        self.mtu = mtu
-        self.header = header
-        self.seg = mtu * cell
-        self.engine = engine
-        self._tx = self.tx      # one bound method, not a new one per packet
-
-    def add(self, t, qp):
-        self.active.append(qp)
-        if not self.busy:
-            self.busy = True
-            self.kernel.schedule(t, self._tx, None)
-
-    def tx(self, t, _):
-        active = self.active
-        qp = active.popleft()
-        remaining = qp.remaining
-        while not remaining:
-            # a queue pair shared with other ports (plane split per packet) that they finished
-            if not active:
-                self.busy = False
-                return
-            qp = active.popleft()
-            remaining = qp.remaining
-        payload = remaining if remaining < self.seg else self.seg
-        qp.remaining = remaining = remaining - payload
-        if remaining:
-            active.append(qp)
-        npk = -(-payload // self.mtu)
-        wire = payload + npk * self.header
-        port = self.port
-        pkt = Packet(qp, qp.dst, wire, payload, qp.seq, t, npk, port)
-        qp.seq += npk
-        qp.msg.injected += payload
-        k = port.ps_per_byte
-        ser = wire * k if k else -((-wire * PS_BITS) // port.rate)      # = port.ser_ps(wire)
-        done = t + ser
-        port.busy_until = done
-        port.tx_bytes += wire
-        port.tx_packets += npk
-        if ser > port.peak_ps:
-            port.peak_ps = ser
-        # = kernel.schedule(done + port.offset, port.deliver, pkt), held in the port's inflight
-        seq = self.seq
-        entry = (done + port.offset, next(seq), port.deliver, pkt)
-        inflight = port.inflight
-        inflight.append(entry)
-        if len(inflight) == 1:
-            self.push(entry)
-        if active:
-            self.push((done, next(seq), self._tx, None))
-        else:
-            self.busy = False
+    def absorb(self, piece: "MessageState"):
+        """Add a PXN piece's transport statistics to this (parent) message."""
+        for k, v in piece.rtx_bytes.items():
+            self.rtx_bytes[k] = self.rtx_bytes.get(k, 0) + v
+        for k, v in piece.reorder_hist.items():
+            self.reorder_hist[k] = self.reorder_hist.get(k, 0) + v
+        for f in ("dup_bytes", "rx_units", "ooo_units", "reorder_wait_ps", "ecn_marked", "cnps", "acks", "naks",
+                  "naks_sent", "overflow_bytes", "discarded_bytes"):
+            setattr(self, f, getattr(self, f) + getattr(piece, f))
+        self.peak_hold = max(self.peak_hold, piece.peak_hold)
+        self.reorder_wait_max_ps = max(self.reorder_wait_max_ps, piece.reorder_wait_max_ps)
 
 
 @ENGINES.register("packet")
@@ -196,17 +107,31 @@ class PacketEngine:
         topo = sim.topology
         g = topo.graph
         streams = sim.streams
+        self.mtu = simcfg.mtu
+        self.cell = simcfg.cell_packets
+        self.header = simcfg.header
         self.routing = ROUTING.get(sc.routing.name)(sc.routing.params, streams)
-        self.cc = CC.get(sc.congestion_control.name)(sc.congestion_control.params, streams)
+        self.cc = CC.get(sc.congestion_control.name)(sc.congestion_control.params, self.kernel)
         self.receiver = RECEIVERS.get(sc.receiver.name)(sc.receiver.params, self)
+        self.sender = Sender(self, sc.receiver.params, self.cc, self.receiver.selective)
         self._push = self.kernel.push
         self._on_packet = self.receiver.on_packet
+        self._on_ctrl = self.sender.on_ctrl
+        feats = sc.switch
+        ecn = feats.ecn
+        stamp = feats.telemetry == "on" or (feats.telemetry == "auto" and self.cc.uses_int)
+        ecn_rand = streams.py("switch.ecn").random
         self.dropped_payload = 0
         self.dropped_packets = 0
+        self.dropped_ctrl = 0
         # nodes
+        self.pfc = Pfc(feats.pfc, self.kernel, stamp) if feats.pfc.enabled else None
+        switch_cls, port_cls = (LosslessSwitch, LosslessPort) if self.pfc else (Switch, Port)
         self.switches: dict[int, Switch] = {}
         for n in topo.switches:
-            sw = Switch(n, g.nodes[n]["name"], self)
+            sw = switch_cls(n, g.nodes[n]["name"], self)
+            if self.pfc:
+                sw.pfc = self.pfc
             sw.paths = sim.paths
             sw.choose = self.routing.choose
             sw.kernel = self.kernel
@@ -214,6 +139,9 @@ class PacketEngine:
             sw.seq = self.kernel.seq
             if g.nodes[n].get("buffer_mode") == "shared" and g.nodes[n].get("buffer_bytes") is not None:
                 sw.shared = SharedBuffer(g.nodes[n]["buffer_bytes"])
+            if ecn.enabled:
+                sw.kmin, sw.kmax, sw.pmax, sw.rand = ecn.kmin, ecn.kmax, ecn.pmax, ecn_rand
+            sw.stamp = stamp
             self.switches[n] = sw
         self.nics: dict[int, list[Nic]] = {h: [] for h in topo.hosts}
         self.ports: list[Port] = []
@@ -223,7 +151,9 @@ class PacketEngine:
                 per_port_buf = None
                 if g.nodes[a]["type"] == "switch" and g.nodes[a].get("buffer_mode") == "per_port":
                     per_port_buf = g.nodes[a].get("buffer_bytes")
-                p = Port(len(self.ports), a, b, d["kind"], d["rate_bps"], d["delay_ps"], peer_lat, per_port_buf)
+                p = port_cls(len(self.ports), a, b, d["kind"], d["rate_bps"], d["delay_ps"], peer_lat, per_port_buf)
+                if self.pfc:
+                    p.pfc = self.pfc
                 self.ports.append(p)
                 if g.nodes[b]["type"] == "switch":
                     p.deliver = self.switches[b].arrive
@@ -236,8 +166,14 @@ class PacketEngine:
                     if sw.shared is not None:
                         sw.shared.ports.append(p)
                 else:
-                    self.nics[a].append(Nic(a, p, self, self.kernel, simcfg.mtu, simcfg.header,
-                                            simcfg.cell_packets))
+                    nic = Nic(a, p, self, self.kernel, simcfg.mtu, simcfg.header, simcfg.cell_packets,
+                              1 << len(self.nics[a]))
+                    if type(self.cc).on_send is not CongestionControl.on_send:
+                        nic.on_send = self.cc.on_send
+                    nic.arm = self.sender.arm
+                    if self.pfc:
+                        p.nic = nic
+                    self.nics[a].append(nic)
         # messages
         self.states = {m.id: MessageState(m) for m in sim.messages}
         for st in self.states.values():
@@ -256,14 +192,50 @@ class PacketEngine:
         self.gpu_busy: dict[int, int] = {}       # GPU -> total compute time so far
         self._salt = streams.u64("flows.5tuple")
         self.remaining = len(self.states)
+        self._rtt: dict = {}
+        self._final_links = None
 
     def _to_host(self, t, pkt):
-        """Arrival at a host: advance the port's inflight (as Switch.arrive), then the receiver."""
+        """Arrival at a host: advance the port's inflight (as Switch.arrive), then the receiver
+        (data) or the sender (ACK, NAK, CNP)."""
         inflight = pkt.hop.inflight
         inflight.popleft()
         if inflight:
             self._push(inflight[0])
-        self._on_packet(t, pkt)
+        if pkt.kind == DATA:
+            self._on_packet(t, pkt)
+        else:
+            self._on_ctrl(t, pkt)
+
+    def reply_nic(self, qp) -> Nic:
+        """The NIC port the receiver of ``qp`` sends its control packets by (fixed per queue pair)."""
+        nics = self.eligible_nics(qp.dst, qp.src)
+        nic = qp.r_port = nics[qp.hash % len(nics)]
+        return nic
+
+    def base_rtt(self, src: int, dst: int) -> int:
+        """Round trip of one MTU packet and its ACK on an idle shortest path (ps)."""
+        key = (src, dst)
+        v = self._rtt.get(key)
+        if v is None:
+            topo, paths = self.sim.topology, self.sim.paths
+            fwd = train_time(path_hops(topo, paths, src, dst), 1, self.mtu + self.header, [])
+            back = train_time(path_hops(topo, paths, dst, src), 1, self.sim.scenario.receiver.params.ack_size, [])
+            v = self._rtt[key] = fwd + back
+        return v
+
+    def fail_qp(self, qp, t, reason: str):
+        """A queue pair gave up (retry limit): its message fails with ``reason``."""
+        st = qp.msg
+        for q in st.qps:
+            q.sent_done = True
+            q.flow.active = False
+            q.rtx.clear()
+            q.seq = q.npsn
+        if st.done:
+            return
+        st.reason = reason
+        self.message_done(st, t)
 
     # ------------------------------------------------------------------ message lifecycle
     def release(self, t, st: MessageState):
@@ -287,8 +259,12 @@ class PacketEngine:
             self._qp_uid += 1
             sport = 49152 + (uid & 0x3FFF)
             h = five_tuple_hash(self._salt, m.src, m.dst, sport ^ (uid >> 14) * 7919)
-            qp = QueuePair(uid, st, m.src, m.dst, sport, h, size)
-            for nic in self.split.ports(qp, eligible):
+            qp = QueuePair(uid, st, m.src, m.dst, sport, h, size, self.mtu)
+            nics = qp.nics = self.split.ports(qp, eligible)
+            flow = qp.flow = Flow(uid, sum(n.port.rate for n in nics), self.base_rtt(m.src, m.dst), self.mtu)
+            self.cc.start(flow, t)
+            st.qps.append(qp)
+            for nic in nics:
                 nic.add(t, qp)
 
     def _release_via(self, t, st: MessageState, relay: int):
@@ -307,16 +283,18 @@ class PacketEngine:
 
     def _piece_done(self, piece: MessageState, t: int):
         parent = piece.parent
+        parent.absorb(piece)
+        parent.dropped += piece.dropped
+        if piece.reason:
+            if not parent.reason:
+                parent.reason = piece.reason
+            self.message_done(parent, t)
+            return
         if piece.next_stage is not None:
-            if piece.dropped:
-                parent.dropped += piece.size          # the second stage never leaves the relay
-            else:
-                self.release(t, piece.next_stage)
-                return
-        else:
-            parent.delivered += piece.delivered
-            parent.dropped += piece.dropped
-        if parent.delivered + parent.dropped == parent.size:
+            self.release(t, piece.next_stage)
+            return
+        parent.delivered += piece.delivered
+        if parent.delivered == parent.size:
             self.message_done(parent, t)
 
     def eligible_nics(self, src: int, dst: int) -> list:
@@ -340,10 +318,14 @@ class PacketEngine:
         if st.parent is not None:
             self._piece_done(st, t)
             return
-        if st.dropped:
-            st.reason = "packet_dropped"
         self.remaining -= 1
         self.recorder.on_message(st)
+        if not self.remaining:
+            # the pattern is over: freeze the link counters here (ACKs still in flight and timers
+            # that would find nothing to do are not part of the run) and wind the kernel down
+            self._final_links = self._link_rows(t)
+            self._final_snapshot = (t, [p.tx_bytes for p in self.ports], [p.queued_bytes(t) for p in self.ports])
+            self.kernel.stop()
         if st.reason:
             self._fail_dependents(st)
             return
@@ -373,14 +355,16 @@ class PacketEngine:
                 self._fail_dependents(dep)
 
     def drop(self, port: Port, pkt):
+        """A switch dropped ``pkt`` (buffer full): counted on the link; the transport recovers it."""
         port.drops += 1
         port.dropped_bytes += pkt.wire
+        if pkt.kind != DATA:
+            port.ctrl_drops += 1
+            self.dropped_ctrl += 1
+            return
         self.dropped_payload += pkt.payload
         self.dropped_packets += pkt.npk
-        st = pkt.qp.msg
-        st.dropped += pkt.payload
-        if st.delivered + st.dropped == st.size:
-            self.message_done(st, self.kernel.now)
+        pkt.qp.msg.dropped += pkt.payload
 
     # ------------------------------------------------------------------ run
     def _sample_links(self, t, _):
@@ -423,8 +407,11 @@ class PacketEngine:
             if gc_was_enabled:
                 gc.enable()
         now = self.kernel.now
-        if how == "drained" and self._sampler_overshot:
-            now = self._last_t   # the link sampler outlived the last real event
+        if how in ("drained", "stopped") and not self.remaining:
+            # the last message completion ends the run; what ran after it (the last ACKs,
+            # retransmission timers that found nothing to do, the link sampler) does not count
+            now = self._last_t
+            self.link_samples = [s for s in self.link_samples if s[0] <= now]
         if how == "time_limit":
             status = "time_limit"
         elif how == "interrupted":
@@ -438,27 +425,45 @@ class PacketEngine:
                     if st.release is None:
                         st.reason = "not_released" if not reason else reason
                     else:
-                        st.reason = reason or ("packet_dropped" if st.dropped else "stalled")
+                        st.reason = reason or "stalled"
                 self.recorder.on_message(st)
         hops = sum(p.tx_packets for p in self.ports)
-        links = [{
-            "link_id": p.index, "src": p.owner, "dst": p.peer, "kind": p.kind, "rate_bps": p.rate,
-            "delay_ps": p.delay, "tx_bytes": p.tx_bytes, "tx_packets": p.tx_packets,
-            "peak_queue_bytes": p.peak_queue_bytes, "drops_buffer_full": p.drops,
-            "dropped_bytes": p.dropped_bytes,
-        } for p in self.ports]
+        links = self._final_links if (self._final_links is not None and not self.remaining) else self._link_rows(now)
         counters = {"dropped_packets": self.dropped_packets, "dropped_payload_bytes": self.dropped_payload,
                     "injected_payload_bytes": sum(st.injected for st in self.states.values())
                     + sum(p.injected for p in self.pieces if p.final)}
+        counters["dropped_control_packets"] = self.dropped_ctrl
+        counters["retransmission_timeouts"] = self.sender.timeouts
+        counters["stale_naks_ignored"] = self.sender.naks_ignored
+        counters["pfc_pause_events"] = sum(p.pause_events for p in self.ports)
         if self.gpu_compute:
             counters["gpu_compute_busy_ps"] = dict(sorted(self.gpu_busy.items()))
         if hasattr(self.routing, "new_flowlets"):
             counters["new_flowlets"] = self.routing.new_flowlets
+        frozen = self._final_links is not None and not self.remaining
         if self.link_samples and self.link_samples[-1][0] < now:
-            self._final_sample(now)
+            if frozen:
+                self.link_samples.append(self._final_snapshot)
+            else:
+                self._final_sample(now)
+        elif self.link_samples and frozen:
+            self.link_samples[-1] = self._final_snapshot      # a periodic sample at the very end
+        hosts = {h: hr.peak_hold for h, hr in self.receiver.hosts.items()}
         return RunOutcome(status=status, end_ps=now, events=self.kernel.events, packet_hops=hops,
                           links=links, counters=counters, link_samples=self.link_samples,
-                          link_samples_truncated=self.link_samples_truncated)
+                          link_samples_truncated=self.link_samples_truncated, host_peak_hold=hosts)
+
+    def _link_rows(self, now):
+        """One dict per directed link: its counters at ``now``."""
+        return [{
+            "link_id": p.index, "src": p.owner, "dst": p.peer, "kind": p.kind, "rate_bps": p.rate,
+            "delay_ps": p.delay, "tx_bytes": p.tx_bytes, "tx_data_bytes": p.tx_bytes - p.ctrl_bytes,
+            "tx_control_bytes": p.ctrl_bytes, "tx_packets": p.tx_packets,
+            "peak_queue_bytes": p.peak_queue_bytes, "drops_buffer_full": p.drops,
+            "dropped_bytes": p.dropped_bytes, "drops_control": p.ctrl_drops, "ecn_marked_packets": p.ecn_marks,
+            "pfc_pause_events": p.pause_events,
+            "pfc_paused_ps": p.paused_ps + ((now - p.paused_since) if p.paused else 0),
+        } for p in self.ports]
 
     def _final_sample(self, now):
         self.link_samples.append((now, [p.tx_bytes for p in self.ports], [p.queued_bytes(now) for p in self.ports]))

@@ -1,38 +1,95 @@
 """Packets and queue pairs: the units the packet engine moves.
 
-A :class:`QueuePair` is one transport flow (one 5-tuple) carrying part of a message; a
-:class:`Packet` is one wire unit (an MTU packet, or a cell of several when
-``simulation.cell_packets > 1``). Both use ``__slots__``: millions are created per run.
+A :class:`QueuePair` is one transport flow (one 5-tuple) carrying part of a message: it holds
+the sender's state (next sequence, acknowledged prefix, retransmission queue, congestion state)
+and the receiver's state (in-order prefix, out-of-order set, reorder statistics). A
+:class:`Packet` is one wire unit: data (an MTU packet, or a cell of several when
+``simulation.cell_packets > 1``) or a control packet (ACK, NAK, CNP) on the reverse path.
+Both use ``__slots__``: millions are created per run.
+
+Sequence numbers count MTU packets (PSNs). A data unit starting at PSN ``s`` carries payload
+bytes ``[s*mtu, min((s+cell)*mtu, size))`` of its queue pair.
 """
 from __future__ import annotations
 
+from collections import deque
+
 ROCE_DPORT = 4791
 UDP = 17
+
+DATA, ACK, NAK, CNP = 0, 1, 2, 3
+KIND_NAMES = ("data", "ack", "nak", "cnp")
 
 
 class QueuePair:
     """One flow of a message. ``hash`` is the seeded 64-bit hash of its 5-tuple."""
 
-    __slots__ = ("uid", "msg", "src", "dst", "sport", "hash", "remaining", "seq")
+    __slots__ = (
+        "uid", "msg", "src", "dst", "sport", "hash", "size", "npsn", "seq",
+        # sender
+        "una", "high", "rtx", "sacked", "lost", "resent", "outstanding", "out_bytes", "rack_t", "next_ok",
+        "nics", "nicmask", "flow", "rto_at", "rto_armed", "timeouts", "goback_t", "gb_cause", "sent_done",
+        # receiver
+        "r_cum", "r_max", "r_maxt", "r_set", "r_hold", "r_arr", "r_unacked", "r_ce", "r_last_cnp", "r_nak", "r_port",
+    )
 
-    def __init__(self, uid, msg, src, dst, sport, flow_hash, size):
+    def __init__(self, uid, msg, src, dst, sport, flow_hash, size, mtu=1):
         self.uid = uid
         self.msg = msg          # MessageState
         self.src = src
         self.dst = dst
         self.sport = sport
         self.hash = flow_hash
-        self.remaining = size   # payload bytes not yet handed to the NIC port
-        self.seq = 0
+        self.size = size        # payload bytes
+        self.npsn = -(-size // mtu)   # PSNs (MTU packets) in the flow
+        self.seq = 0            # next new PSN to send (snd_nxt)
+        self.una = 0            # cumulative acknowledged PSN (snd_una)
+        self.high = 0           # highest PSN + 1 ever sent (below it, a send is a retransmission)
+        self.rtx = deque()      # (psn, cause) to retransmit before new data
+        self.sacked = set()     # PSNs >= una acknowledged selectively
+        self.lost = set()       # PSNs presumed lost and not yet resent
+        self.resent = {}        # PSN -> time of its latest retransmission (older sends are stale)
+        self.outstanding = deque()  # (psn, t_sent) in send order, for loss detection
+        self.out_bytes = 0      # payload bytes sent, not acknowledged, not presumed lost
+        self.rack_t = -1        # latest send time among acknowledged units (RACK)
+        self.next_ok = 0        # pacing: earliest time of the next packet
+        self.nics = ()          # NIC ports this QP may use
+        self.nicmask = 0        # bit per NIC port whose active list holds this QP
+        self.flow = None        # cc.Flow
+        self.rto_at = 0
+        self.rto_armed = False
+        self.timeouts = 0       # consecutive timeouts without progress
+        self.goback_t = -1      # go-back-N: time of the last rewind
+        self.gb_cause = ""      # cause of PSNs resent after a rewind
+        self.sent_done = False
+        self.r_cum = 0          # receiver: next expected PSN (everything below is in)
+        self.r_max = 0          # receiver: highest PSN + npk seen
+        self.r_maxt = -1        # receiver: latest send time among units received
+        self.r_set = None       # receiver: PSNs held beyond r_cum (set), created on first gap
+        self.r_hold = 0         # receiver: payload bytes held beyond r_cum
+        self.r_arr = None       # receiver: PSN -> arrival time of held units (reorder delay)
+        self.r_unacked = 0      # receiver: units accepted since the last ACK
+        self.r_ce = 0           # receiver: CE-marked units since the last ACK
+        self.r_last_cnp = None  # receiver: time of the last CNP sent
+        self.r_nak = False      # receiver (go-back-N): a NAK is outstanding
+        self.r_port = None      # receiver: NIC port the control packets leave by
 
 
 class Packet:
     """One wire unit. ``wire`` includes headers; ``t_tx`` is when its first bit left the source NIC;
-    ``hop`` is the port it is crossing (whose ``inflight`` holds its pending arrival)."""
+    ``hop`` is the port it is crossing (whose ``inflight`` holds its pending arrival).
 
-    __slots__ = ("qp", "dst", "wire", "payload", "seq", "t_tx", "npk", "hop")
+    Data: ``seq`` is its first PSN, ``npk`` the MTU packets it stands for. Control packets (``kind``
+    ACK/NAK/CNP) travel from ``qp.dst`` to ``qp.src``: ``seq`` is the cumulative PSN acknowledged
+    (ACK) or expected (NAK), ``sack`` the PSN of the data unit that triggered them, ``t_data`` when
+    that unit was sent. ``ce`` is the ECN mark (data) or the count of marks echoed (ACK); ``tel``
+    the in-band telemetry stack (list of (ts_ps, tx_bytes, qlen_bytes, rate_bps)) or None.
+    """
 
-    def __init__(self, qp, dst, wire, payload, seq, t_tx, npk, hop=None):
+    __slots__ = ("qp", "dst", "wire", "payload", "seq", "t_tx", "npk", "hop", "kind", "ce", "tel", "sack",
+                 "t_data", "inport")
+
+    def __init__(self, qp, dst, wire, payload, seq, t_tx, npk, hop=None, kind=DATA):
         self.qp = qp
         self.dst = dst
         self.wire = wire
@@ -41,6 +98,12 @@ class Packet:
         self.t_tx = t_tx
         self.npk = npk          # MTU packets this unit stands for (1 unless cells are used)
         self.hop = hop
+        self.kind = kind
+        self.ce = 0
+        self.tel = None
+        self.sack = 0
+        self.t_data = 0
+        self.inport = None      # lossless mode: the ingress port it is accounted to
 
 
 MASK64 = (1 << 64) - 1

@@ -28,7 +28,8 @@ class Port:
 
     __slots__ = ("index", "owner", "peer", "kind", "rate", "delay", "offset", "deliver", "busy_until",
                  "tx_bytes", "tx_packets", "peak_ps", "buffer", "shared", "drops", "dropped_bytes",
-                 "util_mark_t", "util_mark_bytes", "util_rate", "inflight", "ps_per_byte")
+                 "util_mark_t", "util_mark_bytes", "util_rate", "inflight", "ps_per_byte", "ecn_marks",
+                 "ctrl_drops", "ctrl_bytes", "paused", "pause_events", "paused_ps", "paused_since")
 
     def __init__(self, index: int, owner: int, peer: int, kind: str, rate_bps: int, delay_ps: int,
                  peer_latency_ps: int, buffer_bytes: int | None):
@@ -55,6 +56,13 @@ class Port:
         self.util_mark_bytes = 0
         self.util_rate = 0.0
         self.inflight = deque()                    # agenda entries of arrivals not yet run (see above)
+        self.ecn_marks = 0                         # data packets marked CE on this egress queue
+        self.ctrl_bytes = 0                        # of ``tx_bytes``: control packets (ACK/NAK/CNP)
+        self.ctrl_drops = 0                        # of ``drops``: control packets (ACK/NAK/CNP)
+        self.paused = False                        # PFC: the peer has paused this port's data class
+        self.pause_events = 0                      # PFC: pause frames received (XOFF)
+        self.paused_ps = 0                         # PFC: total time paused
+        self.paused_since = 0
 
     def ser_ps(self, nbytes: int) -> int:
         """Serialisation time of ``nbytes`` on this port (ceil to whole ps)."""

@@ -24,7 +24,8 @@ class Flowlet(RoutingPolicy):
         self.new_flowlets = 0
 
     def choose(self, switch, ports, pkt, now):
-        key = (pkt.qp.uid << 24) | switch.id
+        # one entry per queue pair, direction (data, or its ACKs on the way back) and switch
+        key = (pkt.qp.uid << 25) | ((1 if pkt.kind else 0) << 24) | switch.id
         entry = self._table.get(key)
         if entry is not None and now - entry[1] <= self._gap:
             entry[1] = now
