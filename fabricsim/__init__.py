@@ -19,6 +19,7 @@ _LAZY = {  # imported on first use: matplotlib is not needed to run a simulation
     "plot_fct_cdf": "fabricsim.analysis.plots", "plot_latency_cdf": "fabricsim.analysis.plots",
     "plot_goodput": "fabricsim.analysis.plots", "plot_link_utilisation": "fabricsim.analysis.plots",
     "plot_effective_bandwidth": "fabricsim.analysis.plots", "plot_collectives": "fabricsim.analysis.plots",
+    "plot_reorder_distance": "fabricsim.analysis.plots",
     "load_results": "fabricsim.analysis.load", "write_report": "fabricsim.analysis.report",
 }
 __all__ += list(_LAZY)

@@ -281,6 +281,87 @@ def plot_queue_timeseries(link_timeseries, links, ax=None, top: int = 8):
     return ax
 
 
+REORDER_COLUMNS = ("reorder_distance_p50_packets", "reorder_distance_p99_packets", "reorder_distance_max_packets")
+_GROUP_COLUMNS = ("label", "policy", "routing", "receiver", "cc", "run")
+
+
+def _reorder_groups(messages, by):
+    """(table, group column, group-axis label) for :func:`plot_reorder_distance`."""
+    if isinstance(messages, dict):
+        parts = [_table(m, "messages").assign(label=str(name)) for name, m in messages.items()]
+        df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        return df, "label", "run"
+    df = _table(messages, "messages")
+    if by is None:
+        identity = [k for k in df.attrs.get("identity", []) if k in df.columns and k != "seed"]
+        if len(identity) > 1:
+            df = df.assign(_group=df[identity].astype(str).agg(" ".join, axis=1))
+            return df, "_group", " ".join(identity)
+        if identity:
+            by = identity[0]
+        else:
+            by = next((c for c in _GROUP_COLUMNS if c in df.columns), "dst")
+    return df, by, "receiver host" if by == "dst" else by
+
+
+def plot_reorder_distance(messages, ax=None, by: str | None = None, max_groups: int = 40):
+    """Reorder distance (packets) per group of messages: bars of p50, p99 and max.
+
+    ``messages`` is a messages table (a Result, or several runs' tables concatenated with a label
+    column), or a dict ``name -> table/Result``. Groups are the ``by`` column; by default the
+    table's ``attrs['identity']`` columns, else the first of ``label``, ``policy``, ``routing``,
+    ``receiver``, ``cc``, ``run`` present, else the receiver host (``dst``).
+
+    A message's reorder distance is how many packets of its queue pair a packet arrived behind
+    (0 when in order; docs/metrics.md). The per-message histogram is not in the tables, only its
+    percentiles, so a group's bars are: the mean over the group's messages of each message's p50,
+    the mean of each message's p99, and the largest max. Messages that received no packet are left
+    out. With more than ``max_groups`` groups, those with the largest max are shown.
+    """
+    ax = _ax(ax)
+    df, by, by_label = _reorder_groups(messages, by)
+    have = len(df) and all(c in df.columns for c in REORDER_COLUMNS) and by in df.columns
+    if have and "received_packets" in df.columns:
+        df = df[pd.to_numeric(df["received_packets"], errors="coerce").fillna(0) > 0]
+    if not have or not len(df):
+        _empty(ax, "reorder statistics (messages table without transport columns)")
+    else:
+        vals = df[[by]].copy()
+        for c in REORDER_COLUMNS:
+            vals[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+        g = vals.groupby(by, sort=False).agg(p50=(REORDER_COLUMNS[0], "mean"), p99=(REORDER_COLUMNS[1], "mean"),
+                                             max=(REORDER_COLUMNS[2], "max"), n=(REORDER_COLUMNS[2], "size"))
+        if by == "dst":
+            g = g.sort_index()
+        shown = g
+        if len(g) > max_groups:
+            shown = g.loc[g["max"].nlargest(max_groups).index]
+        x = np.arange(len(shown))
+        width = 0.27
+        for j, (col, name) in enumerate((("p50", "p50 (mean over messages)"), ("p99", "p99 (mean over messages)"),
+                                         ("max", "max"))):
+            ax.bar(x + (j - 1) * width, shown[col].fillna(0).to_numpy(), width, color=f"C{j}", label=name)
+        ax.set_xticks(x)
+        labels = [str(k) for k in shown.index]
+        ax.set_xticklabels(labels, rotation=90 if len(labels) > 8 or max(map(len, labels)) > 12 else 0,
+                           fontsize="small" if len(labels) <= 16 else "x-small")
+        ax.legend(fontsize="small")
+        if len(shown) < len(g):
+            ax.text(0.99, 0.98, f"{len(shown)} of {len(g)} groups (largest max)", ha="right", va="top",
+                    transform=ax.transAxes, fontsize="small")
+    ax.set_xlabel(by_label)
+    ax.set_ylabel("reorder distance (packets)")
+    ax.set_title("Reorder distance per " + by_label)
+    ax.grid(True, axis="y", alpha=0.3)
+    return ax
+
+
+def _has_reordering(messages) -> bool:
+    if messages is None or not len(messages) or "out_of_order_fraction" not in messages.columns:
+        return False
+    return bool((pd.to_numeric(messages["out_of_order_fraction"], errors="coerce").fillna(0) > 0).any())
+
+
 def figures(result) -> dict:
     """The plots that apply to ``result``: name -> matplotlib Figure (caller closes them)."""
     out = {}
@@ -299,6 +380,8 @@ def figures(result) -> dict:
         new("goodput", plot_goodput, result.goodput)
     if len(result.links):
         new("link_utilisation", plot_link_utilisation, result.links)
+    if _has_reordering(result.messages):
+        new("reorder_distance", plot_reorder_distance, result.messages)
     if result.collectives is not None and len(result.collectives):
         new("collectives", plot_collectives, result.collectives)
     lt = getattr(result, "link_timeseries", None)
