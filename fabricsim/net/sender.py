@@ -119,6 +119,9 @@ class Sender:
             if pkt.t_data > qp.rack_t:
                 qp.rack_t = pkt.t_data
         qp.out_bytes -= newly
+        if newly:
+            qp.timeouts = 0                   # progress (cumulative or selective) restarts the timer
+            qp.rto_at = t + self.rto(qp)
         found = False
         if self.selective:
             limit = qp.rack_t - self.reo

@@ -47,7 +47,7 @@ class TransportParams(PolicyParams):
     rto_low: PositiveTime = Field("100us", description="retransmission timeout with few units in flight (IRN)")
     rto_high: PositiveTime = Field("320us", description="retransmission timeout otherwise (IRN)")
     rto_low_packets: int = Field(3, ge=0, description="'few units in flight' for rto_low (IRN: 3)")
-    reorder_window: PositiveTime = Field("20us", description=(
+    reorder_window: PositiveTime = Field("5us", description=(
         "RACK reorder window: a unit is presumed lost once a unit sent this much later is acknowledged "
         "[EST]; must exceed the fabric's path-delay spread or reordering causes spurious retransmissions"))
     retry_limit: int = Field(7, ge=0, le=1000, description=(
