@@ -197,7 +197,25 @@ def run_engine(cfg: dict, routing: str, kernel: str):
            "events_per_s": run["events_per_s"], "packet_hops_per_s": run["packet_hops_per_s"],
            "messages_completed": res.summary["messages"]["completed"],
            "simulated_ps": run["end_ps"]}
+    row.update(hop_split(res, run["wall_time_s"]))
     return row, res
+
+
+def hop_split(res, wall_s: float) -> dict:
+    """Data and control (ACK/NAK/CNP) packet-hops from the links table.
+
+    ``summary.run.packet_hops`` counts every packet a port sent, ACKs included, up to the end of
+    the event loop; the heap kernel checks its stop flag every 65,536 events, so it may run past
+    the last message completion (the trailing ACKs), while the simpy kernel stops at once. The
+    links table is frozen at the last completion on both kernels. Every control packet has the
+    receiver's ``ack_size`` on the wire, so control hops = tx_control_bytes / ack_size per link."""
+    links = res.links
+    from fabricsim.units import parse_size
+    ack = parse_size((res.scenario.get("receiver") or {}).get("ack_size", "86B"))
+    hops = int(links["tx_packets"].sum())
+    ctrl = int((links["tx_control_bytes"] // ack).sum())
+    return {"links_table_hops": hops, "control_packet_hops": ctrl, "data_packet_hops": hops - ctrl,
+            "data_packet_hops_per_s": (hops - ctrl) / wall_s if wall_s else None}
 
 
 def same_tables(a, b) -> bool:
@@ -213,12 +231,17 @@ def same_tables(a, b) -> bool:
 BUCKETS = [
     ("agenda: kernel loop, heappush/heappop", lambda f, fn: f.endswith("engine/kernel.py")),
     ("routing policy (choose)", lambda f, fn: "/routing/" in f),
-    ("Switch.arrive (route lookup, Lindley queue, inflight)",
-     lambda f, fn: f.endswith("engine/packet.py") and fn in ("arrive", "lookup")),
-    ("Nic.tx (cut packet, Packet(), serialise)",
-     lambda f, fn: (f.endswith("engine/packet.py") and fn == "tx") or f.endswith("net/packet.py")),
-    ("receiver (host arrival, ddp.on_packet, message_done)",
-     lambda f, fn: "/receiver/" in f or fn in ("_to_host", "message_done") or "/analysis/" in f),
+    ("Switch.arrive (route lookup, ECN mark, Lindley queue, inflight, drops)",
+     lambda f, fn: f.endswith(("net/switch.py", "net/port.py", "net/lossless.py"))
+     or (f.endswith("engine/packet.py") and fn == "drop")),
+    ("Nic.tx/send_ctrl (cut packet, Packet(), serialise)",
+     lambda f, fn: f.endswith(("net/nic.py", "net/packet.py"))),
+    ("receiver (host arrival, Receiver.on_packet, ACK generation, message_done)",
+     lambda f, fn: "/receiver/" in f or "/analysis/" in f
+     or (f.endswith("engine/packet.py") and fn in ("_to_host", "message_done", "reply_nic", "_piece_done"))),
+    ("sender (ACK processing, loss detection)",
+     lambda f, fn: f.endswith("net/sender.py") or "/cc/" in f
+     or (f.endswith("engine/packet.py") and fn in ("base_rtt", "fail_qp"))),
 ]
 _AGENDA_BUILTINS = ("<built-in method _heapq.heappop>", "<built-in method _heapq.heappush>")
 
@@ -347,11 +370,15 @@ def format_table(res: dict) -> str:
         for p, v in sizes.items():
             lines.append(f"  {name:14s} pending={p:>6s}        {v:>12,.0f}   {v / ref:6.2f}")
     lines.append("")
-    lines.append("engine (fabricsim.run)   kernel  events   hops     wall s   events/s     hops/s   hops/bare  of 1M")
+    lines.append("engine (fabricsim.run)   kernel  events   hops     wall s   events/s     hops/s   hops/bare  of 1M"
+                 "   data hops  data hops/s")
     for r in res["engine"]:
         lines.append(f"  {r['routing']:9s}             {r['kernel']:5s} {r['events']:>8,d} {r['packet_hops']:>8,d} "
                      f"{r['wall_s']:7.2f} {r['events_per_s']:>10,.0f} {r['packet_hops_per_s']:>10,.0f}"
-                     f"   {r['hops_per_s_over_bare_heapq']:6.3f}  {r['target_1M_hops_fraction']:5.2f}")
+                     f"   {r['hops_per_s_over_bare_heapq']:6.3f}  {r['target_1M_hops_fraction']:5.2f}"
+                     f"  {r['data_packet_hops']:>10,d} {r['data_packet_hops_per_s'] or 0:>12,.0f}")
+    lines.append("  (hops: every packet a port sent, ACK/NAK/CNP included, to the end of the event loop;"
+                 " data hops: from the links table)")
     if res["heap_over_simpy_engine_speedup"]:
         lines.append("")
         lines.append("heap kernel / simpy kernel, engine events/s: " + ", ".join(

@@ -35,8 +35,14 @@ def test_bench_packet_quick_runs_and_writes_its_report(tmp_path, capsys):
     for (policy, kernel), r in rows.items():
         assert r["status"] == "complete"
         assert r["messages_completed"] == 4
-        # 4 hosts, 64 KiB each, 4 KiB MTU: 16 packets x 4 hops
-        assert r["packet_hops"] == 4 * 16 * 4
+        # 4 hosts, 64 KiB each, 4 KiB MTU: 16 data packets x 4 hops
+        assert r["data_packet_hops"] == 4 * 16 * 4
+        # packet_hops also counts the ACKs (one per data packet, on the reverse path), up to the
+        # end of the event loop: the heap kernel drains them all, the simpy kernel stops at the
+        # last message completion
+        assert r["control_packet_hops"] > 0
+        assert r["links_table_hops"] == r["data_packet_hops"] + r["control_packet_hops"]
+        assert r["links_table_hops"] <= r["packet_hops"] <= 2 * 4 * 16 * 4
         assert r["packet_hops_per_s"] > 0 and r["hops_per_s_over_bare_heapq"] > 0
         if kernel == "simpy":
             assert r["identical_to_heap"] is True
