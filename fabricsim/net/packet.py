@@ -27,7 +27,7 @@ class QueuePair:
     __slots__ = (
         "uid", "msg", "src", "dst", "sport", "hash", "size", "npsn", "seq",
         # sender
-        "una", "high", "rtx", "sacked", "lost", "resent", "outstanding", "out_bytes", "rack_t", "next_ok",
+        "una", "high", "rtx", "sacked", "lost", "resent", "reo", "outstanding", "out_bytes", "rack_t", "next_ok",
         "nics", "nicmask", "flow", "rto_at", "rto_armed", "timeouts", "goback_t", "gb_cause", "sent_done",
         # receiver
         "r_cum", "r_max", "r_maxt", "r_set", "r_hold", "r_arr", "r_unacked", "r_ce", "r_last_cnp", "r_nak", "r_port",
@@ -49,6 +49,7 @@ class QueuePair:
         self.sacked = set()     # PSNs >= una acknowledged selectively
         self.lost = set()       # PSNs presumed lost and not yet resent
         self.resent = {}        # PSN -> time of its latest retransmission (older sends are stale)
+        self.reo = 0            # RACK reorder window of this QP (ps); 0 = the configured one
         self.outstanding = deque()  # (psn, t_sent) in send order, for loss detection
         self.out_bytes = 0      # payload bytes sent, not acknowledged, not presumed lost
         self.rack_t = -1        # latest send time among acknowledged units (RACK)

@@ -9,7 +9,9 @@ echoed ECN marks and telemetry)
     window; then runs RACK-style loss detection (Cheng et al., RFC 8985, time-based): a unit still
     unacknowledged although a unit sent more than ``reorder_window`` after it has been
     acknowledged is presumed lost and queued for retransmission (cause ``sack``). The reorder
-    window keeps spraying's reordering from being mistaken for loss.
+    window keeps spraying's reordering from being mistaken for loss; when an ACK shows that the
+    original copy of a resent unit arrived after all, the queue pair doubles its window (up to 16x),
+    as RACK does on a DSACK.
 NAK (go-back-N receivers; ``seq`` = the expected PSN)
     acknowledges everything below ``seq`` and rewinds: the sender resends from ``seq`` (cause
     ``nak``). A NAK triggered by a unit sent before the last rewind is stale and ignored (the
@@ -48,6 +50,8 @@ class Sender:
         self._cc_done = cc.on_done if type(cc).on_done is not CongestionControl.on_done else None
         self.timeouts = 0
         self.naks_ignored = 0
+        self.spurious = 0                   # retransmissions found spurious (window widened)
+        self.reo_max = 16 * params.reorder_window
 
     # ----------------------------------------------------------------- helpers
     def payload(self, qp, psn: int) -> int:
@@ -118,13 +122,19 @@ class Sender:
                     newly += self.payload(qp, s)
             if pkt.t_data > qp.rack_t:
                 qp.rack_t = pkt.t_data
+            r = qp.resent.get(s)
+            if r is not None and pkt.t_data < r:
+                # the original copy of a unit we resent has arrived: the retransmission was
+                # spurious, reordering exceeded the window. Widen it (RACK's DSACK adaptation).
+                qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
+                self.spurious += 1
         qp.out_bytes -= newly
         if newly:
             qp.timeouts = 0                   # progress (cumulative or selective) restarts the timer
             qp.rto_at = t + self.rto(qp)
         found = False
         if self.selective:
-            limit = qp.rack_t - self.reo
+            limit = qp.rack_t - (qp.reo or self.reo)
             out = qp.outstanding
             una = qp.una
             sacked = qp.sacked
