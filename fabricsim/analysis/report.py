@@ -31,6 +31,10 @@ DEFINITIONS = {
     "packet_latency": "one-way packet latency, first bit leaving the source NIC to last bit at the destination NIC; "
                       "from a log-bucketed histogram (values within relative_error)",
     "drops.packets": "packets dropped in the network (drop-tail buffer full)",
+    "transport.retransmitted_bytes": "payload bytes sent again (by cause: sack = RACK loss detection, timeout, "
+                                     "nak = go-back-N rewind); docs/models.md",
+    "transport.out_of_order_fraction": "data units that arrived after a unit of the same queue pair sent later",
+    "transport.pfc_pause_events": "PFC XOFF frames that took effect (lossless mode)",
     "links.utilisation": "tx_bytes * 8 / (rate_bps * run end time) of a directed link",
     "links.peak_queue_bytes": "largest egress backlog seen at an enqueue",
     "collectives.time_ps": "per traced operation: last completion minus first release of its messages",
@@ -123,6 +127,9 @@ def render_report(result) -> str:
         ("packet latency p50 / p99 / p99.9",
          " / ".join(_fmt_value("_ps", pl.get(k)) for k in ("p50_ps", "p99_ps", "p999_ps"))),
         ("dropped packets", _fmt_value("x", s.get("drops", {}).get("packets"))),
+        ("retransmitted bytes", _fmt_value("x", s.get("transport", {}).get("retransmitted_bytes"))),
+        ("packets out of order", _fmt_value("x", s.get("transport", {}).get("out_of_order_fraction"))),
+        ("PFC pause events", _fmt_value("x", s.get("transport", {}).get("pfc_pause_events"))),
     ]
     parts.append("<h2>Headline</h2><table><tr><th>figure</th><th>value</th></tr>")
     for k, v in headline:
