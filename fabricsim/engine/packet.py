@@ -427,8 +427,8 @@ class PacketEngine:
                     else:
                         st.reason = reason or "stalled"
                 self.recorder.on_message(st)
-        hops = sum(p.tx_packets for p in self.ports)
         links = self._final_links if (self._final_links is not None and not self.remaining) else self._link_rows(now)
+        hops = sum(row["tx_packets"] for row in links)   # up to the run's end, as the links table
         counters = {"dropped_packets": self.dropped_packets, "dropped_payload_bytes": self.dropped_payload,
                     "injected_payload_bytes": sum(st.injected for st in self.states.values())
                     + sum(p.injected for p in self.pieces if p.final)}
