@@ -92,6 +92,8 @@ def run(scenario, output, seed, sets, quiet, as_json, report):
         click.echo(json.dumps(result.summary, indent=2, default=str))
     elif not quiet:
         _print_summary(result.summary, out)
+    for w in result.summary.get("warnings", []):
+        click.echo(f"warning: {w}", err=True)
     status = result.summary["run"]["status"]
     if status == "interrupted":
         # results were written (unfinished messages marked "interrupted"); exit like Ctrl-C

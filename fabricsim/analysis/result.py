@@ -219,6 +219,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                   "control_packets": int(outcome.counters.get("dropped_control_packets", 0)),
                   "by_reason": {"buffer_full": int(links["drops_buffer_full"].sum()) if len(links) else 0}},
         "transport": transport_summary(msgs, links, outcome),
+        "warnings": list(outcome.warnings),
         "links": {
             "max_utilisation": float(links["utilisation"].max()) if len(links) else None,
             "max_peak_queue_bytes": int(links["peak_queue_bytes"].max()) if len(links) else None,

@@ -40,6 +40,8 @@ class RunOutcome:
     link_samples_truncated: bool = False
     #: receiving host -> peak bytes held beyond in-order prefixes (all its queue pairs together)
     host_peak_hold: dict = field(default_factory=dict)
+    #: configuration problems the run noticed (one line each), also printed by the CLI
+    warnings: list = field(default_factory=list)
 
 
 class Engine(Protocol):

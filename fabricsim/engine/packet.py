@@ -450,9 +450,33 @@ class PacketEngine:
         elif self.link_samples and frozen:
             self.link_samples[-1] = self._final_snapshot      # a periodic sample at the very end
         hosts = {h: hr.peak_hold for h, hr in self.receiver.hosts.items()}
+        warnings = self._config_warnings()
         return RunOutcome(status=status, end_ps=now, events=self.kernel.events, packet_hops=hops,
                           links=links, counters=counters, link_samples=self.link_samples,
-                          link_samples_truncated=self.link_samples_truncated, host_peak_hold=hosts)
+                          link_samples_truncated=self.link_samples_truncated, host_peak_hold=hosts,
+                          warnings=warnings)
+
+    def _config_warnings(self) -> list:
+        """Parameter combinations that make results hard to read, said once per run."""
+        out = []
+        rto = self.sim.scenario.receiver.params.rto_high
+        if self.pfc is None:
+            worst = None
+            for p in self.ports:
+                size = p.buffer
+                sw = self.switches.get(p.owner)
+                if sw is not None and sw.shared is not None:
+                    size = sw.shared.size if size is None else min(size, sw.shared.size)
+                if size is not None:
+                    drain = p.ser_ps(size)
+                    if worst is None or drain > worst[0]:
+                        worst = (drain, p, size)
+            if worst is not None and worst[0] > rto:
+                drain, p, size = worst
+                out.append(f"a full buffer drains in {drain / 1e6:.0f} us ({size} B at {p.rate / 1e9:g} Gbps), longer "
+                           f"than receiver.rto_high ({rto / 1e6:.0f} us): packets can wait in a queue past the "
+                           f"retransmission timeout and be resent spuriously; raise rto_high or shrink the buffer")
+        return out
 
     def _link_rows(self, now):
         """One dict per directed link: its counters at ``now``."""

@@ -68,14 +68,14 @@ class Switch:
             if port.buffer is not None and q + wire > port.buffer:
                 self.engine.drop(port, pkt)
                 return
-            kmin = self.kmin
-            if kmin is not None and q > kmin and not pkt.kind and self.mark(q):
-                pkt.ce = 1
-                port.ecn_marks += 1
         shared = self.shared
         if shared is not None and shared.used(t) + wire > shared.size:
             self.engine.drop(port, pkt)
             return
+        kmin = self.kmin
+        if kmin is not None and q > kmin and not pkt.kind and self.mark(q):
+            pkt.ce = 1
+            port.ecn_marks += 1
         k = port.ps_per_byte
         bu += wire * k if k else -((-wire * PS_BITS) // port.rate)     # = port.ser_ps(wire)
         port.busy_until = bu
