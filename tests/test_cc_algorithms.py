@@ -410,3 +410,25 @@ def test_telemetry_fluid_converges_to_eta_and_fair():
     mean = [sum(col) / len(shares) for col in zip(*shares)]
     assert jain(mean) >= 0.98
     assert q < 0.5 * C * T / 8e12            # the queue drains
+
+
+def test_telemetry_compares_counters_per_port_when_paths_change_per_packet():
+    # two spine ports alternate packet by packet (adaptive routing): port 1 is busy at exactly
+    # its capacity, port 2 idle. Samples compared across ports would mix unrelated counters
+    # (tx of port 2 minus tx of port 1 is meaningless); per port, U must come out as port 1's 1.0.
+    cc, _ = make_tel(eta=0.95, initial_u=0.0)
+    f = new_flow(cc, rtt=T_RTT)
+    per_T = G100 * T_RTT / 8e12             # bytes a 100G port sends in one T
+    busy, idle = 5_000_000_000, 7
+    seen = []
+    for k in range(8):
+        t = k * T_RTT
+        port, tx = (1, busy + k * per_T) if k % 2 == 0 else (2, idle)
+        f.sent_bytes = k
+        cc.on_ack(f, t, AckInfo(cum_bytes=k + 1, int_hops=((t, tx, 0, G100, port),)))
+        seen.append(f.state.u)
+    assert set(f.state.ports) == {1, 2}
+    # from the second sample of each port on: port 1 measures 1.0, port 2 measures 0.0
+    # (each sample spans 2 T >= T, so the EWMA takes the new value whole)
+    assert seen[2] == pytest.approx(1.0) and seen[4] == pytest.approx(1.0) and seen[6] == pytest.approx(1.0)
+    assert seen[3] == pytest.approx(0.0) and seen[5] == pytest.approx(0.0)

@@ -76,7 +76,9 @@ class AckInfo:
     ``newly_acked_bytes``  payload bytes this ACK acknowledged for the first time (cumulative or selective)
     ``ecn_marked``  data packets with CE set since the previous ACK (ECN echo)
     ``int_hops``    in-band telemetry of the data packet that triggered the ACK: a tuple of
-                    ``(ts_ps, tx_bytes, qlen_bytes, rate_bps)`` per switch egress hop, in path order
+                    ``(ts_ps, tx_bytes, qlen_bytes, rate_bps, port_id)`` per switch egress hop, in path order
+                    (``port_id`` identifies the egress port, as HPCC++'s port_ID: paths change per
+                    packet under adaptive routing, and counters only compare within one port)
                     (``None`` unless the algorithm ``uses_int``)
     ``rtt_ps``      time from that data packet leaving the sender to this ACK arriving
     """

@@ -58,7 +58,8 @@ class TelemetryParams(CCParams):
 class TelemetryState:
     """Per-flow controller variables (``flow.state``)."""
 
-    __slots__ = ("T", "w", "wc", "w_init", "w_min", "w_ai", "u", "inc_stage", "last_update_seq", "last_hops")
+    __slots__ = ("T", "w", "wc", "w_init", "w_min", "w_ai", "u", "inc_stage", "last_update_seq", "last_hops",
+                 "ports")
 
     def __init__(self, T, w_init, w_min, w_ai, u):
         self.T = T
@@ -71,6 +72,7 @@ class TelemetryState:
         self.inc_stage = 0
         self.last_update_seq = 0
         self.last_hops = None
+        self.ports = {}         # port id -> its last (ts, tx, qlen) sample seen by this flow
 
 
 @CC.register("telemetry")
@@ -104,14 +106,26 @@ class Telemetry(CongestionControl):
         hops = ack.int_hops
         if s is None or not hops:
             return
-        last = s.last_hops
-        s.last_hops = hops
-        if last is None or len(last) != len(hops):
-            return                      # first ACK or a new path: only remember the hops
         T = s.T
         u_max = -1.0
         tau = 0
-        for (ts, tx, q, bps), (lts, ltx, lq, _) in zip(hops, last):
+        if len(hops[0]) > 4:
+            # hops name their egress port: compare each with this flow's last sample of the same
+            # port, so per-packet path changes (adaptive routing, spraying) do not mix counters
+            ports = s.ports
+            pairs = []
+            for ts, tx, q, bps, pid in hops:
+                prev = ports.get(pid)
+                ports[pid] = (ts, tx, q)
+                if prev is not None:
+                    pairs.append(((ts, tx, q, bps), prev))
+        else:
+            last = s.last_hops
+            s.last_hops = hops
+            if last is None or len(last) != len(hops):
+                return                  # first ACK or a new path: only remember the hops
+            pairs = [(h, (lh[0], lh[1], lh[2])) for h, lh in zip(hops, last)]
+        for (ts, tx, q, bps), (lts, ltx, lq) in pairs:
             dt = ts - lts
             if dt <= 0 or bps <= 0:
                 continue

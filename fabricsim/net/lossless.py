@@ -82,7 +82,7 @@ class LosslessPort(Port):
             tel = pkt.tel
             if tel is None:
                 pkt.tel = tel = []
-            tel.append((done, self.tx_bytes, self.qbytes - wire, self.rate))
+            tel.append((done, self.tx_bytes, self.qbytes - wire, self.rate, self.index))
         pfc.push((done, next(pfc.seq), self._done_cb, self))
 
     def _done(self, t, _):

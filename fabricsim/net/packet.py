@@ -84,7 +84,7 @@ class Packet:
     ACK/NAK/CNP) travel from ``qp.dst`` to ``qp.src``: ``seq`` is the cumulative PSN acknowledged
     (ACK) or expected (NAK), ``sack`` the PSN of the data unit that triggered them, ``t_data`` when
     that unit was sent. ``ce`` is the ECN mark (data) or the count of marks echoed (ACK); ``tel``
-    the in-band telemetry stack (list of (ts_ps, tx_bytes, qlen_bytes, rate_bps)) or None.
+    the in-band telemetry stack (list of (ts_ps, tx_bytes, qlen_bytes, rate_bps, port_id)) or None.
     """
 
     __slots__ = ("qp", "dst", "wire", "payload", "seq", "t_tx", "npk", "hop", "kind", "ce", "tel", "sack",

@@ -89,7 +89,7 @@ class Switch:
             tel = pkt.tel
             if tel is None:
                 pkt.tel = tel = []
-            tel.append((bu, port.tx_bytes, q, port.rate))
+            tel.append((bu, port.tx_bytes, q, port.rate, port.index))
         # = kernel.schedule(bu + port.offset, port.deliver, pkt), held in the port's inflight
         entry = (bu + port.offset, next(self.seq), port.deliver, pkt)
         pkt.hop = port
