@@ -33,7 +33,8 @@ DEFAULT_METRICS = [
     "goodput_fraction", "completion_time_ratio", "goodput_while_all_active_fraction",
     "fct_p50_us", "fct_p99_us", "fct_max_us",
     "latency_p50_us", "latency_p99_us", "latency_p999_us",
-    "drops", "wall_time_s",
+    "drops", "retransmitted_bytes", "out_of_order_fraction", "peak_queue_bytes", "pfc_pause_events",
+    "wall_time_s",
 ]
 
 # two-sided 95 % Student t critical values, degrees of freedom 1..30; the normal value beyond
@@ -70,6 +71,10 @@ def metrics_of(summary: dict) -> dict:
         "latency_p99_us": _us(lat["p99_ps"]) if has_lat else None,
         "latency_p999_us": _us(lat["p999_ps"]) if has_lat else None,
         "drops": summary["drops"]["packets"],
+        "retransmitted_bytes": summary.get("transport", {}).get("retransmitted_bytes"),
+        "out_of_order_fraction": summary.get("transport", {}).get("out_of_order_fraction"),
+        "peak_queue_bytes": summary["links"]["max_peak_queue_bytes"],
+        "pfc_pause_events": summary.get("transport", {}).get("pfc_pause_events"),
         "wall_time_s": summary["run"]["wall_time_s"],
         "completed": summary["messages"]["completed"],
         "messages": summary["messages"]["total"],
