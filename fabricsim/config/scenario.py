@@ -8,6 +8,7 @@ import yaml
 from pydantic import BaseModel, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from ..errors import ConfigError
+from .profiles import PROFILES, apply_profile
 from .policy import CongestionControlSection, NicSection, ReceiverSection, RoutingSection
 from .switch import SwitchFeatures
 from .topology import LeafSpineConfig, TopologyConfig
@@ -56,6 +57,9 @@ class Scenario(BaseModel):
     model_config = STRICT
     name: str = Field("scenario", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
+    profile: str = Field("none", description=(
+        "deployment profile expanded beneath the scenario's own settings (fabricsim/config/profiles.py): "
+        "spectrum_x, ethernet or none"))
     topology: TopologyConfig = Field(default_factory=LeafSpineConfig)
     traffic: TrafficConfig = Field(default_factory=PermutationTraffic)
     routing: RoutingSection = Field(default_factory=lambda: RoutingSection.model_validate({}))
@@ -71,7 +75,7 @@ class Scenario(BaseModel):
     @classmethod
     def _default_kinds(cls, data):
         if isinstance(data, dict):
-            data = dict(data)
+            data = apply_profile(dict(data))
             for section, key, default in (("topology", "kind", "leaf_spine"), ("traffic", "pattern", "permutation")):
                 if isinstance(data.get(section), dict) and key not in data[section]:
                     data[section] = {key: default, **data[section]}
@@ -79,6 +83,8 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _cross(self):
+        if self.profile not in PROFILES:
+            raise ValueError("profile: " + PROFILES.unknown_message(self.profile))
         sim = self.simulation
         if sim.header >= sim.mtu * 4:
             raise ValueError(f"simulation.header: {sim.header} B overhead is implausible for a "
