@@ -156,6 +156,33 @@ def compare_cmd(scenario, vary, seeds, output, quiet):
         click.echo(f"results       {out}  (runs.csv, summary.csv, one folder per run)")
 
 
+@main.group("profile")
+def profile_group():
+    """Deployment profiles (profile: NAME in a scenario)."""
+
+
+@profile_group.command("list")
+def profile_list():
+    """Name and one-line summary of every profile."""
+    from .config.profiles import PROFILES
+    for name in PROFILES.names():
+        click.echo(f"{name:12s} {PROFILES.get(name).summary}")
+
+
+@profile_group.command("show")
+@click.argument("name")
+def profile_show(name):
+    """The settings profile NAME expands to, with every default filled in (YAML)."""
+    import yaml
+    from .config.profiles import PROFILES
+    from .config.scenario import load_scenario
+    if name not in PROFILES:
+        _fail(ConfigError(PROFILES.unknown_message(name), field="profile"))
+    full = load_scenario({"profile": name}).scenario.model_dump(mode="json")
+    shown = {k: full[k] for k in ("profile", "routing", "receiver", "congestion_control", "nic", "switch")}
+    click.echo(yaml.safe_dump(shown, sort_keys=False).rstrip())
+
+
 @main.group()
 def topo():
     """Inspect topologies."""

@@ -63,3 +63,15 @@ def test_unknown_profile_is_one_clear_line(tmp_path):
     assert "Traceback" not in p.stderr
     line = [l for l in p.stderr.splitlines() if l.strip()]
     assert len(line) == 1 and "bad.yaml" in line[0] and "profile" in line[0] and "did you mean" in line[0]
+
+
+def test_cli_profile_list_and_show():
+    p = subprocess.run([sys.executable, "-m", "fabricsim.cli", "profile", "list"], capture_output=True, text=True)
+    assert p.returncode == 0 and {l.split()[0] for l in p.stdout.splitlines()} == set(PROFILES.names())
+    p = subprocess.run([sys.executable, "-m", "fabricsim.cli", "profile", "show", "ethernet"],
+                       capture_output=True, text=True)
+    shown = yaml.safe_load(p.stdout)
+    assert shown["routing"]["policy"] == "ecmp" and shown["switch"]["pfc"]["enabled"] is True
+    p = subprocess.run([sys.executable, "-m", "fabricsim.cli", "profile", "show", "etherne"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "did you mean 'ethernet'" in p.stderr and "Traceback" not in p.stderr
