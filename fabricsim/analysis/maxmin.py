@@ -97,3 +97,96 @@ def fluid_completion(sizes: Sequence[float], paths: Sequence[Sequence[Hashable]]
             if left[i] <= 1e-9 * max(1.0, sizes[i]):
                 end[i] = t
     return end
+
+
+# --------------------------------------------------------------------------------------------
+# the fluid reference of a run's own ECMP placement
+
+#: random stream of the 5-tuple salt (as the packet engine draws it)
+FLOWS_SALT_STREAM = "flows.5tuple"
+
+
+def ecmp_placement(sim) -> list[tuple[object, int, list]]:
+    """Where ECMP puts each queue pair of ``sim`` (a :class:`~fabricsim.engine.interface.SimulationInput`).
+
+    Returns ``[(message, queue-pair bytes, [directed link (a, b, k), ...])]`` in the order the
+    packet engine opens queue pairs (messages released together, in message order), with the same
+    5-tuple hashes (:func:`~fabricsim.net.packet.queue_pair_tuple`) and the same per-switch choice
+    (:func:`~fabricsim.routing.ecmp.ecmp_index`) as a packet run of the same scenario and seed.
+    ``k`` numbers the parallel links between ``a`` and ``b`` in the topology's link order.
+    Single-port hosts only (leaf-spine fabrics); messages must start together and have no
+    dependencies (the release order then is the message order).
+    """
+    from ..net.packet import queue_pair_tuple
+    from ..routing.ecmp import SALT_STREAM, ecmp_index
+    topo, paths = sim.topology, sim.paths
+    parallel: dict = {}
+    for u, v, _k, _d in topo.links():
+        parallel[(u, v)] = parallel.get((u, v), 0) + 1
+        parallel[(v, u)] = parallel.get((v, u), 0) + 1
+    qp_salt = sim.streams.u64(FLOWS_SALT_STREAM)
+    ecmp_salt = sim.streams.u64(SALT_STREAM)
+    hosts = set(topo.hosts)
+    out = []
+    uid = 0
+    t0 = {m.start_ps for m in sim.messages}
+    if len(t0) > 1 or any(m.deps for m in sim.messages):
+        raise ValueError("the ECMP fluid reference needs messages that all start together, without dependencies")
+    for m in sim.messages:
+        base, extra = divmod(m.size_bytes, m.qps)
+        for q in range(m.qps):
+            size = base + (1 if q < extra else 0)
+            if size == 0:
+                continue
+            _sport, h = queue_pair_tuple(qp_salt, m.src, m.dst, uid)
+            uid += 1
+            first = list(paths.first_hops(m.src, m.dst))
+            if len(first) != 1 or parallel[(m.src, first[0])] != 1:
+                raise ValueError(f"the ECMP fluid reference supports single-port hosts (host {m.src} has several)")
+            links = [(m.src, first[0], 0)]
+            node = first[0]
+            while node != m.dst:
+                ports = [(node, nbr, k) for nbr in paths.next_hops(node, m.dst) for k in range(parallel[(node, nbr)])]
+                link = ports[0] if len(ports) == 1 else ports[ecmp_index(h, ecmp_salt, node, len(ports))]
+                links.append(link)
+                node = link[1]
+                if node in hosts and node != m.dst:
+                    raise ValueError(f"path of message {m.id} reached host {node}")
+            out.append((m, size, links))
+    return out
+
+
+def ecmp_fluid_reference(source, overrides=()) -> dict:
+    """Fluid max-min completion of a scenario's messages pinned to the ECMP paths its own packet run
+    takes (:func:`ecmp_placement`).
+
+    Each queue pair is a fluid flow of its payload bytes; a link's capacity is its payload rate
+    (``rate x mtu / (mtu + header)``); rates are max-min fair at every instant
+    (:func:`fluid_completion`). A message ends when its last queue pair does, plus the pipeline
+    latency of its idle path (its idle-fabric ideal minus its idle serialisation time), so an
+    uncontended message gets exactly its ideal. Returns ``duration_ps``, ``ideal_duration_ps``
+    and ``completion_time_ratio`` (ideal / duration, as in the run's summary).
+    """
+    from ..api import prepare
+    from .ideal import IdealModel
+    _loaded, sim = prepare(source, overrides)
+    sc = sim.scenario
+    mtu, header = sc.simulation.mtu, sc.simulation.header
+    g = sim.topology.graph
+    placed = ecmp_placement(sim)
+    cap = {}
+    for _m, _s, links in placed:
+        for a, b, k in links:
+            rate = [d["rate_bps"] for d in g.get_edge_data(a, b).values()][k]
+            cap[(a, b, k)] = rate / 8e12 * mtu / (mtu + header)       # payload bytes per ps
+    ends = fluid_completion([s for _m, s, _l in placed], [l for _m, _s, l in placed], cap)
+    ideal = IdealModel(sim)
+    msg_end: dict = {}
+    for (m, _s, links), e in zip(placed, ends):
+        alone = m.size_bytes / min(cap[link] for link in links)
+        latency = ideal.fct(m) - alone
+        msg_end[m.id] = max(msg_end.get(m.id, 0.0), e + latency)
+    duration = max(msg_end.values())
+    ideal_duration = max(ideal.fct(m) for m in sim.messages)
+    return {"duration_ps": duration, "ideal_duration_ps": ideal_duration,
+            "completion_time_ratio": ideal_duration / duration, "flows": len(placed)}

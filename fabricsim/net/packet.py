@@ -128,3 +128,15 @@ def five_tuple_hash(salt: int, src: int, dst: int, sport: int, dport: int = ROCE
     h = mix64(h ^ (dst * 0x9E3779B97F4A7C15))
     h = mix64(h ^ (sport << 16) ^ dport)
     return mix64(h ^ proto)
+
+
+def queue_pair_tuple(salt: int, src: int, dst: int, uid: int) -> tuple[int, int]:
+    """(UDP source port, seeded 5-tuple hash) of the queue pair numbered ``uid`` in a run.
+
+    Queue pairs are numbered in the order the engine opens them; the source port cycles through
+    the RoCE ephemeral range 49152-65535 and the hash folds in the rest of ``uid``, so every queue
+    pair of a run has its own 5-tuple hash. The one definition used by the engines and by the
+    analysis-side references that place a run's own flows (:mod:`fabricsim.analysis.maxmin`).
+    """
+    sport = 49152 + (uid & 0x3FFF)
+    return sport, five_tuple_hash(salt, src, dst, sport ^ (uid >> 14) * 7919)
