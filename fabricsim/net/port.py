@@ -121,10 +121,12 @@ class SharedBuffer:
     >>> a, b = (Port(i, 0, 1, "x", 400 * 10**9, 0, 0, None) for i in range(2))
     >>> pool.add(a); pool.add(b)
     >>> pool.set_busy_until(a, 0, a.ser_ps(4000)); a.busy_until = a.ser_ps(4000)  # 4000 B queued on a
-    >>> pool.used(0), pool.admits(4000, 1000, 0), pool.admits(0, 3000, 0)         # 4000+1000 > 1x(10000-4000)?
-    (4000, True, True)
-    >>> pool.admits(4000, 3000, 0)                                               # 7000 > 6000: dropped
-    False
+    >>> used = pool.used(0); used                   # free pool 6000 B: each port may hold up to 6000 B
+    4000
+    >>> pool.admits(4000, 2000, used), pool.admits(4000, 2001, used), pool.admits(0, 6000, used)
+    (True, False, True)
+    >>> pool.used(a.ser_ps(4000))                   # a has drained: the pool is empty again
+    0
     """
 
     __slots__ = ("size", "alpha", "reserve", "ports", "s", "r", "heap")
