@@ -99,7 +99,7 @@ class Switch:
         self.shared = pool
         if self.lindley and self.at_dequeue and (self.kmin is not None or self.stamp):
             for p in self.ports:
-                if p.deliver is to_host:
+                if p.deliver == to_host:          # bound methods: equal, not identical
                     p.deliver = self._settling(to_host)
 
     @staticmethod
