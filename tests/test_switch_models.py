@@ -187,8 +187,9 @@ def test_static_per_port_buffer_is_still_available():
     assert len(b.run()) == 5
 
 
-def test_two_overloaded_ports_settle_at_alpha_b_over_one_plus_two_alpha():
-    B, alpha = 1_000_000, 1.0
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 2.0])
+def test_two_overloaded_ports_settle_at_alpha_b_over_one_plus_two_alpha(alpha):
+    B = 1_000_000
     b = Bench(nports=2, node={"buffer_bytes": B, "buffer_mode": "shared"}, ecn={"enabled": False},
               buffer={"admission": "dynamic", "alpha": alpha})
     for i in range(3000):                 # each port offered twice its line rate for 125 us
@@ -196,7 +197,7 @@ def test_two_overloaded_ports_settle_at_alpha_b_over_one_plus_two_alpha():
         b.send(t, dst=100, name=("a", i))
         b.send(t, dst=101, name=("b", i))
     b.run()
-    q_star = alpha * B / (1 + 2 * alpha)  # 333 333 B
+    q_star = alpha * B / (1 + 2 * alpha)  # 250 000 / 333 333 / 400 000 B
     for p in b.sw.ports:
         assert abs(p.peak_queue_bytes - q_star) <= W
     assert len(b.drops) > 2500             # about half the offered packets
