@@ -71,6 +71,7 @@ def figures(sc) -> dict:
     tr = s["transport"]
     return {
         "completed": int(m["completed"].sum()), "messages": len(m),
+        "incomplete_reasons": {str(k): int(v) for k, v in m.loc[~m["completed"], "incomplete_reason"].value_counts().items()},
         "last_completion_us": round(float(m["fct_ps"].max()) / 1e6, 2) if m["completed"].all() else None,
         "mean_fct_us": round(float(m["fct_ps"].mean()) / 1e6, 2),
         "drops_packets": int(s["drops"]["packets"]),
@@ -118,9 +119,10 @@ def main(argv=None) -> int:
         for cc in ("none", "dcqcn", "dcqcn_cx"):
             key = f"{'pfc' if pfc else 'lossy_dt'}/{cc}"
             r = results["incast"][key] = figures(incast(n, cc, pfc=pfc))
+            done = "" if not r["incomplete_reasons"] else f"  NOT DONE {r['incomplete_reasons']}"
             lines.append(f"incast {n}->1 {key:<18} last {r['last_completion_us']} us  drops {r['drops_packets']:>5}  "
                          f"peak q {r['peak_queue_bytes'] / 1e3:8.1f} KB  pauses {r['pfc_pause_events']:>5}  "
-                         f"marks {r['ecn_marked_packets']:>6}  cnps {r['cnps']:>5}  rtx {r['retransmitted_bytes'] / 2**20:.1f} MiB")
+                         f"marks {r['ecn_marked_packets']:>6}  cnps {r['cnps']:>5}  rtx {r['retransmitted_bytes'] / 2**20:.1f} MiB{done}")
     for admission in ("static", "dynamic"):
         q = results["buffer"][f"quickstart/{admission}"] = figures(quickstart(admission))
         i = results["buffer"][f"incast/{admission}"] = figures(incast(n, "none", pfc=False, admission=admission))
