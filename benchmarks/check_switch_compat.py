@@ -23,7 +23,7 @@ out = {}
 for name in ("incast_dcqcn", "incast_lossy_none", "quickstart", "incast_telemetry"):
     ov = []
     if which == "compat":
-        lossless = name == "incast_dcqcn"
+        lossless = name in ("incast_dcqcn", "incast_telemetry")
         ov = [f"switch.strict_priority={'control' if lossless else 'none'}", "switch.ecn.sample=enqueue",
               "switch.pfc.response=0ns", "switch.int_hop=0B", "switch.int_header=0B"]
     res = fabricsim.run(str(SCENARIOS / f"{name}.yaml"), overrides=ov)
