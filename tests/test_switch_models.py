@@ -392,3 +392,12 @@ def test_connectx_is_selectable_and_runs_an_incast(tmp_path):
                          "switch": {"ecn": {"kmin": "20KB", "kmax": "200KB"}}})
     assert res.messages["completed"].all()
     assert res.summary["transport"]["cnps"] > 0
+
+
+def test_docstring_examples():
+    import doctest
+
+    import fabricsim.config.switch as cfg
+    import fabricsim.net.port as port
+    for mod in (cfg, port):
+        assert doctest.testmod(mod).failed == 0, mod.__name__

@@ -190,7 +190,8 @@ class Switch:
         inflight.popleft()
         if inflight:
             self.push(inflight[0])
-        if hop.pend:
+        pend = hop.pend
+        if pend and pend[0][0] <= t:
             hop.sw.settle(hop, t)
         route = self.route.get(pkt.dst) or self.lookup(pkt.dst)
         port = route[0] or self.choose(self, route[1], pkt, t)
@@ -198,7 +199,8 @@ class Switch:
         if kind and self.strict[kind]:
             self.priority(t, port, pkt)
             return
-        if port.pend:
+        pend = port.pend
+        if pend and pend[0][0] <= t:
             self.settle(port, t)
         wire = pkt.wire
         stamp = self.stamp and not kind
@@ -238,7 +240,7 @@ class Switch:
         elif at_dequeue:
             if start > t:                   # it waits: settle its sample when it starts (module doc)
                 if kmin is not None or stamp:
-                    port.pend.append((start, bu, port.tx_bytes, port.prio_bytes, pkt))
+                    pend.append((start, bu, port.tx_bytes, port.prio_bytes, pkt))
             elif stamp:                     # leaves at once: nothing is queued behind it yet
                 tel = pkt.tel
                 if tel is None:
