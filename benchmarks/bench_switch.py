@@ -19,6 +19,9 @@ Cases (all 400G, 500 ns links, 600 ns switch latency, seed 1):
 * ``buffer``: static 2 MiB per egress port against the dynamic threshold (alpha 1 over the same
   total memory, 2 MiB x ports) on the quickstart ECMP permutation and on the lossy incast, no CC.
 * ``ecn_sample``: dequeue against enqueue ECN sampling on the lossless dcqcn_cx incast.
+* ``profiles``: the incast under candidate profile settings: ``spectrum_x`` (PFC, telemetry CC,
+  adaptive routing), ``spectrum_x_lossy`` (dynamic-threshold buffer instead of PFC), ``ethernet``
+  (PFC, ConnectX DCQCN, ECMP) and ``ethernet_paper_dcqcn``.
 """
 from __future__ import annotations
 
@@ -113,7 +116,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     n = 8 if args.quick else 32
     results = {"machine": {"python": sys.version.split()[0], "platform": platform.platform()},
-               "senders": n, "incast": {}, "buffer": {}, "ecn_sample": {}}
+               "senders": n, "incast": {}, "buffer": {}, "ecn_sample": {}, "profiles": {}}
     lines = []
     for pfc in (True, False):
         for cc in ("none", "dcqcn", "dcqcn_cx"):
@@ -135,6 +138,14 @@ def main(argv=None) -> int:
         lines.append(f"ecn sample {sample:<8} pfc/dcqcn_cx  last {r['last_completion_us']} us  marks "
                      f"{r['ecn_marked_packets']:>6}  cnps {r['cnps']:>5}  pauses {r['pfc_pause_events']:>5}  "
                      f"peak q {r['peak_queue_bytes'] / 1e3:8.1f} KB")
+    for name, cc, routing, pfc in (("spectrum_x", "telemetry", "adaptive", True),
+                                   ("spectrum_x_lossy", "telemetry", "adaptive", False),
+                                   ("ethernet", "dcqcn_cx", "ecmp", True), ("ethernet_paper_dcqcn", "dcqcn", "ecmp", True)):
+        sc = incast(n, cc, pfc=pfc)
+        sc["routing"]["policy"] = routing
+        r = results["profiles"][name] = figures(sc)
+        lines.append(f"profile {name:<21} {cc:<9} {routing:<8} last {r['last_completion_us']} us  drops "
+                     f"{r['drops_packets']:>5}  peak q {r['peak_queue_bytes'] / 1e3:8.1f} KB  pauses {r['pfc_pause_events']:>5}")
     if args.hotpath:
         results["hotpath"] = hotpath(*args.hotpath)
         for routing, r in results["hotpath"].items():

@@ -401,3 +401,22 @@ def test_docstring_examples():
     import fabricsim.net.port as port
     for mod in (cfg, port):
         assert doctest.testmod(mod).failed == 0, mod.__name__
+
+
+@pytest.mark.parametrize("section,bad,field", [
+    ("congestion_control", {"algorithm": "dcqcn_cx", "dce_tcp_g": 2000}, "dce_tcp_g"),
+    ("congestion_control", {"algorithm": "dcqcn_cx", "rate_reduce_monitor_period": "500ns"}, "dce_tcp_rtt"),
+    ("congestion_control", {"algorithm": "dcqcn_cx", "rpg_min_dec_fac": 0}, "rpg_min_dec_fac"),
+    ("switch", {"ecn": {"sample": "midway"}}, "sample"),
+    ("switch", {"buffer": {"admission": "dynamic", "alpha": 0}}, "alpha"),
+    ("switch", {"buffer": {"admission": "elastic"}}, "admission"),
+    ("switch", {"pfc": {"enabled": True, "response": "soon"}}, "response"),
+    ("switch", {"strict_priority": "ack"}, "strict_priority"),
+])
+def test_bad_switch_and_connectx_parameters_are_rejected_with_the_field_named(section, bad, field):
+    from fabricsim.errors import ConfigError
+    sc = {"name": "bad", "topology": {"hosts_per_leaf": 2, "leaves": 1, "spines": 0},
+          "traffic": {"pattern": "permutation", "message_size": "4KiB"}, section: bad}
+    with pytest.raises(ConfigError) as e:
+        fabricsim.run(sc)
+    assert field in str(e.value) and section in str(e.value)

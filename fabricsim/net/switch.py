@@ -117,6 +117,8 @@ class Switch:
             ports.extend(self.port_to[nbr])
         if not ports:
             raise RuntimeError(f"switch {self.name} has no route to host {dst}")
+        for p in ports:
+            p.sw = self         # the switch that settles this port's dequeue samples (also without setup)
         t = self.table[dst] = tuple(ports)
         r = self.route[dst] = (t[0] if len(t) == 1 else None, t)
         return r
