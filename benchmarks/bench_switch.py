@@ -22,6 +22,8 @@ Cases (all 400G, 500 ns links, 600 ns switch latency, seed 1):
 * ``profiles``: the incast under candidate profile settings: ``spectrum_x`` (PFC, telemetry CC,
   adaptive routing), ``spectrum_x_lossy`` (dynamic-threshold buffer instead of PFC), ``ethernet``
   (PFC, ConnectX DCQCN, ECMP) and ``ethernet_paper_dcqcn``.
+* ``cx_sensitivity``: the lossless dcqcn_cx incast with one setting changed: HPCC ns-3's 400G ECN
+  thresholds, rpg_byte_reset in isekai's 64 B units, rpg_min_rate 1 Gb/s.
 """
 from __future__ import annotations
 
@@ -116,7 +118,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     n = 8 if args.quick else 32
     results = {"machine": {"python": sys.version.split()[0], "platform": platform.platform()},
-               "senders": n, "incast": {}, "buffer": {}, "ecn_sample": {}, "profiles": {}}
+               "senders": n, "incast": {}, "buffer": {}, "ecn_sample": {}, "profiles": {},
+               "cx_sensitivity": {}}
     lines = []
     for pfc in (True, False):
         for cc in ("none", "dcqcn", "dcqcn_cx"):
@@ -146,6 +149,15 @@ def main(argv=None) -> int:
         r = results["profiles"][name] = figures(sc)
         lines.append(f"profile {name:<21} {cc:<9} {routing:<8} last {r['last_completion_us']} us  drops "
                      f"{r['drops_packets']:>5}  peak q {r['peak_queue_bytes'] / 1e3:8.1f} KB  pauses {r['pfc_pause_events']:>5}")
+    for label, cc, sw in (("ecn_1600KB_6400KB", {}, {"ecn": {"kmin": "1600KB", "kmax": "6400KB"}}),
+                          ("rpg_byte_reset_2MiB", {"rpg_byte_reset": "2097088B"}, {}),
+                          ("rpg_min_rate_1Gbps", {"rpg_min_rate": "1Gbps"}, {})):
+        sc = incast(n, "dcqcn_cx", pfc=True)
+        sc["congestion_control"].update(cc)
+        sc["switch"].update(sw)
+        r = results["cx_sensitivity"][label] = figures(sc)
+        lines.append(f"dcqcn_cx pfc {label:<20} last {r['last_completion_us']} us  mean {r['mean_fct_us']} us  "
+                     f"pauses {r['pfc_pause_events']:>5}  cnps {r['cnps']:>5}")
     if args.hotpath:
         results["hotpath"] = hotpath(*args.hotpath)
         for routing, r in results["hotpath"].items():
