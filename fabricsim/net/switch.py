@@ -34,11 +34,11 @@ that starts at once (idle port) sees an empty queue and is settled immediately.
 """
 from __future__ import annotations
 
-from .packet import CNP, NAK
+from .packet import ACK, CNP, NAK
 from .port import PS_BITS, SharedBuffer
 
 #: ``switch.strict_priority`` -> packet kinds (DATA, ACK, NAK, CNP) in the strict class
-STRICT_KINDS = {"cnp": (CNP,), "control": (1, NAK, CNP), "none": ()}
+STRICT_KINDS = {"cnp": (CNP,), "control": (ACK, NAK, CNP), "none": ()}
 
 
 class Switch:
