@@ -2,9 +2,10 @@
 the contract is in :mod:`fabricsim.cc.base`."""
 from .base import CC, AckInfo, CCParams, CongestionControl, Flow
 from . import none  # noqa: F401  (registration)
-from . import dcqcn, telemetry  # noqa: F401  (registration)
+from . import dcqcn, dcqcn_cx, telemetry  # noqa: F401  (registration)
 from .dcqcn import Dcqcn
+from .dcqcn_cx import DcqcnConnectX
 from .none import NoCongestionControl
 from .telemetry import Telemetry
 
-__all__ = ["CC", "AckInfo", "CCParams", "CongestionControl", "Flow", "Dcqcn", "NoCongestionControl", "Telemetry"]
+__all__ = ["CC", "AckInfo", "CCParams", "CongestionControl", "Flow", "Dcqcn", "DcqcnConnectX", "NoCongestionControl", "Telemetry"]

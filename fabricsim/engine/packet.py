@@ -28,7 +28,7 @@ from ..routing import ROUTING
 from ..net.lossless import LosslessPort, LosslessSwitch, Pfc
 from ..net.nic import Nic
 from ..net.packet import DATA, QueuePair, five_tuple_hash
-from ..net.port import Port, SharedBuffer
+from ..net.port import Port
 from ..net.sender import Sender
 from ..net.switch import Switch
 from ..traffic.message import Message
@@ -125,7 +125,8 @@ class PacketEngine:
         self.dropped_packets = 0
         self.dropped_ctrl = 0
         # nodes
-        self.pfc = Pfc(feats.pfc, self.kernel, stamp) if feats.pfc.enabled else None
+        self.pfc = (Pfc(feats.pfc, self.kernel, stamp, simcfg.cell_packets * (simcfg.mtu + simcfg.header))
+                    if feats.pfc.enabled else None)
         switch_cls, port_cls = (LosslessSwitch, LosslessPort) if self.pfc else (Switch, Port)
         self.switches: dict[int, Switch] = {}
         for n in topo.switches:
@@ -137,8 +138,6 @@ class PacketEngine:
             sw.kernel = self.kernel
             sw.push = self.kernel.push
             sw.seq = self.kernel.seq
-            if g.nodes[n].get("buffer_mode") == "shared" and g.nodes[n].get("buffer_bytes") is not None:
-                sw.shared = SharedBuffer(g.nodes[n]["buffer_bytes"])
             if ecn.enabled:
                 sw.kmin, sw.kmax, sw.pmax, sw.rand = ecn.kmin, ecn.kmax, ecn.pmax, ecn_rand
             sw.stamp = stamp
@@ -163,8 +162,6 @@ class PacketEngine:
                     sw = self.switches[a]
                     sw.port_to.setdefault(b, []).append(p)
                     sw.ports.append(p)
-                    if sw.shared is not None:
-                        sw.shared.ports.append(p)
                 else:
                     nic = Nic(a, p, self, self.kernel, simcfg.mtu, simcfg.header, simcfg.cell_packets,
                               1 << len(self.nics[a]))
@@ -174,6 +171,8 @@ class PacketEngine:
                     if self.pfc:
                         p.nic = nic
                     self.nics[a].append(nic)
+        for n, sw in self.switches.items():
+            sw.setup(feats, g.nodes[n], self._to_host)     # priority classes, ECN sampling, INT, buffer pool
         # messages
         self.states = {m.id: MessageState(m) for m in sim.messages}
         for st in self.states.values():
@@ -488,6 +487,8 @@ class PacketEngine:
             "dropped_bytes": p.dropped_bytes, "drops_control": p.ctrl_drops, "ecn_marked_packets": p.ecn_marks,
             "pfc_pause_events": p.pause_events,
             "pfc_paused_ps": p.paused_ps + ((now - p.paused_since) if p.paused else 0),
+            "pfc_peak_ingress_bytes": p.ingress_peak if self.pfc else 0,
+            "pfc_headroom_bytes": self.pfc.headroom_bytes(p) if self.pfc else 0,
         } for p in self.ports]
 
     def _final_sample(self, now):
