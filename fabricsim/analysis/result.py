@@ -335,13 +335,13 @@ def link_timeseries(outcome) -> pd.DataFrame:
     if len(samples) < 2 or not outcome.links:
         return pd.DataFrame(columns=cols)
     times = np.array([s[0] for s in samples], dtype=np.int64)
-    tx = np.array([s[1] for s in samples], dtype=np.int64)          # samples x links, cumulative
+    tx = np.array([s[1] for s in samples], dtype=np.int64)          # samples x links, cumulative sent
     q = np.array([s[2] for s in samples], dtype=np.int64)
     keep = np.diff(times) > 0
     start, end = times[:-1][keep], times[1:][keep]
-    # a port counts a packet's bytes when it is enqueued; what has left the port by t is the
-    # count minus what is still queued (including the rest of the packet being serialised)
-    sent = np.diff(tx - q, axis=0)[keep]
+    # each sample holds the wire bytes that had left the port by then (the engine's definition
+    # per port kind, see PacketEngine._snapshot): a bin's bytes are the difference
+    sent = np.diff(tx, axis=0)[keep]
     rates = np.array([row["rate_bps"] for row in outcome.links], dtype=np.float64)
     ids = np.array([row["link_id"] for row in outcome.links], dtype=np.int64)
     n_bins, n_links = sent.shape
