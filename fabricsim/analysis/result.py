@@ -238,6 +238,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                             "bin_end_ps": (np.arange(len(gp), dtype=np.int64) + 1) * bin_ps,
                             "delivered_bytes": gp,
                             "goodput_bps": gp.astype("float64") * 8e12 / bin_ps})
+    balance = summary["run"].pop("conservation", None)
+    if balance is not None:
+        summary["conservation"] = balance
     busy = summary["run"].pop("gpu_compute_busy_ps", None)
     if busy is not None:
         # simulation.compute: gpu -- how much of the pattern a GPU spent not computing
