@@ -127,6 +127,19 @@ def test_a_run_whose_messages_failed_does_not_report_complete():
     assert s["run"]["status"] == "incomplete"
 
 
+def test_the_messages_table_adds_up_to_the_run_totals_when_messages_fail():
+    """Rows used to be frozen when a message ended: packets of a failed message still in flight
+    were dropped or accepted later, counted in the run totals but not in its row."""
+    sc = leaf_spine(buffer="24KiB",
+                    traffic={"pattern": "incast", "senders": 7, "receiver": 0, "message_size": "256KiB"},
+                    receiver={"model": "ddp", "retry_limit": 0, "rto_low": "5us", "rto_high": "5us"})
+    r = fabricsim.run(sc)
+    s, m = r.summary, r.messages
+    assert s["bytes"]["dropped_payload_bytes"] > 0
+    assert int(m["dropped_bytes"].sum()) == s["bytes"]["dropped_payload_bytes"]
+    assert int(m["delivered_bytes"].sum()) == s["bytes"]["delivered_payload_bytes"]
+
+
 # ----------------------------------------------------------------------------- 2. time limit
 def test_a_run_that_completes_before_its_time_limit_reports_complete_and_ends_at_the_last_completion():
     sc = leaf_spine()

@@ -66,6 +66,16 @@ def train_time(hops, full: int, full_wire: int, partial: list[int]) -> int:
     return T[-1] + hops[-1][1]
 
 
+def base_rtt_ps(topo, paths, src: int, dst: int, data_wire: int, ack_wire: int) -> int:
+    """Round trip of one data packet of ``data_wire`` bytes from ``src`` to ``dst`` and of its
+    ``ack_wire``-byte ACK back, each alone on one idle shortest path (ps): the base RTT the
+    congestion-control algorithms are given (``Flow.base_rtt_ps``) and the shortest window
+    ``goodput_while_all_active_fraction`` is computed over."""
+    fwd = train_time(path_hops(topo, paths, src, dst), 1, data_wire, [])
+    back = train_time(path_hops(topo, paths, dst, src), 1, ack_wire, [])
+    return fwd + back
+
+
 class IdealModel:
     """Idle-fabric references for one simulation: per-message ideal completion time, and the
     line rate a host can use towards a destination (its eligible ports, see
@@ -79,6 +89,7 @@ class IdealModel:
         sc = sim.scenario
         self.mtu = sc.simulation.mtu
         self.header = sc.simulation.header
+        self.ack_size = sc.receiver.params.ack_size
         self.split = SPLITS.get(sc.nic.name)(sc.nic.params, None)
         self._hops: dict = {}
         self._ports: dict = {}
@@ -93,6 +104,10 @@ class IdealModel:
             rates = [d["rate_bps"] for s in first for d in g.get_edge_data(src, s).values()]
             v = self._ports[key] = (first, len(rates), sum(rates))
         return v
+
+    def base_rtt(self, src: int, dst: int) -> int:
+        """Idle base RTT of the flow ``src -> dst`` (:func:`base_rtt_ps` with one MTU packet)."""
+        return base_rtt_ps(self.topo, self.paths, src, dst, self.mtu + self.header, self.ack_size)
 
     def wire_bytes(self, msg) -> int:
         full, partial = message_packets(msg.size_bytes, msg.qps, self.mtu, self.header)

@@ -14,6 +14,8 @@ from .ideal import IdealModel
 from .recorder import ALL_MESSAGE_COLUMNS, hist_percentile
 
 PS_PER_S = 10**12
+#: a completed message slower than this many times its ideal FCT counts in ``slowdown.messages_over_4x``
+VICTIM_SLOWDOWN = 4.0
 
 
 @dataclass
@@ -60,17 +62,28 @@ class Result:
     def __repr__(self) -> str:
         s = self.summary
         eb = s["effective_bandwidth"]
+        def f(x):
+            return "n/a" if x is None else f"{x:.3f}"
         return (f"<Result {s['scenario']} seed={s['seed']} status={s['run']['status']} "
                 f"messages={s['messages']['completed']}/{s['messages']['total']} "
-                f"goodput_fraction={eb['goodput_fraction']:.3f} completion_ratio={eb['completion_time_ratio']:.3f}>")
+                f"goodput_fraction={f(eb['goodput_fraction'])} completion_ratio={f(eb['completion_time_ratio'])} "
+                f"slowdown_p99={f(s['slowdown']['p99'])} over_4x={s['slowdown']['messages_over_4x']}>")
 
     def headline(self) -> dict:
-        """A flat dict of the main figures, convenient for comparing runs in a DataFrame."""
+        """A flat dict of the main figures, convenient for comparing runs in a DataFrame.
+
+        The completion-time ratio of a whole pattern can be 1.000 while one victim flow is many
+        times slower than it should be, so the tail of the per-message slowdown
+        (``slowdown_p99``) and the number of completed messages more than 4x slower than on an
+        idle fabric (``messages_over_4x``) sit beside it, with the completion counts."""
         s = self.summary
         return {
             "scenario": s["scenario"], "routing": s["routing"], "seed": s["seed"],
             "goodput_fraction": s["effective_bandwidth"]["goodput_fraction"],
             "completion_time_ratio": s["effective_bandwidth"]["completion_time_ratio"],
+            "messages_completed": s["messages"]["completed"], "messages_total": s["messages"]["total"],
+            "slowdown_p99": s["slowdown"]["p99"],
+            "messages_over_4x": s["slowdown"]["messages_over_4x"],
             "fct_p50_us": s["fct"]["p50_ps"] / 1e6 if s["fct"]["p50_ps"] is not None else None,
             "fct_p99_us": s["fct"]["p99_ps"] / 1e6 if s["fct"]["p99_ps"] is not None else None,
             "latency_p99_us": s["packet_latency"]["p99_ps"] / 1e6 if s["packet_latency"]["count"] else None,
@@ -78,6 +91,39 @@ class Result:
             "retransmitted_bytes": s.get("transport", {}).get("retransmitted_bytes"),
             "peak_queue_bytes": s["links"]["max_peak_queue_bytes"],
         }
+
+
+def _all_active(sim, model, recorder, all_done: bool, sender_capacity: int):
+    """``goodput_while_all_active_fraction`` and why it is null (docs/metrics.md).
+
+    The window runs from the moment the last message's first payload arrived to the first
+    message completion. It is only meaningful if every flow had time to carry data at its rate
+    in it: a window shorter than the longest idle base RTT of the pattern's flows (one MTU packet
+    and its ACK, :meth:`IdealModel.base_rtt`) measures the bursts of packets already in flight
+    when it opened, not a rate (it gave 0.02 to 1.4 on near-identical NVL72 all-to-alls).
+
+    Returns ``(fraction or None, reason or None, window_ps or None, min_window_ps or None)``.
+    """
+    first_end, last_first = recorder.first_end, recorder.last_first_arrival
+    if not all_done:
+        return None, "not every message completed", None, None
+    if not sender_capacity:
+        return None, "no sender capacity", None, None
+    if first_end is None or last_first is None or recorder.last_release is None:
+        return None, "no message delivered payload", None, None
+    min_window = max(model.base_rtt(a, b) for a, b in {(m.src, m.dst) for m in sim.messages})
+    if recorder.last_release >= first_end:
+        return None, "a message was released after the first completion: the flows never all ran at once", \
+            None, min_window
+    window = first_end - last_first
+    if window <= 0:
+        return None, "the first message completed before the last message's first payload arrived", \
+            window, min_window
+    if window < min_window:
+        return None, (f"window {window} ps is shorter than the longest idle base RTT of the pattern's flows "
+                      f"({min_window} ps)"), window, min_window
+    b = recorder.delivered_at_first_end - recorder.delivered_at_last_first_arrival
+    return b * 8 * PS_PER_S / window / sender_capacity, None, window, min_window
 
 
 def _pct(values, q):
@@ -156,14 +202,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                 entry[2] = o if entry[2] is None else min(entry[2], o)
         host_bound = max(w * 8 * PS_PER_S // rate + o for w, rate, o in load.values())
         ideal_pattern = max(per_msg, host_bound)
-    # "while all active": from the moment the last message's first byte arrived to the first completion
-    all_active = None
-    if recorder.first_end is not None and recorder.last_first_arrival is not None and all_done \
-            and recorder.last_release is not None and recorder.last_release < recorder.first_end \
-            and recorder.first_end > recorder.last_first_arrival:
-        w = recorder.first_end - recorder.last_first_arrival
-        b = recorder.delivered_at_first_end - recorder.delivered_at_last_first_arrival
-        all_active = b * 8 * PS_PER_S / w / sender_capacity if sender_capacity else None
+    all_active, all_active_why, window, min_window = _all_active(sim, model, recorder, all_done, sender_capacity)
 
     lat = recorder.latency
     fct = done["fct_ps"].astype("int64").to_numpy() if len(done) else np.array([], dtype=np.int64)
@@ -205,10 +244,14 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
             "goodput_fraction": goodput_bps / sender_capacity if sender_capacity else None,
             "completion_time_ratio": (ideal_pattern / duration) if (duration and ideal_pattern) else None,
             "goodput_while_all_active_fraction": all_active,
+            "goodput_while_all_active_null_reason": all_active_why,
+            "goodput_while_all_active_window_ps": window,
+            "goodput_while_all_active_min_window_ps": min_window,
         },
         "fct": {"p50_ps": _pct(fct, 50), "p99_ps": _pct(fct, 99), "max_ps": int(fct.max()) if len(fct) else None,
                 "mean_ps": float(fct.mean()) if len(fct) else None},
-        "slowdown": {"p50": _pct(slow, 50), "p99": _pct(slow, 99), "max": float(slow.max()) if len(slow) else None},
+        "slowdown": {"p50": _pct(slow, 50), "p99": _pct(slow, 99), "max": float(slow.max()) if len(slow) else None,
+                     "messages_over_4x": int((slow > VICTIM_SLOWDOWN).sum())},
         "packet_latency": {
             "count": int(lat.count), "p50_ps": _num(lat.percentile(50)), "p99_ps": _num(lat.percentile(99)),
             "p999_ps": _num(lat.percentile(99.9)), "mean_ps": _num(lat.mean()),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 from collections import deque
 
-from ..analysis.ideal import path_hops, train_time
+from ..analysis.ideal import base_rtt_ps
 from ..cc import CC, CongestionControl, Flow
 from ..planes import SPLITS
 from ..receiver import RECEIVERS
@@ -224,10 +224,8 @@ class PacketEngine:
         key = (src, dst)
         v = self._rtt.get(key)
         if v is None:
-            topo, paths = self.sim.topology, self.sim.paths
-            fwd = train_time(path_hops(topo, paths, src, dst), 1, self.mtu + self.header, [])
-            back = train_time(path_hops(topo, paths, dst, src), 1, self.sim.scenario.receiver.params.ack_size, [])
-            v = self._rtt[key] = fwd + back
+            v = self._rtt[key] = base_rtt_ps(self.sim.topology, self.sim.paths, src, dst, self.mtu + self.header,
+                                             self.sim.scenario.receiver.params.ack_size)
         return v
 
     def fail_qp(self, qp, t, reason: str):

@@ -1,0 +1,144 @@
+"""Metric fixes: the PFC link time series, the all-active goodput window, the slowdown headline.
+
+Each test fails on the code before the fix (see docs/fidelity_parts/metrics.md for the measured
+before/after figures).
+"""
+from __future__ import annotations
+
+import json
+
+import fabricsim
+from fabricsim.cli import main
+
+PFC_INCAST = {"name": "pfc",
+              "topology": {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 2, "spines": 2,
+                           "buffer": {"size": "4MiB"}},
+              "traffic": {"pattern": "incast", "senders": 7, "receiver": 0, "message_size": "512KiB"},
+              "switch": {"pfc": {"enabled": True}},
+              "outputs": {"link_sample_interval": "2us"},
+              "simulation": {"seed": 1, "time_limit": "5ms"}}
+
+
+# ----------------------------------------------------------------------------- PFC time series
+def test_pfc_link_timeseries_utilisation_is_a_fraction_of_line_rate():
+    r = fabricsim.run(PFC_INCAST)
+    assert r.summary["run"]["pfc_pause_events"] > 0
+    ts = r.link_timeseries
+    assert len(ts)
+    assert ts["utilisation"].min() >= 0.0
+    # a lossless switch port counts a packet when its last bit is out: at most one packet
+    # (4178 B, 84 ns at 400G) beyond the line rate in a 2 us bin
+    assert ts["utilisation"].max() <= 1.0 + 4178 * 8 / (400e9 * 2e-6) + 1e-9
+    # the congested port towards the receiver runs at line rate while the incast lasts
+    links = r.links.set_index("link_id")
+    hot = links[(links["dst"] == 0)].index[0]
+    assert ts[ts["link_id"] == hot]["utilisation"].max() > 0.95
+    # the bins add up to what each port has finished sending (whole packets on lossless ports)
+    per_link = ts.groupby("link_id")["tx_bytes"].sum()
+    for lid, row in links.iterrows():
+        sent = int(per_link.get(lid, 0))
+        assert row["tx_bytes"] - 4178 <= sent <= row["tx_bytes"], (lid, sent, row["tx_bytes"])
+
+
+def test_lossy_link_timeseries_still_counts_partial_packets_pro_rata():
+    sc = dict(PFC_INCAST, switch={"pfc": {"enabled": False}})
+    r = fabricsim.run(sc)
+    ts = r.link_timeseries
+    assert ts["utilisation"].min() >= 0.0 and ts["utilisation"].max() <= 1.0 + 1e-9
+    per_link = ts.groupby("link_id")["tx_bytes"].sum()
+    links = r.links.set_index("link_id")
+    # the run ends at the last completion; what has not left a port by then is its queue
+    assert (per_link <= links.loc[per_link.index, "tx_bytes"]).all()
+
+
+# ----------------------------------------------------------------------------- all-active window
+def _all_to_all(size, routing="ecmp", seed=1):
+    return {"name": "a2a", "topology": {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 2, "spines": 4},
+            "traffic": {"pattern": "all_to_all", "message_size": size}, "routing": {"policy": routing},
+            "simulation": {"seed": seed}}
+
+
+def test_all_active_goodput_is_null_with_a_reason_when_its_window_is_shorter_than_a_base_rtt():
+    r = fabricsim.run(_all_to_all("4KiB"))      # one packet per message: the window is a burst
+    eb = r.summary["effective_bandwidth"]
+    assert eb["goodput_while_all_active_fraction"] is None
+    assert eb["goodput_while_all_active_min_window_ps"] > 0
+    w = eb["goodput_while_all_active_window_ps"]
+    assert w is None or w < eb["goodput_while_all_active_min_window_ps"]
+    assert eb["goodput_while_all_active_null_reason"]
+
+
+def test_all_active_goodput_when_reported_has_a_window_of_at_least_one_base_rtt_and_is_at_most_1():
+    seen = 0
+    for size in ("64KiB", "256KiB"):
+        for routing in ("ecmp", "spray", "adaptive"):
+            eb = fabricsim.run(_all_to_all(size, routing)).summary["effective_bandwidth"]
+            f = eb["goodput_while_all_active_fraction"]
+            if f is None:
+                assert eb["goodput_while_all_active_null_reason"]
+                continue
+            seen += 1
+            assert eb["goodput_while_all_active_null_reason"] is None
+            assert eb["goodput_while_all_active_window_ps"] >= eb["goodput_while_all_active_min_window_ps"]
+            assert 0 < f <= 1.0
+            assert 0 < eb["goodput_fraction"] <= 1.0
+    assert seen >= 3
+
+
+def test_min_window_is_the_longest_base_rtt_the_engine_gives_the_flows():
+    from fabricsim.api import prepare
+    from fabricsim.analysis.ideal import IdealModel
+    from fabricsim.analysis.recorder import Recorder
+    from fabricsim.engine.packet import PacketEngine
+    sc = _all_to_all("64KiB")
+    _, sim = prepare(sc)
+    eng = PacketEngine(sim, Recorder())
+    model = IdealModel(sim)
+    pairs = {(m.src, m.dst) for m in sim.messages}
+    assert all(eng.base_rtt(a, b) == model.base_rtt(a, b) for a, b in pairs)
+    eb = fabricsim.run(sc).summary["effective_bandwidth"]
+    assert eb["goodput_while_all_active_min_window_ps"] == max(model.base_rtt(a, b) for a, b in pairs)
+
+
+# ----------------------------------------------------------------------------- slowdown headline
+def victim_scenario(write):
+    """Three 2 MiB elephants into host 0, then a 64 KiB mouse: the pattern's completion time is
+    set by host 0's downlink (ratio ~1), the mouse waits behind the queue the elephants built
+    (slowdown >> 4)."""
+    csv = write("victim.csv", "id,src,dst,size,start,deps\n0,4,0,2MiB,0us,\n1,5,0,2MiB,0us,\n"
+                              "2,6,0,2MiB,0us,\n3,7,0,64KiB,40us,\n")
+    return {"name": "victim",
+            "topology": {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 2, "spines": 2,
+                         "buffer": {"size": "unbounded"}},
+            "traffic": {"pattern": "csv", "path": str(csv)}, "routing": {"policy": "ecmp"},
+            "simulation": {"seed": 1}}
+
+
+def test_headline_shows_the_victim_flow_beside_the_completion_ratio(write):
+    r = fabricsim.run(victim_scenario(write))
+    h = r.headline()
+    slow = r.messages["slowdown"].astype("float64")
+    assert h["completion_time_ratio"] > 0.9                  # the pattern looks fine ...
+    assert h["messages_over_4x"] == int((slow > 4).sum()) == 1    # ... but one message is a victim
+    assert h["slowdown_p99"] == r.summary["slowdown"]["p99"] > 4
+    assert h["messages_completed"] == h["messages_total"] == 4
+    assert "over_4x=1" in repr(r)
+
+
+def test_cli_summary_and_report_show_slowdown_p99_and_victims(write, runner, tmp_path):
+    sc = write("victim.yaml", json.dumps(victim_scenario(write)))
+    out = tmp_path / "res"
+    res = runner.invoke(main, ["run", str(sc), "-o", str(out), "--report"])
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("slowdown"))
+    assert "1 message slower than 4x ideal" in line and "p99" in line
+    html = (out / "report.html").read_text()
+    assert "messages slower than 4x ideal" in html and "message slowdown p99" in html
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["slowdown"]["messages_over_4x"] == 1
+
+
+def test_compare_reports_slowdown_p99_and_victims(write):
+    df = fabricsim.compare(victim_scenario(write), vary={"routing": ["ecmp", "spray"]})
+    assert {"slowdown_p99", "messages_over_4x"} <= set(df.columns)
+    assert (df["messages_over_4x"] >= 1).all()
