@@ -142,3 +142,25 @@ def test_compare_reports_slowdown_p99_and_victims(write):
     df = fabricsim.compare(victim_scenario(write), vary={"routing": ["ecmp", "spray"]})
     assert {"slowdown_p99", "messages_over_4x"} <= set(df.columns)
     assert (df["messages_over_4x"] >= 1).all()
+
+
+# ----------------------------------------------------------------------------- PXN capacity
+def test_pxn_goodput_fraction_counts_the_relays_ports_and_stays_at_most_1(tmp_path):
+    """GPU 0 sends to four GPUs of the other rack on four rails: with PXN the payload leaves by
+    four relay GPUs' NICs. Counting only GPU 0's own NIC as capacity gave a fraction of 2.8 and
+    a completion-time ratio of 2.9."""
+    path = tmp_path / "m.csv"
+    path.write_text("src,dst,size_bytes\n" + "".join(f"0,{d},{2**21}\n" for d in (36, 37, 38, 39)))
+    for pxn in (False, True):
+        r = fabricsim.run({"name": "pxn", "topology": {"kind": "cluster", "domain": "nvl36", "racks": 2,
+                                                      "nic": {"ports": 2, "rate": "400Gbps"}},
+                          "traffic": {"pattern": "csv", "path": str(path)}, "routing": {"policy": "adaptive"},
+                          "nic": {"plane_split": "per_packet", "pxn": pxn, "pxn_chunk": "256KiB"}})
+        eb = r.summary["effective_bandwidth"]
+        assert r.summary["messages"]["completed"] == 4
+        assert 0 < eb["goodput_fraction"] <= 1.0
+        assert 0 < eb["completion_time_ratio"] <= 1.0
+        f = eb["goodput_while_all_active_fraction"]
+        assert f is None or 0 < f <= 1.0
+        # NIC ports in use: GPU 0's two without PXN, the four relays' two each with it
+        assert eb["sender_capacity_bps"] == (4 if pxn else 1) * 2 * 400 * 10**9

@@ -175,9 +175,16 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     all_done = len(done) == len(msgs) and len(msgs) > 0
     duration = (t_end - t0) if (t_end is not None and all_done) else None
     # capacity a sender can use: the union of its ports towards its destinations
+    # (with PXN, a relayed message's payload enters the fabric from the relay GPU's ports)
     used_ports: dict[int, set] = {}
+    pxn = bool(sc.nic.params is not None and sc.nic.params.pxn)
+    relays = {}                       # message id -> PXN relay GPU (relayed messages only)
     for m in sim.messages:
-        used_ports.setdefault(m.src, set()).update(model.ports(m.src, m.dst)[0])
+        relay = sim.paths.pxn_relay(m.src, m.dst) if pxn else None
+        if relay is not None:
+            relays[m.id] = relay
+        host = m.src if relay is None else relay
+        used_ports.setdefault(host, set()).update(model.ports(host, m.dst)[0])
     g = topo.graph
     sender_capacity = sum(d["rate_bps"] for h, sws in used_ports.items() for s in sws
                           for d in g.get_edge_data(h, s).values())
@@ -194,11 +201,18 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         load: dict[tuple, list] = {}   # (host, direction, port set) -> [wire bytes, rate, min overhead]
         for m in sim.messages:
             w = model.wire_bytes(m)
-            for key, (ports, _n, rate) in (((m.src, "out"), model.ports(m.src, m.dst)),
-                                           ((m.dst, "in"), model.ports(m.dst, m.src))):
+            relay = relays.get(m.id)
+            if relay is None:
+                legs = (((m.src, "out"), model.ports(m.src, m.dst)), ((m.dst, "in"), model.ports(m.dst, m.src)))
+            else:
+                # PXN: src -> relay over NVLink, then relay -> dst over the relay's ports; the
+                # message's ideal FCT is the direct path's, so these legs add no latency (o = 0)
+                legs = (((m.src, "out"), model.ports(m.src, relay)), ((relay, "in"), model.ports(relay, m.src)),
+                        ((relay, "out"), model.ports(relay, m.dst)), ((m.dst, "in"), model.ports(m.dst, relay)))
+            for key, (ports, _n, rate) in legs:
                 entry = load.setdefault(key + (ports,), [0, rate, None])
                 entry[0] += w
-                o = ideal_by_id[m.id] - w * 8 * PS_PER_S // rate
+                o = ideal_by_id[m.id] - w * 8 * PS_PER_S // rate if relay is None else 0
                 entry[2] = o if entry[2] is None else min(entry[2], o)
         host_bound = max(w * 8 * PS_PER_S // rate + o for w, rate, o in load.values())
         ideal_pattern = max(per_msg, host_bound)
