@@ -305,3 +305,5 @@ def test_random_scenarios_keep_the_run_invariants(sc):
     for k in ("goodput_fraction", "goodput_while_all_active_fraction"):
         assert eb[k] is None or 0 <= eb[k] <= 1.0, (k, eb[k], sc)
     assert int(r.messages["dropped_bytes"].sum()) == s["bytes"]["dropped_payload_bytes"]
+    t = s["transport"]
+    assert t["retransmitted_bytes"] == sum(t["retransmitted_bytes_by_cause"].values())
