@@ -268,17 +268,19 @@ def scenarios(draw):
     else:
         traffic = {"pattern": pattern, "message_size": size}
     traffic["qps_per_message"] = draw(st.integers(1, 3))
-    pfc = draw(st.booleans())
-    buffer = draw(st.sampled_from(["16KiB", "64KiB", "unbounded"])) if not pfc else "1MiB"
+    pfc = draw(st.sampled_from([False, False, True]))
+    buffer = draw(st.sampled_from(["16KiB", "16KiB", "64KiB", "unbounded"])) if not pfc else "1MiB"
     sc = {"name": "prop",
           "topology": {"kind": "leaf_spine", "hosts_per_leaf": hosts_per_leaf, "leaves": leaves, "spines": spines,
                        "links_per_spine": links, "buffer": {"size": buffer}},
           "traffic": traffic,
           "routing": {"policy": draw(st.sampled_from(["ecmp", "spray", "adaptive", "flowlet"]))},
           "receiver": {"model": draw(st.sampled_from(["ddp", "go_back_n", "reorder_buffer"])),
-                       "rto_low": "20us", "rto_high": "60us", "retry_limit": draw(st.sampled_from([1, 7]))},
+                       "rto_low": "20us", "rto_high": "60us", "retry_limit": draw(st.sampled_from([1, 7])),
+                       "ack_every": draw(st.sampled_from([1, 4]))},
+          "congestion_control": {"algorithm": draw(st.sampled_from(["none", "dcqcn"]))},
           "switch": {"pfc": {"enabled": pfc}},
-          "simulation": {"seed": draw(st.integers(1, 1000)),
+          "simulation": {"seed": draw(st.integers(1, 1000)), "cell_packets": draw(st.sampled_from([1, 1, 2])),
                          "time_limit": draw(st.sampled_from(["20us", "200us", "2ms"]))}}
     return sc
 
