@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import fabricsim
 from fabricsim.cli import main
 
@@ -164,3 +166,31 @@ def test_pxn_goodput_fraction_counts_the_relays_ports_and_stays_at_most_1(tmp_pa
         assert f is None or 0 < f <= 1.0
         # NIC ports in use: GPU 0's two without PXN, the four relays' two each with it
         assert eb["sender_capacity_bps"] == (4 if pxn else 1) * 2 * 400 * 10**9
+
+
+# ----------------------------------------------------------------------------- ideal references
+def _cluster(domain, pattern, plane_split, pxn, ports, seed=1):
+    size = {"nodes": 2} if domain == "hgx8" else {"racks": 2}
+    traffic = {"pattern": pattern, "message_size": "64KiB"}
+    if pattern == "incast":
+        traffic.update(senders=4, receiver=0)
+    return {"name": "ideal", "topology": {"kind": "cluster", "domain": domain, **size,
+                                          "nic": {"ports": ports, "rate": "400Gbps"}},
+            "traffic": traffic, "routing": {"policy": "adaptive"},
+            "nic": {"plane_split": plane_split, "pxn": pxn, "pxn_chunk": "128KiB"},
+            "simulation": {"seed": seed}}
+
+
+@pytest.mark.parametrize("domain,pattern,split,pxn,ports,seed", [
+    ("hgx8", "incast", "per_flow", False, 2, 56),     # two NIC flows in parallel on two ports: was 1.143
+    ("hgx8", "permutation", "per_packet", True, 1, 38),   # relayed messages: was 1.574
+    ("hgx8", "permutation", "per_flow", True, 2, 31),
+    ("nvl36", "incast", "per_packet", True, 2, 13),
+])
+def test_ideal_references_are_lower_bounds(domain, pattern, split, pxn, ports, seed):
+    """Every message's ideal FCT is at most its FCT (slowdown >= 1) and the pattern's ideal
+    duration at most its duration (completion-time ratio <= 1), PXN or not."""
+    r = fabricsim.run(_cluster(domain, pattern, split, pxn, ports, seed))
+    assert r.summary["messages"]["completed"] == r.summary["messages"]["total"]
+    assert (r.messages["slowdown"].astype("float64") >= 1.0).all()
+    assert 0 < r.summary["effective_bandwidth"]["completion_time_ratio"] <= 1.0

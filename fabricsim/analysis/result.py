@@ -177,10 +177,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     # capacity a sender can use: the union of its ports towards its destinations
     # (with PXN, a relayed message's payload enters the fabric from the relay GPU's ports)
     used_ports: dict[int, set] = {}
-    pxn = bool(sc.nic.params is not None and sc.nic.params.pxn)
     relays = {}                       # message id -> PXN relay GPU (relayed messages only)
     for m in sim.messages:
-        relay = sim.paths.pxn_relay(m.src, m.dst) if pxn else None
+        relay = model.relay(m)
         if relay is not None:
             relays[m.id] = relay
         host = m.src if relay is None else relay
@@ -209,10 +208,12 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                 # message's ideal FCT is the direct path's, so these legs add no latency (o = 0)
                 legs = (((m.src, "out"), model.ports(m.src, relay)), ((relay, "in"), model.ports(relay, m.src)),
                         ((relay, "out"), model.ports(relay, m.dst)), ((m.dst, "in"), model.ports(m.dst, relay)))
+            # the pipeline latency of a message: its ideal FCT less its serialisation at the rate
+            # it uses alone (k of its n eligible ports; not the ports' total rate)
+            o = ideal_by_id[m.id] - w * 8 * PS_PER_S // model.parallel_rate(m) if relay is None else 0
             for key, (ports, _n, rate) in legs:
                 entry = load.setdefault(key + (ports,), [0, rate, None])
                 entry[0] += w
-                o = ideal_by_id[m.id] - w * 8 * PS_PER_S // rate if relay is None else 0
                 entry[2] = o if entry[2] is None else min(entry[2], o)
         host_bound = max(w * 8 * PS_PER_S // rate + o for w, rate, o in load.values())
         ideal_pattern = max(per_msg, host_bound)
