@@ -45,6 +45,9 @@ def _print_summary(s: dict, out_dir):
             gp=format_rate(eb["goodput_bps"]),
             gf="n/a" if eb["goodput_fraction"] is None else f"{eb['goodput_fraction']:.3f}",
             cr="n/a" if eb["completion_time_ratio"] is None else f"{eb['completion_time_ratio']:.3f}"),
+        "slowdown      p99 {p99}  {n} message{pl} slower than 4x ideal".format(
+            p99="n/a" if s["slowdown"]["p99"] is None else f"{s['slowdown']['p99']:.2f}",
+            n=s["slowdown"]["messages_over_4x"], pl="" if s["slowdown"]["messages_over_4x"] == 1 else "s"),
         f"message FCT   p50 {_t(s['fct']['p50_ps'])}  p99 {_t(s['fct']['p99_ps'])}  max {_t(s['fct']['max_ps'])}",
         f"pkt latency   p50 {_t(lat['p50_ps'])}  p99 {_t(lat['p99_ps'])}  p99.9 {_t(lat['p999_ps'])}"
         f"  ({lat['count']} packets)",

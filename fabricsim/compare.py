@@ -30,8 +30,8 @@ ALIASES = {
 }
 
 DEFAULT_METRICS = [
-    "goodput_fraction", "completion_time_ratio", "goodput_while_all_active_fraction",
-    "fct_p50_us", "fct_p99_us", "fct_max_us",
+    "goodput_fraction", "completion_time_ratio", "slowdown_p99", "messages_over_4x",
+    "goodput_while_all_active_fraction", "fct_p50_us", "fct_p99_us", "fct_max_us",
     "latency_p50_us", "latency_p99_us", "latency_p999_us",
     "drops", "retransmitted_bytes", "out_of_order_fraction", "peak_queue_bytes", "pfc_pause_events",
     "wall_time_s",
@@ -63,6 +63,8 @@ def metrics_of(summary: dict) -> dict:
     return {
         "goodput_fraction": eb["goodput_fraction"],
         "completion_time_ratio": eb["completion_time_ratio"],
+        "slowdown_p99": summary["slowdown"]["p99"],
+        "messages_over_4x": summary["slowdown"]["messages_over_4x"],
         "goodput_while_all_active_fraction": eb["goodput_while_all_active_fraction"],
         "fct_p50_us": _us(fct["p50_ps"]),
         "fct_p99_us": _us(fct["p99_ps"]),

@@ -66,6 +66,16 @@ def train_time(hops, full: int, full_wire: int, partial: list[int]) -> int:
     return T[-1] + hops[-1][1]
 
 
+def base_rtt_ps(topo, paths, src: int, dst: int, data_wire: int, ack_wire: int) -> int:
+    """Round trip of one data packet of ``data_wire`` bytes from ``src`` to ``dst`` and of its
+    ``ack_wire``-byte ACK back, each alone on one idle shortest path (ps): the base RTT the
+    congestion-control algorithms are given (``Flow.base_rtt_ps``) and the shortest window
+    ``goodput_while_all_active_fraction`` is computed over."""
+    fwd = train_time(path_hops(topo, paths, src, dst), 1, data_wire, [])
+    back = train_time(path_hops(topo, paths, dst, src), 1, ack_wire, [])
+    return fwd + back
+
+
 class IdealModel:
     """Idle-fabric references for one simulation: per-message ideal completion time, and the
     line rate a host can use towards a destination (its eligible ports, see
@@ -79,6 +89,8 @@ class IdealModel:
         sc = sim.scenario
         self.mtu = sc.simulation.mtu
         self.header = sc.simulation.header
+        self.ack_size = sc.receiver.params.ack_size
+        self.pxn = bool(sc.nic.params is not None and sc.nic.params.pxn)
         self.split = SPLITS.get(sc.nic.name)(sc.nic.params, None)
         self._hops: dict = {}
         self._ports: dict = {}
@@ -94,17 +106,48 @@ class IdealModel:
             v = self._ports[key] = (first, len(rates), sum(rates))
         return v
 
+    def parallel_rate(self, msg) -> int:
+        """Line rate (bit/s) ``msg`` can use alone on an idle fabric at its two endpoints: the
+        share of each host's eligible ports the plane-split policy lets one message of its queue
+        pairs use (``k`` of ``n``), the smaller of the sender's and the receiver's."""
+        out = []
+        for a, b in ((msg.src, msg.dst), (msg.dst, msg.src)):
+            _first, n, rate = self.ports(a, b)
+            out.append(rate * self.split.parallel(msg.qps, n) // n)
+        return min(out)
+
+    def base_rtt(self, src: int, dst: int) -> int:
+        """Idle base RTT of the flow ``src -> dst`` (:func:`base_rtt_ps` with one MTU packet)."""
+        return base_rtt_ps(self.topo, self.paths, src, dst, self.mtu + self.header, self.ack_size)
+
     def wire_bytes(self, msg) -> int:
         full, partial = message_packets(msg.size_bytes, msg.qps, self.mtu, self.header)
         return full * (self.mtu + self.header) + sum(partial)
 
+    def relay(self, msg) -> int | None:
+        """The PXN relay GPU of ``msg`` (``nic.pxn``), as the engine chooses it, or None."""
+        return self.paths.pxn_relay(msg.src, msg.dst) if self.pxn else None
+
     def fct(self, msg) -> int:
-        key = (msg.src, msg.dst)
+        """Ideal completion time of ``msg`` alone on an idle fabric (ps).
+
+        Direct messages: exact, for store-and-forward packets along one shortest path. A
+        PXN-relayed message (the relay stores each chunk before forwarding it): a lower bound,
+        the larger of its two legs' idle times (sender -> relay over NVLink, relay -> destination).
+        """
+        relay = self.relay(msg)
+        if relay is None:
+            return self._train(msg.src, msg.dst, msg.size_bytes, msg.qps)
+        return max(self._train(msg.src, relay, msg.size_bytes, 1),
+                   self._train(relay, msg.dst, msg.size_bytes, msg.qps))
+
+    def _train(self, src: int, dst: int, size: int, qps: int) -> int:
+        key = (src, dst)
         hops = self._hops.get(key)
         if hops is None:
-            hops = self._hops[key] = path_hops(self.topo, self.paths, msg.src, msg.dst)
-        full, partial = message_packets(msg.size_bytes, msg.qps, self.mtu, self.header)
-        k = self.split.parallel(msg.qps, self.ports(msg.src, msg.dst)[1])
+            hops = self._hops[key] = path_hops(self.topo, self.paths, src, dst)
+        full, partial = message_packets(size, qps, self.mtu, self.header)
+        k = self.split.parallel(qps, self.ports(src, dst)[1])
         if k > 1:
             full = -(-full // k)
             partial = sorted(partial, reverse=True)[:-(-len(partial) // k)]

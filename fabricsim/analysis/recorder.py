@@ -66,6 +66,7 @@ class Recorder:
         self._fh = None
         self._writer = None
         self.hists: list = []                 # (src, dst, reorder histogram) per message, for per-NIC tables
+        self._states: list = []               # the MessageState of each row, for refresh()
         if stream_path is not None:
             self._fh = open(stream_path, "w", newline="")
             self._writer = csv.writer(self._fh)
@@ -84,21 +85,36 @@ class Recorder:
         self.delivered_at_last_first_arrival = self.delivered_total
 
     def on_message(self, st):
-        m = st.msg
+        """A message ended (completed or not): its row, as it stands now, is added and streamed."""
         completed = st.done and not st.reason
         end = st.end if completed else None
         if completed and (self.first_end is None or end < self.first_end):
             self.first_end = end
             self.delivered_at_first_end = self.delivered_total
-        row = (m.id, m.src, m.dst, m.size_bytes, m.qps, m.start_ps, st.release, end,
-               (end - st.release) if completed else None, st.delivered, st.dropped, completed, st.reason)
-        row = row + transport_row(st)
-        self.hists.append((m.src, m.dst, st.reorder_hist))
+        row = self._row(st)
+        self.hists.append((st.msg.src, st.msg.dst, st.reorder_hist))
         self.rows.append(row)
+        self._states.append(st)
         if self._writer is not None:
             self._writer.writerow(["" if v is None else v for v in row])
             if len(self.rows) % 256 == 0:
                 self._fh.flush()
+
+    @staticmethod
+    def _row(st) -> tuple:
+        m = st.msg
+        completed = st.done and not st.reason
+        end = st.end if completed else None
+        row = (m.id, m.src, m.dst, m.size_bytes, m.qps, m.start_ps, st.release, end,
+               (end - st.release) if completed else None, st.delivered, st.dropped, completed, st.reason)
+        return row + transport_row(st)
+
+    def refresh(self):
+        """Rebuild every row from its message's counters as they are now (called at the run's
+        end): a message's transport keeps going after its completion (resends still queued, their
+        drops, duplicates), and the final table must add up to the run totals. The streamed
+        ``messages.partial.csv`` keeps the rows as they were when each message ended."""
+        self.rows = [self._row(st) for st in self._states]
 
     def close(self):
         if self._fh is not None:

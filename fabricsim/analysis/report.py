@@ -123,6 +123,8 @@ def render_report(result) -> str:
         ("goodput", _fmt_value("goodput_bps", eb.get("goodput_bps"))),
         ("goodput fraction of sender line rate", _fmt_value("x", eb.get("goodput_fraction"))),
         ("completion time ratio (ideal / actual)", _fmt_value("x", eb.get("completion_time_ratio"))),
+        ("message slowdown p99", _fmt_value("x", s.get("slowdown", {}).get("p99"))),
+        ("messages slower than 4x ideal", _fmt_value("x", s.get("slowdown", {}).get("messages_over_4x"))),
         ("message FCT p50 / p99", " / ".join(_fmt_value("_ps", s.get("fct", {}).get(k)) for k in ("p50_ps", "p99_ps"))),
         ("packet latency p50 / p99 / p99.9",
          " / ".join(_fmt_value("_ps", pl.get(k)) for k in ("p50_ps", "p99_ps", "p999_ps"))),

@@ -14,6 +14,8 @@ from .ideal import IdealModel
 from .recorder import ALL_MESSAGE_COLUMNS, hist_percentile
 
 PS_PER_S = 10**12
+#: a completed message slower than this many times its ideal FCT counts in ``slowdown.messages_over_4x``
+VICTIM_SLOWDOWN = 4.0
 
 
 @dataclass
@@ -60,17 +62,28 @@ class Result:
     def __repr__(self) -> str:
         s = self.summary
         eb = s["effective_bandwidth"]
+        def f(x):
+            return "n/a" if x is None else f"{x:.3f}"
         return (f"<Result {s['scenario']} seed={s['seed']} status={s['run']['status']} "
                 f"messages={s['messages']['completed']}/{s['messages']['total']} "
-                f"goodput_fraction={eb['goodput_fraction']:.3f} completion_ratio={eb['completion_time_ratio']:.3f}>")
+                f"goodput_fraction={f(eb['goodput_fraction'])} completion_ratio={f(eb['completion_time_ratio'])} "
+                f"slowdown_p99={f(s['slowdown']['p99'])} over_4x={s['slowdown']['messages_over_4x']}>")
 
     def headline(self) -> dict:
-        """A flat dict of the main figures, convenient for comparing runs in a DataFrame."""
+        """A flat dict of the main figures, convenient for comparing runs in a DataFrame.
+
+        The completion-time ratio of a whole pattern can be 1.000 while one victim flow is many
+        times slower than it should be, so the tail of the per-message slowdown
+        (``slowdown_p99``) and the number of completed messages more than 4x slower than on an
+        idle fabric (``messages_over_4x``) sit beside it, with the completion counts."""
         s = self.summary
         return {
             "scenario": s["scenario"], "routing": s["routing"], "seed": s["seed"],
             "goodput_fraction": s["effective_bandwidth"]["goodput_fraction"],
             "completion_time_ratio": s["effective_bandwidth"]["completion_time_ratio"],
+            "messages_completed": s["messages"]["completed"], "messages_total": s["messages"]["total"],
+            "slowdown_p99": s["slowdown"]["p99"],
+            "messages_over_4x": s["slowdown"]["messages_over_4x"],
             "fct_p50_us": s["fct"]["p50_ps"] / 1e6 if s["fct"]["p50_ps"] is not None else None,
             "fct_p99_us": s["fct"]["p99_ps"] / 1e6 if s["fct"]["p99_ps"] is not None else None,
             "latency_p99_us": s["packet_latency"]["p99_ps"] / 1e6 if s["packet_latency"]["count"] else None,
@@ -78,6 +91,40 @@ class Result:
             "retransmitted_bytes": s.get("transport", {}).get("retransmitted_bytes"),
             "peak_queue_bytes": s["links"]["max_peak_queue_bytes"],
         }
+
+
+def _all_active(sim, model, recorder, all_done: bool, sender_capacity: int):
+    """``goodput_while_all_active_fraction`` and why it is null (docs/metrics.md).
+
+    The window runs from the moment the last message's first payload arrived to the first
+    message completion. It is only meaningful if every flow had time to carry data at its rate
+    in it: a window shorter than the longest idle base RTT of the pattern's flows (one MTU packet
+    and its ACK, :meth:`IdealModel.base_rtt`) measures the bursts of packets already in flight
+    when it opened, not a rate (on a 72-GPU NVLink all-to-all it gave 0.014 with 8 KiB messages
+    and 0.96 with 16 KiB).
+
+    Returns ``(fraction or None, reason or None, window_ps or None, min_window_ps or None)``.
+    """
+    first_end, last_first = recorder.first_end, recorder.last_first_arrival
+    if not all_done:
+        return None, "not every message completed", None, None
+    if not sender_capacity:
+        return None, "no sender capacity", None, None
+    if first_end is None or last_first is None or recorder.last_release is None:
+        return None, "no message delivered payload", None, None
+    min_window = max(model.base_rtt(a, b) for a, b in {(m.src, m.dst) for m in sim.messages})
+    if recorder.last_release >= first_end:
+        return None, "a message was released after the first completion: the flows never all ran at once", \
+            None, min_window
+    window = first_end - last_first
+    if window <= 0:
+        return None, "the first message completed before the last message's first payload arrived", \
+            window, min_window
+    if window < min_window:
+        return None, (f"window {window} ps is shorter than the longest idle base RTT of the pattern's flows "
+                      f"({min_window} ps)"), window, min_window
+    b = recorder.delivered_at_first_end - recorder.delivered_at_last_first_arrival
+    return b * 8 * PS_PER_S / window / sender_capacity, None, window, min_window
 
 
 def _pct(values, q):
@@ -129,9 +176,15 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     all_done = len(done) == len(msgs) and len(msgs) > 0
     duration = (t_end - t0) if (t_end is not None and all_done) else None
     # capacity a sender can use: the union of its ports towards its destinations
+    # (with PXN, a relayed message's payload enters the fabric from the relay GPU's ports)
     used_ports: dict[int, set] = {}
+    relays = {}                       # message id -> PXN relay GPU (relayed messages only)
     for m in sim.messages:
-        used_ports.setdefault(m.src, set()).update(model.ports(m.src, m.dst)[0])
+        relay = model.relay(m)
+        if relay is not None:
+            relays[m.id] = relay
+        host = m.src if relay is None else relay
+        used_ports.setdefault(host, set()).update(model.ports(host, m.dst)[0])
     g = topo.graph
     sender_capacity = sum(d["rate_bps"] for h, sws in used_ports.items() for s in sws
                           for d in g.get_edge_data(h, s).values())
@@ -148,22 +201,24 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         load: dict[tuple, list] = {}   # (host, direction, port set) -> [wire bytes, rate, min overhead]
         for m in sim.messages:
             w = model.wire_bytes(m)
-            for key, (ports, _n, rate) in (((m.src, "out"), model.ports(m.src, m.dst)),
-                                           ((m.dst, "in"), model.ports(m.dst, m.src))):
+            relay = relays.get(m.id)
+            if relay is None:
+                legs = (((m.src, "out"), model.ports(m.src, m.dst)), ((m.dst, "in"), model.ports(m.dst, m.src)))
+            else:
+                # PXN: src -> relay over NVLink, then relay -> dst over the relay's ports; its
+                # ideal FCT is only a lower bound on either leg, so no latency is added (o = 0)
+                legs = (((m.src, "out"), model.ports(m.src, relay)), ((relay, "in"), model.ports(relay, m.src)),
+                        ((relay, "out"), model.ports(relay, m.dst)), ((m.dst, "in"), model.ports(m.dst, relay)))
+            # the pipeline latency of a message: its ideal FCT less its serialisation at the rate
+            # it uses alone (k of its n eligible ports; not the ports' total rate)
+            o = ideal_by_id[m.id] - w * 8 * PS_PER_S // model.parallel_rate(m) if relay is None else 0
+            for key, (ports, _n, rate) in legs:
                 entry = load.setdefault(key + (ports,), [0, rate, None])
                 entry[0] += w
-                o = ideal_by_id[m.id] - w * 8 * PS_PER_S // rate
                 entry[2] = o if entry[2] is None else min(entry[2], o)
         host_bound = max(w * 8 * PS_PER_S // rate + o for w, rate, o in load.values())
         ideal_pattern = max(per_msg, host_bound)
-    # "while all active": from the moment the last message's first byte arrived to the first completion
-    all_active = None
-    if recorder.first_end is not None and recorder.last_first_arrival is not None and all_done \
-            and recorder.last_release is not None and recorder.last_release < recorder.first_end \
-            and recorder.first_end > recorder.last_first_arrival:
-        w = recorder.first_end - recorder.last_first_arrival
-        b = recorder.delivered_at_first_end - recorder.delivered_at_last_first_arrival
-        all_active = b * 8 * PS_PER_S / w / sender_capacity if sender_capacity else None
+    all_active, all_active_why, window, min_window = _all_active(sim, model, recorder, all_done, sender_capacity)
 
     lat = recorder.latency
     fct = done["fct_ps"].astype("int64").to_numpy() if len(done) else np.array([], dtype=np.int64)
@@ -205,10 +260,14 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
             "goodput_fraction": goodput_bps / sender_capacity if sender_capacity else None,
             "completion_time_ratio": (ideal_pattern / duration) if (duration and ideal_pattern) else None,
             "goodput_while_all_active_fraction": all_active,
+            "goodput_while_all_active_null_reason": all_active_why,
+            "goodput_while_all_active_window_ps": window,
+            "goodput_while_all_active_min_window_ps": min_window,
         },
         "fct": {"p50_ps": _pct(fct, 50), "p99_ps": _pct(fct, 99), "max_ps": int(fct.max()) if len(fct) else None,
                 "mean_ps": float(fct.mean()) if len(fct) else None},
-        "slowdown": {"p50": _pct(slow, 50), "p99": _pct(slow, 99), "max": float(slow.max()) if len(slow) else None},
+        "slowdown": {"p50": _pct(slow, 50), "p99": _pct(slow, 99), "max": float(slow.max()) if len(slow) else None,
+                     "messages_over_4x": int((slow > VICTIM_SLOWDOWN).sum())},
         "packet_latency": {
             "count": int(lat.count), "p50_ps": _num(lat.percentile(50)), "p99_ps": _num(lat.percentile(99)),
             "p999_ps": _num(lat.percentile(99.9)), "mean_ps": _num(lat.mean()),
@@ -238,6 +297,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                             "bin_end_ps": (np.arange(len(gp), dtype=np.int64) + 1) * bin_ps,
                             "delivered_bytes": gp,
                             "goodput_bps": gp.astype("float64") * 8e12 / bin_ps})
+    balance = summary["run"].pop("conservation", None)
+    if balance is not None:
+        summary["conservation"] = balance
     busy = summary["run"].pop("gpu_compute_busy_ps", None)
     if busy is not None:
         # simulation.compute: gpu -- how much of the pattern a GPU spent not computing
@@ -335,13 +397,13 @@ def link_timeseries(outcome) -> pd.DataFrame:
     if len(samples) < 2 or not outcome.links:
         return pd.DataFrame(columns=cols)
     times = np.array([s[0] for s in samples], dtype=np.int64)
-    tx = np.array([s[1] for s in samples], dtype=np.int64)          # samples x links, cumulative
+    tx = np.array([s[1] for s in samples], dtype=np.int64)          # samples x links, cumulative sent
     q = np.array([s[2] for s in samples], dtype=np.int64)
     keep = np.diff(times) > 0
     start, end = times[:-1][keep], times[1:][keep]
-    # a port counts a packet's bytes when it is enqueued; what has left the port by t is the
-    # count minus what is still queued (including the rest of the packet being serialised)
-    sent = np.diff(tx - q, axis=0)[keep]
+    # each sample holds the wire bytes that had left the port by then (the engine's definition
+    # per port kind, see PacketEngine._snapshot): a bin's bytes are the difference
+    sent = np.diff(tx, axis=0)[keep]
     rates = np.array([row["rate_bps"] for row in outcome.links], dtype=np.float64)
     ids = np.array([row["link_id"] for row in outcome.links], dtype=np.int64)
     n_bins, n_links = sent.shape

@@ -29,13 +29,14 @@ class SimulationInput:
 class RunOutcome:
     """How a run ended and what it cost."""
 
-    status: str                 # "complete" | "time_limit" | "interrupted" | "stalled"
+    status: str                 # "complete" | "incomplete" | "time_limit" | "interrupted" | "stalled"
     end_ps: int                 # simulated time at the end
     events: int
     packet_hops: int
     links: list = field(default_factory=list)   # one dict per directed link (see docs/metrics.md)
     counters: dict = field(default_factory=dict)
-    #: [(time_ps, [tx_bytes per link], [queued bytes per link])], links in the order of ``links``
+    #: [(time_ps, [wire bytes that had left each link's port by then], [queued bytes per link])],
+    #: links in the order of ``links``
     link_samples: list = field(default_factory=list)
     link_samples_truncated: bool = False
     #: receiving host -> peak bytes held beyond in-order prefixes (all its queue pairs together)

@@ -56,8 +56,16 @@ class HeapKernel:
         heappush(self._heap, (time_ps, next(self.seq), fn, arg))
 
     def stop(self) -> None:
-        """Ask :meth:`run` to return after the current event."""
-        self._stop = True
+        """Make :meth:`run` return ``"stopped"`` as soon as the current event has finished.
+
+        A sentinel entry at time -1 goes to the head of the agenda, so the very next pop ends the
+        run, whatever the callback that called ``stop()`` schedules afterwards; the loop itself
+        pays nothing per event for this.
+        """
+        if not self._stop:
+            self._stop = True
+            self._stopped_at = self.now
+            heappush(self._heap, (-1, -1, _raise_stop, None))
 
     def pending(self) -> int:
         """Entries on the agenda (entries held back by callers, see ``push``, are not counted)."""
@@ -68,14 +76,20 @@ class HeapKernel:
         """Process events with time <= ``until_ps``.
 
         Returns ``"drained"`` (no events left), ``"time_limit"`` (events remain past
-        ``until_ps``) or ``"stopped"``. ``progress(now_ps)`` is called every
-        ``progress_every`` events.
+        ``until_ps``) or ``"stopped"`` (a callback called :meth:`stop`: no later event runs, and
+        ``now`` stays at the time of the event that stopped it). ``progress(now_ps)`` is called
+        every ``progress_every`` events.
+
+        >>> k = HeapKernel()
+        >>> for t in (1, 2, 3):
+        ...     k.schedule(t, lambda t, a: k.stop() if t == 2 else None)
+        >>> k.run(until_ps=10), k.now, k.events, k.pending()
+        ('stopped', 2, 2, 1)
         """
         heap = self._heap
         pop = heappop
         mask = progress_every - 1
         n = 0
-        self._stop = False
         try:
             while heap:
                 if heap[0][0] > until_ps:
@@ -85,12 +99,13 @@ class HeapKernel:
                 self.now = t
                 fn(t, arg)
                 n += 1
-                if not n & mask:
-                    if progress is not None:
-                        progress(t)
-                    if self._stop:
-                        return "stopped"
-            return "drained" if not self._stop else "stopped"
+                if not n & mask and progress is not None:
+                    progress(t)
+            return "drained"
+        except _Stop:
+            self.now = self._stopped_at      # the sentinel's -1 is not a time
+            self._stop = False
+            return "stopped"
         finally:
             self.events += n
 
@@ -155,7 +170,11 @@ class SimpyKernel:
 
 
 class _Stop(Exception):
-    pass
+    """Raised by the sentinel entry of :meth:`HeapKernel.stop` to leave the event loop."""
+
+
+def _raise_stop(_t, _arg):
+    raise _Stop()
 
 
 KERNELS = {"heap": HeapKernel, "simpy": SimpyKernel}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 from collections import deque
 
-from ..analysis.ideal import path_hops, train_time
+from ..analysis.ideal import base_rtt_ps
 from ..cc import CC, CongestionControl, Flow
 from ..planes import SPLITS
 from ..receiver import RECEIVERS
@@ -32,6 +32,7 @@ from ..net.port import Port
 from ..net.sender import Sender
 from ..net.switch import Switch
 from ..traffic.message import Message
+from ..errors import SimulationError
 from .interface import ENGINES, RunOutcome, SimulationInput
 from .kernel import make_kernel
 
@@ -44,7 +45,9 @@ class MessageState:
                  # transport statistics
                  "rtx_bytes", "dup_bytes", "rx_units", "ooo_units", "reorder_hist", "peak_hold",
                  "reorder_wait_ps", "reorder_wait_max_ps", "ecn_marked", "cnps", "acks", "naks", "naks_sent",
-                 "overflow_bytes", "discarded_bytes")
+                 "overflow_bytes", "discarded_bytes",
+                 # control-packet bookkeeping for the end-of-run conservation check
+                 "cnps_sent", "ctrl_arrived", "ctrl_dropped")
 
     def __init__(self, msg, parent=None, final=True):
         self.msg = msg
@@ -77,6 +80,9 @@ class MessageState:
         self.naks_sent = 0
         self.overflow_bytes = 0   # reorder buffer full: discarded
         self.discarded_bytes = 0  # go-back-N: out-of-order units discarded
+        self.cnps_sent = 0        # CNPs the receiver sent
+        self.ctrl_arrived = 0     # control packets (ACK/NAK/CNP) that reached the sender's host
+        self.ctrl_dropped = 0     # control packets dropped by switches
 
     def absorb(self, piece: "MessageState"):
         """Add a PXN piece's transport statistics to this (parent) message."""
@@ -217,10 +223,8 @@ class PacketEngine:
         key = (src, dst)
         v = self._rtt.get(key)
         if v is None:
-            topo, paths = self.sim.topology, self.sim.paths
-            fwd = train_time(path_hops(topo, paths, src, dst), 1, self.mtu + self.header, [])
-            back = train_time(path_hops(topo, paths, dst, src), 1, self.sim.scenario.receiver.params.ack_size, [])
-            v = self._rtt[key] = fwd + back
+            v = self._rtt[key] = base_rtt_ps(self.sim.topology, self.sim.paths, src, dst, self.mtu + self.header,
+                                             self.sim.scenario.receiver.params.ack_size)
         return v
 
     def fail_qp(self, qp, t, reason: str):
@@ -323,7 +327,7 @@ class PacketEngine:
             # the pattern is over: freeze the link counters here (ACKs still in flight and timers
             # that would find nothing to do are not part of the run) and wind the kernel down
             self._final_links = self._link_rows(t)
-            self._final_snapshot = (t, [p.tx_bytes for p in self.ports], [p.queued_bytes(t) for p in self.ports])
+            self._final_snapshot = self._snapshot(t)
             self.kernel.stop()
         if st.reason:
             self._fail_dependents(st)
@@ -360,6 +364,7 @@ class PacketEngine:
         if pkt.kind != DATA:
             port.ctrl_drops += 1
             self.dropped_ctrl += 1
+            pkt.qp.msg.ctrl_dropped += 1
             return
         self.dropped_payload += pkt.payload
         self.dropped_packets += pkt.npk
@@ -373,13 +378,21 @@ class PacketEngine:
             # nothing else left: the simulation ended before this sample (at self._last_t)
             self._sampler_overshot = True
             return
-        self.link_samples.append((t, [p.tx_bytes for p in self.ports], [p.queued_bytes(t) for p in self.ports]))
+        self.link_samples.append(self._snapshot(t))
         if len(self.link_samples) * len(self.ports) >= self._sample_budget:
             self.link_samples_truncated = True
             return
         self.kernel.schedule(t + self._sample_every, self._sample_links, None)
 
     def run(self, progress=None) -> RunOutcome:
+        """Run to the last message completion (or the time limit, an interruption, a stall).
+
+        Status: ``complete`` when every message completed; ``incomplete`` when every message
+        ended but some failed (``retry_exceeded``, ``dependency_incomplete``); ``time_limit``,
+        ``interrupted`` or ``stalled`` (nothing left to do, messages unfinished) otherwise. The
+        end-of-run byte and packet balance (:meth:`conservation`) is checked before returning;
+        a failure raises :class:`~fabricsim.errors.SimulationError`.
+        """
         for st in self.states.values():
             if st.pending_deps == 0:
                 self.kernel.schedule(st.msg.start_ps, self.release, st)
@@ -391,7 +404,8 @@ class PacketEngine:
             self._sample_every = every
             self._sample_budget = self.sim.scenario.outputs.link_sample_budget
             self.kernel.schedule(0, self._sample_links, None)
-        status = "complete"
+        # control packets are counted per message where they reach the sender's host
+        self._on_ctrl = self._ctrl_arrived
         # The cyclic garbage collector is paused while events run: the data path creates no
         # reference cycles (packets and agenda entries are freed by reference counting), but the
         # collector would still walk the growing set of packets in flight, which cost 16% of a
@@ -406,16 +420,18 @@ class PacketEngine:
             if gc_was_enabled:
                 gc.enable()
         now = self.kernel.now
-        if how in ("drained", "stopped") and not self.remaining:
-            # the last message completion ends the run; what ran after it (the last ACKs,
-            # retransmission timers that found nothing to do, the link sampler) does not count
+        if not self.remaining:
+            # every message ended: the last one ends the run (the kernel stops at that event);
+            # the last ACKs, idle retransmission timers and the link sampler do not count
             now = self._last_t
             self.link_samples = [s for s in self.link_samples if s[0] <= now]
-        if how == "time_limit":
+            failed = any(st.reason for st in self.states.values())
+            status = "incomplete" if failed else "complete"
+        elif how == "time_limit":
             status = "time_limit"
         elif how == "interrupted":
             status = "interrupted"
-        elif self.remaining:
+        else:
             status = "stalled"
         reason = {"time_limit": "time_limit", "interrupted": "interrupted"}.get(status, "")
         for st in self.states.values():
@@ -426,6 +442,9 @@ class PacketEngine:
                     else:
                         st.reason = reason or "stalled"
                 self.recorder.on_message(st)
+        # the messages table carries every counter as it stands at the run's end (a message's
+        # retransmissions and drops after its own completion included), as the run totals do
+        self.recorder.refresh()
         links = self._final_links if (self._final_links is not None and not self.remaining) else self._link_rows(now)
         hops = sum(row["tx_packets"] for row in links)   # up to the run's end, as the links table
         counters = {"dropped_packets": self.dropped_packets, "dropped_payload_bytes": self.dropped_payload,
@@ -450,10 +469,99 @@ class PacketEngine:
             self.link_samples[-1] = self._final_snapshot      # a periodic sample at the very end
         hosts = {h: hr.peak_hold for h, hr in self.receiver.hosts.items()}
         warnings = self._config_warnings()
+        balance = self.conservation()
+        counters["conservation"] = balance
+        if status != "interrupted" and not balance["holds"]:
+            # an interruption can land inside an event, between two counters of one packet
+            raise SimulationError("packet conservation violated at the end of the run: "
+                                  + "; ".join(balance["violations"][:5])
+                                  + (f" (and {len(balance['violations']) - 5} more)"
+                                     if len(balance["violations"]) > 5 else ""))
         return RunOutcome(status=status, end_ps=now, events=self.kernel.events, packet_hops=hops,
                           links=links, counters=counters, link_samples=self.link_samples,
                           link_samples_truncated=self.link_samples_truncated, host_peak_hold=hosts,
                           warnings=warnings)
+
+    def _ctrl_arrived(self, t, pkt):
+        """A control packet reached the host of its queue pair's sender: counted, then processed."""
+        pkt.qp.msg.ctrl_arrived += 1
+        self.sender.on_ctrl(t, pkt)
+
+    def in_flight(self):
+        """Packets in the network now: every packet a port holds (queued, being serialised, or
+        propagating towards the next node), as a list."""
+        out = []
+        for p in self.ports:
+            out.extend(entry[3] for entry in p.inflight)
+            if isinstance(p, LosslessPort):
+                out.extend(p.q)
+                out.extend(p.cq)
+                if p.cur is not None:
+                    out.append(p.cur)
+        return out
+
+    def conservation(self) -> dict:
+        """Balance of every packet the hosts sent, per message and in total (docs/metrics.md).
+
+        Data, in payload bytes, per transport flow set (a message, or each PXN piece)::
+
+            sent = accepted + duplicate + discarded + dropped + in_flight
+
+        ``sent``: payload the source NIC transmitted, first transmissions and every resend
+        (``injected`` + retransmitted); ``accepted``: payload the receiver took in (placed,
+        buffered or delivered), counted once; ``duplicate``: payload that arrived again after
+        being accepted; ``discarded``: payload the receiver threw away on arrival (go-back-N
+        beyond a gap, reorder buffer full); ``dropped``: payload switches dropped; ``in_flight``:
+        payload of data packets still held by a port (queued, on the wire) when the run ended.
+
+        Control packets (ACK, NAK, CNP), in packets::
+
+            sent = arrived + dropped + in_flight
+
+        ``sent``: ACKs + NAKs + CNPs the receiver generated; ``arrived``: those that reached the
+        sender's host (whether or not the sender still needed them); ``dropped``: dropped by
+        switches; ``in_flight``: held by a port at the end.
+
+        Totals: the sums of these terms over all messages, plus the engine's own drop counters
+        (which must equal the summed per-message drops).
+
+        Returns a dict with the totals (``data``, ``control``), ``holds`` and ``violations``
+        (one line per imbalance, empty if it holds).
+        """
+        flying: dict[int, list] = {}            # id(MessageState) -> [data payload, control packets]
+        for pkt in self.in_flight():
+            acc = flying.setdefault(id(pkt.qp.msg), [0, 0])
+            if pkt.kind == DATA:
+                acc[0] += pkt.payload
+            else:
+                acc[1] += 1
+        flows = [st for st in self.states.values() if st.qps] + [p for p in self.pieces if p.qps]
+        data = dict.fromkeys(("sent_payload_bytes", "accepted_payload_bytes", "duplicate_payload_bytes",
+                              "discarded_payload_bytes", "dropped_payload_bytes", "in_flight_payload_bytes"), 0)
+        ctrl = dict.fromkeys(("sent_packets", "arrived_packets", "dropped_packets", "in_flight_packets"), 0)
+        violations = []
+        for st in flows:
+            fl = flying.get(id(st), (0, 0))
+            terms = (st.injected + sum(st.rtx_bytes.values()), st.delivered, st.dup_bytes,
+                     st.overflow_bytes + st.discarded_bytes, st.dropped, fl[0])
+            for k, v in zip(data, terms):
+                data[k] += v
+            if terms[0] != sum(terms[1:]):
+                violations.append(f"message {st.msg.id} data: sent {terms[0]} B != accepted {terms[1]} + duplicate "
+                                  f"{terms[2]} + discarded {terms[3]} + dropped {terms[4]} + in flight {terms[5]} B")
+            c = (st.acks + st.naks_sent + st.cnps_sent, st.ctrl_arrived, st.ctrl_dropped, fl[1])
+            for k, v in zip(ctrl, c):
+                ctrl[k] += v
+            if c[0] != c[1] + c[2] + c[3]:
+                violations.append(f"message {st.msg.id} control: sent {c[0]} != arrived {c[1]} + dropped {c[2]} "
+                                  f"+ in flight {c[3]} packets")
+        if data["dropped_payload_bytes"] != self.dropped_payload:
+            violations.append(f"dropped data payload: engine counted {self.dropped_payload} B, messages "
+                              f"{data['dropped_payload_bytes']} B")
+        if ctrl["dropped_packets"] != self.dropped_ctrl:
+            violations.append(f"dropped control packets: engine counted {self.dropped_ctrl}, messages "
+                              f"{ctrl['dropped_packets']}")
+        return {"data": data, "control": ctrl, "holds": not violations, "violations": violations}
 
     def _config_warnings(self) -> list:
         """Parameter combinations that make results hard to read, said once per run."""
@@ -492,4 +600,25 @@ class PacketEngine:
         } for p in self.ports]
 
     def _final_sample(self, now):
-        self.link_samples.append((now, [p.tx_bytes for p in self.ports], [p.queued_bytes(now) for p in self.ports]))
+        self.link_samples.append(self._snapshot(now))
+
+    def _snapshot(self, t):
+        """One link sample: ``(t, [wire bytes that have left each port by t], [bytes queued at t])``.
+
+        A lossy port (and a NIC port) counts a packet in ``tx_bytes`` when it is enqueued and its
+        backlog is known exactly (Lindley), so what has left is ``tx_bytes - queued``, partial
+        packets pro rata. A lossless switch port counts a packet when it starts serialising it and
+        its ``queued_bytes`` include packets not started yet; what has left is ``tx_bytes`` less
+        the packet on the wire, i.e. whole packets when their last bit is out.
+        """
+        sent, queued = [], []
+        for p in self.ports:
+            if isinstance(p, LosslessPort) and p.nic is None:
+                queued.append(p.queued_bytes(t))
+                sent.append(p.tx_bytes - (p.cur.wire if p.cur is not None else 0))
+            else:
+                # a NIC port serialises by Lindley in both modes (its LosslessPort queue is unused)
+                q = Port.queued_bytes(p, t)
+                queued.append(q)
+                sent.append(p.tx_bytes - q)
+        return (t, sent, queued)

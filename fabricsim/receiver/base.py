@@ -116,6 +116,8 @@ class Receiver:
             st.acks += 1
         elif kind == NAK:
             st.naks_sent += 1
+        else:
+            st.cnps_sent += 1
 
     # ----------------------------------------------------------------- data
     def on_packet(self, t, pkt):

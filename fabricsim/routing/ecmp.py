@@ -3,26 +3,108 @@
 Every switch salts the flow hash with its own seeded 64-bit value, so hash choices at different
 switches are independent; all packets of a queue pair take one path (no reordering). The number
 of QPs per message (``traffic.qps_per_message``) sets the entropy.
+
+The two directions of a queue pair are two flows: data packets (``qp.src`` -> ``qp.dst``) hash
+the queue pair's 5-tuple hash, its control packets (ACK / NAK / CNP, ``qp.dst`` -> ``qp.src``)
+hash the reverse flow's hash (:func:`direction_hash`), as a switch hashing the reply's own
+5-tuple would. Each direction picks among the equal-cost ports *towards its own destination*, so
+the reverse path is always a shortest path; it is independent of the forward one.
+
+:func:`ecmp_index` is the one definition of the choice: :meth:`Ecmp.choose` calls it for every
+packet (through a per-(queue pair, direction, switch) cache) and an analysis-side reference
+(for example a fluid max-min solver placing the run's own flows) calls it with the same salt
+(:meth:`Ecmp.index`, or ``RandomStreams(seed).u64(SALT_STREAM)``) and the same candidate order
+(the switch's equal-cost ports sorted by neighbour id, parallel links in link order).
 """
 from __future__ import annotations
 
-from ..net.packet import mix64
+from ..net.packet import DATA, MASK64, mix64
 from .base import ROUTING, RoutingPolicy
+
+#: name of the random stream the per-run ECMP salt is drawn from
+SALT_STREAM = "routing.ecmp.salt"
+#: tag mixed into a queue pair's hash to get the hash of its reverse (control) flow
+REVERSE_TAG = 0xD6E8FEB86659FD93
+
+
+def direction_hash(qp_hash: int, control: bool) -> int:
+    """The flow hash ECMP uses for one direction of a queue pair.
+
+    ``qp_hash`` is the queue pair's seeded 5-tuple hash (``QueuePair.hash``); data packets use it
+    as is, control packets (``control=True``) a distinct hash for the reverse 5-tuple.
+
+    >>> direction_hash(12345, False)
+    12345
+    >>> direction_hash(12345, True) != 12345
+    True
+    """
+    if not control:
+        return qp_hash & MASK64
+    return mix64(qp_hash ^ REVERSE_TAG)
+
+
+def ecmp_index(qp_hash: int, salt: int, switch_id: int, n_ports: int, control: bool = False) -> int:
+    """Index (``0 <= i < n_ports``) of the equal-cost port ECMP takes at one switch.
+
+    Parameters
+    ----------
+    qp_hash : int
+        The queue pair's seeded 5-tuple hash (``QueuePair.hash``).
+    salt : int
+        The run's ECMP salt (64-bit, from the ``routing.ecmp.salt`` stream).
+    switch_id : int
+        The switch's node id; mixed with the salt so switches choose independently.
+    n_ports : int
+        Number of equal-cost egress ports towards the packet's destination, in the order the
+        switch lists them (sorted by neighbour id; parallel links in link order).
+    control : bool
+        ``True`` for the queue pair's control packets (ACK / NAK / CNP), which travel the other
+        way and hash the reverse flow (:func:`direction_hash`).
+
+    Returns
+    -------
+    int
+        ``mix64(direction_hash(qp_hash, control) ^ mix64(salt ^ switch_id)) % n_ports``.
+
+    >>> ecmp_index(7, 99, 3, 1)
+    0
+    >>> all(0 <= ecmp_index(h, 99, 3, 4) < 4 for h in range(100))
+    True
+    >>> ecmp_index(7, 99, 3, 4) == ecmp_index(7, 99, 3, 4)
+    True
+    """
+    if n_ports < 1:
+        raise ValueError(f"ecmp_index needs at least one port, got n_ports={n_ports}")
+    return mix64(direction_hash(qp_hash, control) ^ mix64(salt ^ switch_id)) % n_ports
 
 
 @ROUTING.register("ecmp")
 class Ecmp(RoutingPolicy):
+    """Per-flow (per queue pair and direction) hashing; see the module doc."""
+
     reorders = False
 
     def __init__(self, params, streams):
         super().__init__(params, streams)
-        self._salt = streams.u64("routing.ecmp.salt")
+        self._salt = streams.u64(SALT_STREAM)
         self._cache: dict[int, object] = {}
 
+    @property
+    def salt(self) -> int:
+        """The run's 64-bit ECMP salt (the second argument of :func:`ecmp_index`)."""
+        return self._salt
+
+    def index(self, qp_hash: int, switch_id: int, n_ports: int, control: bool = False) -> int:
+        """:func:`ecmp_index` with this run's salt: the port index ``choose()`` takes."""
+        return ecmp_index(qp_hash, self._salt, switch_id, n_ports, control)
+
     def choose(self, switch, ports, pkt, now):
-        key = (pkt.qp.uid << 24) | switch.id
+        # one entry per queue pair, direction (data, or its control packets on the way back)
+        # and switch: the two directions go to different destinations, so they must never share
+        # an entry (an ACK that took the data's port would head back towards the receiver)
+        control = pkt.kind != DATA
+        key = (pkt.qp.uid << 25) | (control << 24) | switch.id
         port = self._cache.get(key)
         if port is None:
-            h = mix64(pkt.qp.hash ^ mix64(self._salt ^ switch.id))
-            port = self._cache[key] = ports[h % len(ports)]
+            port = self._cache[key] = ports[ecmp_index(pkt.qp.hash, self._salt, switch.id, len(ports), control)]
         return port
