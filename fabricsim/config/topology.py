@@ -161,6 +161,10 @@ class NvlinkSpec(BaseModel):
     packet_header: Size = Field("16B", description=(
         "wire overhead per NVLink packet (header, CRC, flit padding) [EST]; replaces simulation.header "
         "inside the domain with transport: credit"))
+    spread: Literal["stripe", "adaptive"] = Field("stripe", description=(
+        "how a GPU spreads a queue pair's units over its links (nic.plane_split: per_packet): stripe = "
+        "unit i by link (i + queue pair) mod links, as address interleaving [EST]; adaptive = by "
+        "whichever link is free and has credit first"))
     unit: PositiveSize = Field("4KiB", description=(
         "payload bytes the simulator moves as one event inside the domain with transport: credit (a "
         "whole number of packet_payload; each unit is framed as ceil(payload / packet_payload) NVLink "

@@ -237,6 +237,9 @@ class PacketEngine:
                 nic = NvlinkNic(a, p, self, self.kernel, 1 << len(self.nics[a]), na["nvlink_unit_bytes"],
                                 na["nvlink_packet_payload_bytes"], na["nvlink_packet_header_bytes"])
                 p.nic = nic
+                if na["nvlink_spread"] == "stripe":
+                    nic.stripe = {}
+                    nic.pos = sum(1 for x in self.nics[a] if x.nvlink)
                 self.nics[a].append(nic)
             else:                             # chip -> GPU
                 p.deliver = self.nvrx.arrive

@@ -45,11 +45,14 @@ Credits (one pool per link and direction, :class:`NvlinkPort`)
 
 Choice of chip
     A GPU reaches every other GPU of its domain through any of its links (one per chip); the
-    chip has one port to the destination. So the only path choice is the GPU's: with
-    ``nic.plane_split: per_packet`` every link runs its own round robin over the queue pairs and a
-    unit leaves by whichever link is free and has credit first (adaptive, per packet); with
-    ``per_flow`` a queue pair stays on one chip. The ``routing`` policy applies to Ethernet
-    switches; NVLink chips have nothing to choose.
+    chip has one port to the destination. So the only path choice is the GPU's. With
+    ``nic.plane_split: per_packet`` a queue pair uses all the links, each running its own round
+    robin over its queue pairs, and ``nvlink.spread`` says which units go where: ``stripe``
+    (default [EST]: address interleaving) sends unit ``i`` by link ``(i + uid) mod n``, so every
+    (chip, destination) pair carries the same share of every message; ``adaptive`` lets a unit
+    leave by whichever link is free and has credit first (per packet, congestion-aware through
+    the credits). With ``per_flow`` a queue pair stays on one chip. The ``routing`` policy
+    applies to Ethernet switches; NVLink chips have nothing to choose.
 
 Assumption: an NVLink switch connects only to GPUs (single switch hop, as NVL72/NVL36/HGX); the
 engine refuses anything else with ``transport: credit``.
@@ -99,9 +102,15 @@ class NvlinkPort(Port):
 
 class NvlinkNic(Nic):
     """A GPU's NVLink link to one chip: round robin over its queue pairs, sending a unit whenever
-    the wire is free and the link has credit for it. No window, pacing, ACK or timer."""
+    the wire is free and the link has credit for it. No window, pacing, ACK or timer.
 
-    __slots__ = ("unit", "pkt_payload", "pkt_header")
+    Which units of a queue pair a link sends (``nvlink.spread``): with ``stripe`` (``stripe`` is a
+    dict queue pair -> units this link has sent of it) unit ``i`` of a queue pair spread over
+    ``n`` links goes by link ``(i + uid) mod n`` of them, as address interleaving does; with
+    ``adaptive`` (``stripe`` is None) a link takes the queue pair's next unit whenever it can
+    send, so faster links take more."""
+
+    __slots__ = ("unit", "pkt_payload", "pkt_header", "stripe", "pos")
     nvlink = True
 
     def __init__(self, host, port, engine, kernel, bit, unit_bytes, packet_payload_bytes, packet_header_bytes):
@@ -109,6 +118,8 @@ class NvlinkNic(Nic):
         self.unit = unit_bytes
         self.pkt_payload = packet_payload_bytes
         self.pkt_header = packet_header_bytes
+        self.stripe = None
+        self.pos = 0
 
     def tx(self, t, token):
         self.tx_calls += 1
@@ -132,12 +143,20 @@ class NvlinkNic(Nic):
         active = self.active
         bit = self.bit
         unit = self.unit
+        stripe = self.stripe
         while active:
             qp = active[0]
-            psn = qp.seq
+            if stripe is None:
+                psn = qp.seq
+            else:
+                n = len(qp.nics)
+                pos = self.pos if n > 1 and qp.nics[self.pos] is self else qp.nics.index(self)
+                psn = (pos - qp.uid) % n + stripe.get(qp, 0) * n
             if psn >= qp.npsn:
                 active.popleft()
                 qp.nicmask &= ~bit
+                if stripe is not None:
+                    stripe.pop(qp, None)
                 continue
             payload = qp.size - psn * unit
             if payload > unit:
@@ -158,7 +177,12 @@ class NvlinkNic(Nic):
             active.rotate(-1)
             port.credit = credit - wire
             port.cr_wait = False
-            qp.seq = psn + 1
+            if stripe is None:
+                qp.seq = psn + 1
+                last = psn + 1 >= qp.npsn
+            else:
+                stripe[qp] = stripe.get(qp, 0) + 1
+                last = psn + len(qp.nics) >= qp.npsn
             qp.msg.injected += payload
             pkt = Packet(qp, qp.dst, wire, payload, psn, t, npk, port)
             k = port.ps_per_byte
@@ -175,9 +199,11 @@ class NvlinkNic(Nic):
             inflight.append(entry)
             if len(inflight) == 1:
                 self.push(entry)
-            if psn + 1 >= qp.npsn and len(active) == 1:
+            if last and len(active) == 1:
                 active.pop()            # its last unit: nothing left here, no attempt at ``done``
                 qp.nicmask &= ~bit
+                if stripe is not None:
+                    stripe.pop(qp, None)
                 self.busy = False
                 return
             self.pending_at = done

@@ -13,8 +13,8 @@ Node and edge attributes (the contract the engines rely on):
 - chips: ``type="switch"``, ``tier=1``, ``domain="nvlink"``, ``name="r{rack}.nvs{k}"``; the
   crossbar ``name="r{rack}.nvx"``; ``switch_latency_ps``, ``buffer_bytes``, ``buffer_mode``;
   ``nvlink_transport`` (``"credit"`` or ``"roce"``) and, for ``"credit"``, the framing
-  ``nvlink_unit_bytes``, ``nvlink_packet_payload_bytes``, ``nvlink_packet_header_bytes``
-  (:mod:`fabricsim.net.nvlink`).
+  ``nvlink_unit_bytes``, ``nvlink_packet_payload_bytes``, ``nvlink_packet_header_bytes`` and
+  ``nvlink_spread`` (:mod:`fabricsim.net.nvlink`).
 - GPU-chip edges: ``kind="nvlink"``, ``rate_bps``, ``delay_ps``, ``credit_bytes`` (the receive
   buffer behind the link in each direction; the crossbar's link stands for ``chips`` links and
   gets ``chips`` times the per-link buffer). NVLink switches connect only to GPUs.
@@ -74,6 +74,7 @@ class NvlinkPlan:
     unit_bytes: int = 0
     packet_payload_bytes: int = 0
     packet_header_bytes: int = 0
+    spread: str = "stripe"
 
     @property
     def switches_per_domain(self) -> int:
@@ -95,7 +96,7 @@ def resolve_nvlink(shape: DomainShape, spec: NvlinkSpec | None, source: str, fie
     credit = spec.credit_buffer * (chips if spec.model == "crossbar" else 1)
     return NvlinkPlan(spec.model, chips, bw, rate, spec.link_delay, spec.switch_latency,
                       spec.buffer.size_bytes, spec.buffer.mode, spec.transport, credit, spec.unit,
-                      spec.packet_payload, spec.packet_header)
+                      spec.packet_payload, spec.packet_header, spec.spread)
 
 
 def add_domain(acc, shape: DomainShape, index: int, first_host: int, gpus: int | None = None) -> list[int]:
@@ -123,7 +124,7 @@ def add_nvlink(acc, shape: DomainShape, index: int, gpus: list[int], nv: NvlinkP
     edge = {"rate_bps": nv.link_rate_bps, "delay_ps": nv.link_delay_ps, "kind": "nvlink"}
     if nv.transport == "credit":
         sw_attrs.update(nvlink_unit_bytes=nv.unit_bytes, nvlink_packet_payload_bytes=nv.packet_payload_bytes,
-                        nvlink_packet_header_bytes=nv.packet_header_bytes)
+                        nvlink_packet_header_bytes=nv.packet_header_bytes, nvlink_spread=nv.spread)
         edge["credit_bytes"] = nv.credit_bytes
     if nv.model == "crossbar":
         chips = [acc.switch(f"{p}{index}.nvx", dict(sw_attrs, name=f"{p}{index}.nvx"))]
