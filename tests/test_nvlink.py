@@ -228,3 +228,27 @@ def test_same_seed_same_result():
     b = fabricsim.run(scenario(INCAST))
     assert a.summary["run"]["events"] == b.summary["run"]["events"]
     assert a.messages["fct_ps"].tolist() == b.messages["fct_ps"].tolist()
+
+
+def test_a_failed_chip_leaves_17_links_and_the_pattern_still_reaches_the_bound():
+    topo = {"kind": "nvl72_rack", "domain_size": 36, "failed": {"switches": ["r0.nvs3"]}}
+    res = fabricsim.run(scenario({"pattern": "permutation", "message_size": "1MiB"}, topology=topo))
+    assert res.summary["messages"]["completed"] == 36
+    assert res.summary["effective_bandwidth"]["sender_capacity_bps"] == 36 * 17 * 400 * 10**9
+    assert res.summary["effective_bandwidth"]["completion_time_ratio"] >= 0.97
+
+
+def test_per_flow_keeps_a_queue_pair_on_one_chip(tmp_path):
+    res = fabricsim.run(scenario(csv_traffic(tmp_path, [(0, 5, 64 * 1024)]), nic={"plane_split": "per_flow"}))
+    used = res.links[(res.links["src"] == 0) & (res.links["tx_bytes"] > 0)]
+    assert len(used) == 1
+    assert int(used["tx_bytes"].sum()) == 16 * 4352
+
+
+def test_a_failed_link_of_the_destination_spreads_over_the_other_17(tmp_path):
+    topo = {"kind": "nvl72_rack", "failed": {"links": [["r0.g5", "r0.nvs2"]]}}
+    res = fabricsim.run(scenario(csv_traffic(tmp_path, [(0, 5, 2**20), (1, 5, 2**20)]), topology=topo))
+    assert res.summary["messages"]["completed"] == 2
+    out0 = res.links[(res.links["src"] == 0) & (res.links["tx_bytes"] > 0)]
+    assert len(out0) == 17                          # not by chip 2, which cannot reach GPU 5
+    assert res.summary["effective_bandwidth"]["completion_time_ratio"] >= 0.97

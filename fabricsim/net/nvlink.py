@@ -150,7 +150,7 @@ class NvlinkNic(Nic):
                 psn = qp.seq
             else:
                 n = len(qp.nics)
-                pos = self.pos if n > 1 and qp.nics[self.pos] is self else qp.nics.index(self)
+                pos = self.pos if self.pos < n and qp.nics[self.pos] is self else qp.nics.index(self)
                 psn = (pos - qp.uid) % n + stripe.get(qp, 0) * n
             if psn >= qp.npsn:
                 active.popleft()
