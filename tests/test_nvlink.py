@@ -221,6 +221,8 @@ def test_control_packets_of_a_multi_port_queue_pair_use_every_port(tmp_path):
 def test_bad_nvlink_framing_is_rejected(nvlink, field):
     with pytest.raises(ConfigError, match=field):
         prepare(scenario(INCAST, nvlink=nvlink))
+    # the same field with a usable value is accepted
+    prepare(scenario(INCAST, nvlink={field: "8KiB"}))
 
 
 def test_same_seed_same_result():
@@ -252,3 +254,13 @@ def test_a_failed_link_of_the_destination_spreads_over_the_other_17(tmp_path):
     out0 = res.links[(res.links["src"] == 0) & (res.links["tx_bytes"] > 0)]
     assert len(out0) == 17                          # not by chip 2, which cannot reach GPU 5
     assert res.summary["effective_bandwidth"]["completion_time_ratio"] >= 0.97
+
+
+def test_heap_and_simpy_kernels_agree_inside_an_nvlink_domain():
+    def run(kernel):
+        return fabricsim.run(scenario({"pattern": "incast", "senders": 20, "receiver": 3, "message_size": "256KiB"},
+                                      topology={"kind": "nvl72_rack", "domain_size": 36})
+                             | {"simulation": {"kernel": kernel, "seed": 2}})
+    a, b = run("heap"), run("simpy")
+    assert a.messages["fct_ps"].tolist() == b.messages["fct_ps"].tolist()
+    assert a.links.equals(b.links)
