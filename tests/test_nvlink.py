@@ -79,7 +79,7 @@ def test_credits_keep_every_input_buffer_within_the_credit_buffer():
     assert len(gpu_to_chip) == 72 * 18
     unit_wire = nvlink_wire_bytes(4096, 256, 16)
     for p in gpu_to_chip:
-        assert p.cr_size == credit
+        assert p.buffer_bytes == credit
         assert p.buffer_peak_bytes <= credit
     senders = [p for p in gpu_to_chip if 1 <= p.owner <= 64]
     # the incast fills the senders' input buffers: as many whole units as the credit allows

@@ -228,7 +228,7 @@ class PacketEngine:
         for a, b in ((u, v), (v, u)):
             peer_lat = g.nodes[b].get("switch_latency_ps", 0) if b in nvsw else 0
             p = NvlinkPort(len(self.ports), a, b, d["kind"], d["rate_bps"], d["delay_ps"], peer_lat, None,
-                           credit_bytes=d["credit_bytes"])
+                           buffer_bytes=d["credit_bytes"])
             self.ports.append(p)
             if b in nvsw:                     # GPU -> chip
                 sw = self.switches[b]

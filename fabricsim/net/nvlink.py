@@ -16,7 +16,8 @@ Framing
     count, so the links table counts NVLink packets.
 
 Credits (one pool per link and direction, :class:`NvlinkPort`)
-    ``credit_bytes`` is the receive buffer behind the link. The transmitter spends the unit's
+    ``buffer_bytes`` (the link's ``credit_bytes`` in the topology) is the receive buffer behind
+    the link; ``credit_bytes`` is what the transmitter may still send. The transmitter spends the unit's
     wire bytes when it starts sending and may start only if that many are available. The buffer
     is freed when the unit has left the receiving node, and the credit is back at the transmitter
     one link delay later:
@@ -34,14 +35,14 @@ Credits (one pool per link and direction, :class:`NvlinkPort`)
     credit sleeps until its earliest known return, and the chip wakes it (only it) if a unit it
     just enqueued frees credit earlier (``cr_wait``).
 
-    Consequences: a chip holds at most ``credit_bytes`` per input link (checked by
+    Consequences: a chip holds at most ``buffer_bytes`` per input link (checked by
     ``buffer_peak_bytes``); a congested egress fills the input buffers of the links feeding it
     and those GPU ports stop, which also blocks their traffic to other destinations through
     that chip (head-of-line blocking, as with any input-buffered credit scheme without virtual
-    channels). A link runs at full rate only if ``credit_bytes`` exceeds its rate times the credit
+    channels). A link runs at full rate only if ``buffer_bytes`` exceeds its rate times the credit
     loop (unit serialisation + link delay + chip latency + egress serialisation + link delay:
     about 0.67 us, 34 KB, at 400 Gbps with the default delays); below that it runs at
-    ``credit_bytes / loop``.
+    ``buffer_bytes / loop``.
 
 Choice of chip
     A GPU reaches every other GPU of its domain through any of its links (one per chip); the
@@ -84,17 +85,17 @@ def nvlink_wire_bytes(payload_bytes: int, packet_payload_bytes: int, packet_head
 class NvlinkPort(Port):
     """One direction of an NVLink link, with its credit pool (see module doc)."""
 
-    __slots__ = ("credit", "cr_size", "cr_heap", "cr_q", "cr_wait", "cr_held", "nic", "buffer_peak_bytes",
+    __slots__ = ("credit_bytes", "buffer_bytes", "cr_heap", "cr_q", "cr_wait", "held_bytes", "nic", "buffer_peak_bytes",
                  "credit_stalls")
 
-    def __init__(self, *args, credit_bytes: int, **kw):
+    def __init__(self, *args, buffer_bytes: int, **kw):
         super().__init__(*args, **kw)
-        self.credit = credit_bytes          # bytes the transmitter may still send
-        self.cr_size = credit_bytes         # the receive buffer behind the link
+        self.credit_bytes = buffer_bytes    # bytes the transmitter may still send
+        self.buffer_bytes = buffer_bytes    # the receive buffer behind the link (what the credits stand for)
         self.cr_heap = []                   # GPU port: (return time, bytes) of credits not yet taken back
         self.cr_q = deque()                 # chip port: the same, in FIFO order
         self.cr_wait = False                # GPU port: its NIC is waiting for credit
-        self.cr_held = 0                    # bytes in cr_heap
+        self.held_bytes = 0                 # bytes in cr_heap
         self.nic = None                     # GPU port: its NvlinkNic
         self.buffer_peak_bytes = 0          # peak bytes held in the buffer behind this link (GPU -> chip)
         self.credit_stalls = 0              # transmit attempts that found too little credit
@@ -132,14 +133,14 @@ class NvlinkNic(Nic):
             self.push((bu, next(self.seq), self._tx, token))
             return
         heap = port.cr_heap
-        credit = port.credit
+        credit = port.credit_bytes
         if heap and heap[0][0] <= t:
-            held = port.cr_held
+            held = port.held_bytes
             while heap and heap[0][0] <= t:
                 w = heappop(heap)[1]
                 credit += w
                 held -= w
-            port.cr_held = held
+            port.held_bytes = held
         active = self.active
         bit = self.bit
         unit = self.unit
@@ -164,7 +165,7 @@ class NvlinkNic(Nic):
             npk = -(-payload // self.pkt_payload)
             wire = payload + npk * self.pkt_header
             if credit < wire:
-                port.credit = credit
+                port.credit_bytes = credit
                 port.credit_stalls += 1
                 port.cr_wait = True     # the chip kicks this port when it frees credit earlier
                 if heap:
@@ -175,7 +176,7 @@ class NvlinkNic(Nic):
                     self.busy = False
                 return
             active.rotate(-1)
-            port.credit = credit - wire
+            port.credit_bytes = credit - wire
             port.cr_wait = False
             if stripe is None:
                 qp.seq = psn + 1
@@ -231,7 +232,7 @@ class NvlinkSwitch(Switch):
         s = port.busy_until
         if s < t:
             s = t
-        credit = port.credit
+        credit = port.credit_bytes
         dq = port.cr_q
         while dq and dq[0][0] <= s:
             credit += dq.popleft()[1]
@@ -240,7 +241,7 @@ class NvlinkSwitch(Switch):
             credit += w
             if r > s:
                 s = r
-        port.credit = credit - wire
+        port.credit_bytes = credit - wire
         k = port.ps_per_byte
         end = s + (wire * k if k else -((-wire * PS_BITS) // port.rate))
         port.busy_until = end
@@ -254,7 +255,7 @@ class NvlinkSwitch(Switch):
         back = end + ing.delay
         heap = ing.cr_heap
         heappush(heap, (back, wire))
-        held = ing.cr_held = ing.cr_held + wire
+        held = ing.held_bytes = ing.held_bytes + wire
         if held > ing.buffer_peak_bytes:
             # exact occupancy now: units of this link that have arrived and not yet left the chip
             # (the entry of a unit that has left but whose credit is still on its way back is
