@@ -1,7 +1,7 @@
 """NVLink as NVLink: bound fraction, drops, events and wall time inside one NVL72 rack.
 
-Runs three NVL72 (18-chip) scenarios (a 4 MiB permutation, a 64 KiB all-to-all and a 64-to-1
-incast of 1 MiB) with
+Runs four NVL72 (18-chip) scenarios (a 4 MiB permutation, a 64 KiB all-to-all, a 64-to-1
+incast of 1 MiB, and a hot spot: 32 GPUs each sending 1 MiB to GPU 0 and 1 MiB to another GPU) with
 
 - ``roce``: ``nvlink.transport: roce``, the earlier model (RoCE packets with 82 B headers and an
   86 B ACK per packet through 2 MiB drop-tail chip ports, RTO recovery) on today's engine;
@@ -10,7 +10,8 @@ incast of 1 MiB) with
   fabricsim (e.g. ``/work/main``, before this change) in a subprocess;
 
 then sweeps the credit model's [EST] parameters (credit buffer, unit size, framing, spread) on
-the permutation and the all-to-all (and the credit buffer on the incast). For each run it prints the completion time as a fraction of
+the permutation and the all-to-all (credit buffer and spread also on the incast and a hot spot
+with background traffic). For each run it prints the completion time as a fraction of
 the idle-fabric bound (``completion_time_ratio``; the bound uses the run's own framing), goodput
 as a fraction of the raw link rate, drops, retransmission timeouts, kernel events, wall time,
 NIC transmit attempts that sent nothing, and for the incast how busy the receiver's links were.
@@ -34,7 +35,11 @@ SCENARIOS = {
     "permutation_4MiB": {"pattern": "permutation", "message_size": "4MiB"},
     "all_to_all_64KiB": {"pattern": "all_to_all", "message_size": "64KiB"},
     "incast_64to1_1MiB": {"pattern": "incast", "senders": 64, "receiver": 0, "message_size": "1MiB"},
+    # GPUs 1..32 each send 1 MiB to GPU 0 and 1 MiB to GPU i+32: how much the hot spot slows the
+    # other traffic of its senders (head-of-line blocking through shared credits)
+    "hotspot_32to1_plus_background": {"pattern": "csv", "path": "hotspot.csv"},
 }
+HOTSPOT_ROWS = [(s, 0, 2**20) for s in range(1, 33)] + [(s, s + 32, 2**20) for s in range(1, 33)]
 QUICK = {
     "permutation_1MiB": {"pattern": "permutation", "message_size": "1MiB"},
     "all_to_all_64KiB": {"pattern": "all_to_all", "message_size": "64KiB"},
@@ -107,6 +112,12 @@ def measure(sc: dict, count_tx: bool) -> dict:
            "events": run["events"], "wall_s": round(wall, 3),
            "nic_tx_attempts": calls, "nic_tx_sent": sent,
            "nic_tx_idle_fraction": (1 - sent / calls) if calls else None}
+    if sc["traffic"]["pattern"] == "csv":
+        m = res.messages
+        bg = m[m["dst"] != 0]
+        row["background_slowdown_median"] = float(bg["slowdown"].median())
+        row["background_slowdown_max"] = float(bg["slowdown"].max())
+        row["hotspot_slowdown_max"] = float(m.loc[m["dst"] == 0, "slowdown"].max())
     if sc["traffic"]["pattern"] == "incast":
         into = links[links["dst"] == sc["traffic"]["receiver"]]
         busy = into["tx_bytes"].astype(float) * 8e12 / (into["rate_bps"].astype(float) * run["end_ps"])
@@ -139,6 +150,8 @@ def fmt(name: str, r: dict) -> str:
         s += f"  idle tx {r['nic_tx_idle_fraction'] * 100:5.1f} % of {r['nic_tx_attempts']:,}"
     if "receiver_link_busy_min" in r:
         s += f"  rx busy min {r['receiver_link_busy_min']:.4f}"
+    if "background_slowdown_median" in r:
+        s += f"  background slowdown median {r['background_slowdown_median']:.2f}"
     return s
 
 
@@ -155,8 +168,13 @@ def main(argv=None):
     if args.child:
         print(json.dumps(measure(json.loads(args.child), count_tx=args.count_tx == "1")))
         return 0
-    scen = QUICK if args.quick else SCENARIOS
+    scen = QUICK if args.quick else dict(SCENARIOS)
     dom = 36 if args.quick else 72
+    if "hotspot_32to1_plus_background" in scen:
+        path = args.json.parent / "hotspot.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("src,dst,size_bytes\n" + "".join(f"{a},{b},{n}\n" for a, b, n in HOTSPOT_ROWS))
+        scen["hotspot_32to1_plus_background"] = {"pattern": "csv", "path": str(path.resolve())}
     rows = []
     for name, tr in scen.items():
         walls = {}
@@ -176,9 +194,10 @@ def main(argv=None):
     if not (args.quick or args.no_sweep):
         for key, values in SWEEP.items():
             for v in values:
-                for name in ("permutation_4MiB", "all_to_all_64KiB") + (("incast_64to1_1MiB",) if key == "credit_buffer" else ()):
+                extra = ("incast_64to1_1MiB", "hotspot_32to1_plus_background") if key in ("credit_buffer", "spread") else ()
+                for name in ("permutation_4MiB", "all_to_all_64KiB") + extra:
                     nv = {"transport": "credit", key: v}
-                    r = measure(scenario(SCENARIOS[name], nv, dom), count_tx=True)
+                    r = measure(scenario(scen[name], nv, dom), count_tx=True)
                     rows.append({"scenario": name, "model": "credit", "sweep": key, "nvlink": nv, **r})
                     print(fmt(f"{name} credit {key}={v}", r), flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
