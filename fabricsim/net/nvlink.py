@@ -98,7 +98,7 @@ class NvlinkPort(Port):
         self.held_bytes = 0                 # bytes in cr_heap
         self.nic = None                     # GPU port: its NvlinkNic
         self.buffer_peak_bytes = 0          # peak bytes held in the buffer behind this link (GPU -> chip)
-        self.credit_stalls = 0              # transmit attempts that found too little credit
+        self.credit_stalls = 0              # times the link had to wait for credit
 
 
 class NvlinkNic(Nic):
@@ -111,7 +111,7 @@ class NvlinkNic(Nic):
     ``adaptive`` (``stripe`` is None) a link takes the queue pair's next unit whenever it can
     send, so faster links take more."""
 
-    __slots__ = ("unit", "pkt_payload", "pkt_header", "stripe", "pos")
+    __slots__ = ("unit", "pkt_payload", "pkt_header", "stripe", "pos", "unit_wire")
     nvlink = True
 
     def __init__(self, host, port, engine, kernel, bit, unit_bytes, packet_payload_bytes, packet_header_bytes):
@@ -121,6 +121,7 @@ class NvlinkNic(Nic):
         self.pkt_header = packet_header_bytes
         self.stripe = None
         self.pos = 0
+        self.unit_wire = nvlink_wire_bytes(unit_bytes, packet_payload_bytes, packet_header_bytes)
 
     def tx(self, t, token):
         self.tx_calls += 1
@@ -207,10 +208,46 @@ class NvlinkNic(Nic):
                     stripe.pop(qp, None)
                 self.busy = False
                 return
+            if stripe is not None and credit - wire < self.unit_wire:
+                # too little credit left for a full unit: the next attempt is when enough is back
+                nxt = self._credit_time(done)
+                if nxt is None:         # not yet known: the chip kicks this link when it is
+                    port.cr_wait = True
+                    port.credit_stalls += 1
+                    self.busy = False
+                    return
+                if nxt > done:
+                    port.cr_wait = True
+                    port.credit_stalls += 1
+                    done = nxt
             self.pending_at = done
             self.push((done, next(seq), self._tx, token))
             return
         self.busy = False
+
+    def _credit_time(self, t):
+        """Striping: when this link will have credit for its next unit (the one the attempt at
+        ``t`` would send: the next queue pair's next stripe unit), ``t`` if already, None if the
+        returns known so far are not enough. Only striping knows that unit in advance: no other
+        link takes it."""
+        qp = self.active[0]
+        n = len(qp.nics)
+        pos = self.pos if self.pos < n and qp.nics[self.pos] is self else qp.nics.index(self)
+        psn = (pos - qp.uid) % n + self.stripe.get(qp, 0) * n
+        if psn >= qp.npsn:
+            return t
+        unit = self.unit
+        payload = qp.size - psn * unit
+        if payload > unit:
+            payload = unit
+        need = payload + -(-payload // self.pkt_payload) * self.pkt_header - self.port.credit_bytes
+        if need <= 0:
+            return t
+        for r, w in sorted(self.port.cr_heap):
+            need -= w
+            if need <= 0:
+                return r if r > t else t
+        return None
 
 
 class NvlinkSwitch(Switch):
