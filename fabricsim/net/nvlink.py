@@ -32,8 +32,9 @@ Credits (one pool per link and direction, :class:`NvlinkPort`)
     also waiting for credit), so credits need no events: a GPU port holds the pending returns in a
     heap (``cr_heap``) and takes back those that are due when it next transmits; a chip egress
     port (whose returns come in FIFO order) holds them in a deque (``cr_q``). A GPU port out of
-    credit sleeps until its earliest known return, and the chip wakes it (only it) if a unit it
-    just enqueued frees credit earlier (``cr_wait``).
+    credit sleeps until its earliest known return (with striping, which knows its next unit in
+    advance, until the return that makes room for it), and the chip wakes it (only it) if a unit
+    it just enqueued frees credit earlier (``cr_wait``).
 
     Consequences: a chip holds at most ``buffer_bytes`` per input link (checked by
     ``buffer_peak_bytes``); a congested egress fills the input buffers of the links feeding it
