@@ -7,7 +7,7 @@ incast of 1 MiB, and a hot spot: 32 GPUs each sending 1 MiB to GPU 0 and 1 MiB t
   86 B ACK per packet through 2 MiB drop-tail chip ports, RTO recovery) on today's engine;
 - ``credit``: the default, lossless per-link credit flow control, NVLink framing, no ACKs;
 - with ``--baseline-src DIR`` also ``baseline``: the same scenarios run by another checkout of
-  fabricsim (e.g. ``/work/main``, before this change) in a subprocess;
+  fabricsim (e.g. commit 9de9ee3, before this change) in a subprocess;
 
 then sweeps the credit model's [EST] parameters (credit buffer, unit size, framing, spread) on
 the permutation and the all-to-all (credit buffer and spread also on the incast and a hot spot
@@ -17,7 +17,8 @@ as a fraction of the raw link rate, drops, retransmission timeouts, kernel event
 NIC transmit attempts that sent nothing, and for the incast how busy the receiver's links were.
 
     python3 benchmarks/bench_nvlink.py                            # ~1 min; writes results/nvlink.json
-    python3 benchmarks/bench_nvlink.py --baseline-src /work/main  # also the code before the change
+    git archive 9de9ee3 | tar -x -C /tmp/base                    # the code before the change
+    python3 benchmarks/bench_nvlink.py --baseline-src /tmp/base --repeat 3
     python3 benchmarks/bench_nvlink.py --quick                    # NVL36, small sizes, no sweep
 """
 from __future__ import annotations
