@@ -7,9 +7,13 @@ forwarding latency), the last bit of ``n`` equal packets arrives after
 packet; those are appended with the exact tandem recursion
 ``T_h = max(T_prev_h, T_{h-1} + d_h) + ser_h(s')``.
 Ideal figures always use real MTU packets, whatever ``cell_packets`` is, so the error of the
-cell approximation shows up in the slowdown.
+cell approximation shows up in the slowdown. Inside an NVLink domain with ``nvlink.transport:
+credit`` they use the domain's units and NVLink framing (:func:`fabricsim.net.nvlink.nvlink_wire_bytes`),
+as the engine sends them.
 """
 from __future__ import annotations
+
+from ..net.nvlink import nvlink_wire_bytes
 
 PS_BITS = 8 * 10**12
 
@@ -18,8 +22,12 @@ def _ser(nbytes, rate):
     return -((-nbytes * PS_BITS) // rate)
 
 
-def message_packets(size: int, qps: int, mtu: int, header: int) -> tuple[int, list[int]]:
-    """(number of full-MTU packets, sizes in wire bytes of the partial ones) of a message."""
+def message_packets(size: int, qps: int, mtu: int, header: int,
+                    packet_payload: int | None = None) -> tuple[int, list[int]]:
+    """(number of full-MTU packets, sizes in wire bytes of the partial ones) of a message.
+
+    With ``packet_payload`` (NVLink) ``mtu`` is the simulated unit and ``header`` is paid per
+    ``packet_payload`` bytes of it."""
     base, extra = divmod(size, qps)
     full = 0
     partial = []
@@ -28,7 +36,7 @@ def message_packets(size: int, qps: int, mtu: int, header: int) -> tuple[int, li
         f, r = divmod(b, mtu)
         full += f
         if r:
-            partial.append(r + header)
+            partial.append(r + header if packet_payload is None else nvlink_wire_bytes(r, packet_payload, header))
     return full, partial
 
 
@@ -94,6 +102,24 @@ class IdealModel:
         self.split = SPLITS.get(sc.nic.name)(sc.nic.params, None)
         self._hops: dict = {}
         self._ports: dict = {}
+        self._framing: dict = {}
+
+    def framing(self, src: int, dst: int) -> tuple[int, int, int | None]:
+        """(unit payload bytes, header bytes, packet payload bytes or None) of ``src`` -> ``dst``:
+        NVLink units and framing inside a credit-flow-controlled NVLink domain, else MTU packets
+        with ``simulation.header``."""
+        key = (src, dst)
+        v = self._framing.get(key)
+        if v is None:
+            g = self.topo.graph
+            first = self.paths.first_hops(src, dst)
+            a = g.nodes[first[0]] if first else {}
+            if a.get("nvlink_transport") == "credit":
+                v = (a["nvlink_unit_bytes"], a["nvlink_packet_header_bytes"], a["nvlink_packet_payload_bytes"])
+            else:
+                v = (self.mtu, self.header, None)
+            self._framing[key] = v
+        return v
 
     def ports(self, src: int, dst: int) -> tuple[frozenset, int, int]:
         """(eligible first-hop switches, number of links to them, their total rate in bit/s)."""
@@ -121,8 +147,9 @@ class IdealModel:
         return base_rtt_ps(self.topo, self.paths, src, dst, self.mtu + self.header, self.ack_size)
 
     def wire_bytes(self, msg) -> int:
-        full, partial = message_packets(msg.size_bytes, msg.qps, self.mtu, self.header)
-        return full * (self.mtu + self.header) + sum(partial)
+        unit, hdr, pp = self.framing(msg.src, msg.dst)
+        full, partial = message_packets(msg.size_bytes, msg.qps, unit, hdr, pp)
+        return full * (unit + hdr if pp is None else nvlink_wire_bytes(unit, pp, hdr)) + sum(partial)
 
     def relay(self, msg) -> int | None:
         """The PXN relay GPU of ``msg`` (``nic.pxn``), as the engine chooses it, or None."""
@@ -146,9 +173,10 @@ class IdealModel:
         hops = self._hops.get(key)
         if hops is None:
             hops = self._hops[key] = path_hops(self.topo, self.paths, src, dst)
-        full, partial = message_packets(size, qps, self.mtu, self.header)
+        unit, hdr, pp = self.framing(src, dst)
+        full, partial = message_packets(size, qps, unit, hdr, pp)
         k = self.split.parallel(qps, self.ports(src, dst)[1])
         if k > 1:
             full = -(-full // k)
             partial = sorted(partial, reverse=True)[:-(-len(partial) // k)]
-        return train_time(hops, full, self.mtu + self.header, partial)
+        return train_time(hops, full, unit + hdr if pp is None else nvlink_wire_bytes(unit, pp, hdr), partial)

@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, Field, StrictFloat, StrictInt, model_validator
 
-from .types import STRICT, PositiveSize, PositiveTime, Rate, Time
+from .types import STRICT, PositiveSize, PositiveTime, Rate, Size, Time
 
 
 class LinkSpec(BaseModel):
@@ -144,7 +144,47 @@ class NvlinkSpec(BaseModel):
         "(hgx8: [EST], NVLink5 assumed)"))
     link_delay: Time = Field("100ns", description="one-way delay of a GPU-to-chip link incl. SerDes [EST]")
     switch_latency: Time = Field("300ns", description="NVLink switch chip forwarding latency, ~0.3us per hop [EST]")
-    buffer: BufferSpec = Field(default_factory=BufferSpec)
+    buffer: BufferSpec = Field(default_factory=BufferSpec, description=(
+        "egress buffer of the chips; used only with transport: roce (credit flow control bounds what "
+        "a chip holds by credit_buffer per link instead)"))
+    transport: Literal["credit", "roce"] = Field("credit", description=(
+        "credit: NVLink as NVLink, lossless link-level credit flow control, no end-to-end ACK, no "
+        "retransmission, a message completes when its last byte is delivered (docs/fidelity_parts/"
+        "nvlink.md); roce: the earlier model, RoCE packets and ACKs through drop-tail chip buffers, for "
+        "comparison"))
+    credit_buffer: PositiveSize = Field("64KiB", description=(
+        "receive buffer behind each NVLink link (per direction) that the link's credits stand for [EST]; "
+        "for full rate it must exceed rate x credit loop (~34 KB at 400 Gbps with the default delays); "
+        "the crossbar's one link per GPU stands for `chips` links and gets `chips` times this"))
+    packet_payload: PositiveSize = Field("256B", description=(
+        "payload bytes per NVLink packet [EST] (public estimates: up to 256 B per packet)"))
+    packet_header: Size = Field("16B", description=(
+        "wire overhead per NVLink packet (header, CRC, flit padding) [EST]; replaces simulation.header "
+        "inside the domain with transport: credit"))
+    spread: Literal["stripe", "adaptive"] = Field("stripe", description=(
+        "how a GPU spreads a queue pair's units over its links (nic.plane_split: per_packet): stripe = "
+        "unit i by link (i + queue pair) mod links, as address interleaving [EST]; adaptive = by "
+        "whichever link is free and has credit first"))
+    unit: PositiveSize = Field("4KiB", description=(
+        "payload bytes the simulator moves as one event inside the domain with transport: credit (a "
+        "whole number of packet_payload; each unit is framed as ceil(payload / packet_payload) NVLink "
+        "packets): smaller is finer-grained, larger is faster"))
+
+    @model_validator(mode="after")
+    def _credit(self):
+        if self.transport != "credit":
+            return self
+        if self.unit % self.packet_payload:
+            raise ValueError(f"unit: {self.unit} B is not a whole number of packet_payload "
+                             f"({self.packet_payload} B) (allowed: a multiple of packet_payload)")
+        if self.packet_header >= self.packet_payload * 4:
+            raise ValueError(f"packet_header: {self.packet_header} B is implausible for {self.packet_payload} B "
+                             f"packets (allowed: less than 4 x packet_payload)")
+        wire = self.unit + (self.unit // self.packet_payload) * self.packet_header
+        if self.credit_buffer < wire:
+            raise ValueError(f"credit_buffer: {self.credit_buffer} B cannot hold one {wire} B unit (allowed: at "
+                             f"least unit + its headers; a link could never send)")
+        return self
 
 
 class NicSpec(BaseModel):

@@ -14,6 +14,10 @@ Data path, per packet:
 
 With ``switch.pfc.enabled`` the ports run as explicit lossless queues instead
 (:mod:`fabricsim.net.lossless`).
+
+Inside an NVLink domain with ``nvlink.transport: credit`` (the default) GPU links, chips and the
+destination GPU are :mod:`fabricsim.net.nvlink` objects: per-link credit flow control, no ACKs, a
+message completes when its last byte arrives. Everything leaving the domain keeps the path above.
 """
 from __future__ import annotations
 
@@ -26,7 +30,9 @@ from ..planes import SPLITS
 from ..receiver import RECEIVERS
 from ..routing import ROUTING
 from ..net.lossless import LosslessPort, LosslessSwitch, Pfc
+from ..errors import SimulationError
 from ..net.nic import Nic
+from ..net.nvlink import NvlinkNic, NvlinkPort, NvlinkRx, NvlinkSwitch
 from ..net.packet import DATA, QueuePair, five_tuple_hash
 from ..net.port import Port
 from ..net.sender import Sender
@@ -134,8 +140,26 @@ class PacketEngine:
         self.pfc = (Pfc(feats.pfc, self.kernel, stamp, simcfg.cell_packets * (simcfg.mtu + simcfg.header))
                     if feats.pfc.enabled else None)
         switch_cls, port_cls = (LosslessSwitch, LosslessPort) if self.pfc else (Switch, Port)
+        # NVLink chips with credit flow control (net/nvlink.py); they connect only to GPUs
+        nvsw = {n for n in topo.switches if g.nodes[n].get("nvlink_transport") == "credit"}
+        for n in nvsw:
+            for m in g.neighbors(n):
+                if g.nodes[m]["type"] != "host":
+                    raise SimulationError(f"NVLink switch {g.nodes[n]['name']} links to switch "
+                                          f"{g.nodes[m]['name']}: nvlink.transport credit models a single "
+                                          f"switch hop (NVLink switches connect only to GPUs)")
+        self.nvrx = NvlinkRx(self)
         self.switches: dict[int, Switch] = {}
         for n in topo.switches:
+            if n in nvsw:
+                sw = NvlinkSwitch(n, g.nodes[n]["name"], self)
+                sw.paths = sim.paths
+                sw.choose = self.routing.choose
+                sw.kernel = self.kernel
+                sw.push = self.kernel.push
+                sw.seq = self.kernel.seq
+                self.switches[n] = sw
+                continue
             sw = switch_cls(n, g.nodes[n]["name"], self)
             if self.pfc:
                 sw.pfc = self.pfc
@@ -151,6 +175,9 @@ class PacketEngine:
         self.nics: dict[int, list[Nic]] = {h: [] for h in topo.hosts}
         self.ports: list[Port] = []
         for u, v, _k, d in topo.links():
+            if u in nvsw or v in nvsw:
+                self._nvlink_link(u, v, d, nvsw)
+                continue
             for a, b in ((u, v), (v, u)):
                 peer_lat = g.nodes[b].get("switch_latency_ps", 0) if g.nodes[b]["type"] == "switch" else 0
                 per_port_buf = None
@@ -200,6 +227,31 @@ class PacketEngine:
         self._rtt: dict = {}
         self._final_links = None
 
+    def _nvlink_link(self, u, v, d, nvsw):
+        """Both directions of a GPU-chip link of a credit-flow-controlled NVLink domain."""
+        g = self.sim.topology.graph
+        for a, b in ((u, v), (v, u)):
+            peer_lat = g.nodes[b].get("switch_latency_ps", 0) if b in nvsw else 0
+            p = NvlinkPort(len(self.ports), a, b, d["kind"], d["rate_bps"], d["delay_ps"], peer_lat, None,
+                           buffer_bytes=d["credit_bytes"])
+            self.ports.append(p)
+            if b in nvsw:                     # GPU -> chip
+                sw = self.switches[b]
+                p.deliver = sw.arrive
+                na = g.nodes[b]
+                nic = NvlinkNic(a, p, self, self.kernel, 1 << len(self.nics[a]), na["nvlink_unit_bytes"],
+                                na["nvlink_packet_payload_bytes"], na["nvlink_packet_header_bytes"])
+                p.nic = nic
+                if na["nvlink_spread"] == "stripe":
+                    nic.stripe = {}
+                    nic.pos = sum(1 for x in self.nics[a] if x.nvlink)
+                self.nics[a].append(nic)
+            else:                             # chip -> GPU
+                p.deliver = self.nvrx.arrive
+                sw = self.switches[a]
+                sw.port_to.setdefault(b, []).append(p)
+                sw.ports.append(p)
+
     def _to_host(self, t, pkt):
         """Arrival at a host: advance the port's inflight (as Switch.arrive), then the receiver
         (data) or the sender (ACK, NAK, CNP)."""
@@ -213,10 +265,30 @@ class PacketEngine:
             self._on_ctrl(t, pkt)
 
     def reply_nic(self, qp) -> Nic:
-        """The NIC port the receiver of ``qp`` sends its control packets by (fixed per queue pair)."""
+        """The NIC port the receiver of ``qp`` sends its next control packet by.
+
+        A queue pair that uses one port gets its control packets back on one port, fixed by its
+        hash (cached in ``qp.r_port``). One that sprays over several ports (``per_packet`` over
+        planes, or NVLink links with ``transport: roce``) gets them spread over the receiving
+        host's ports towards the sender: each goes by the port whose wire frees first, ties broken
+        in turn from a per-queue-pair rotation, so no single link carries all of them."""
         nics = self.eligible_nics(qp.dst, qp.src)
-        nic = qp.r_port = nics[qp.hash % len(nics)]
-        return nic
+        n = len(nics)
+        if n == 1 or len(qp.nics) == 1:
+            nic = qp.r_port = nics[qp.hash % n]
+            return nic
+        now = self.kernel.now
+        start = (qp.hash + qp.msg.acks + qp.msg.naks_sent) % n
+        best = None
+        best_t = 0
+        for i in range(n):
+            nic = nics[(start + i) % n]
+            bu = nic.port.busy_until
+            if bu < now:
+                bu = now
+            if best is None or bu < best_t:
+                best, best_t = nic, bu
+        return best
 
     def base_rtt(self, src: int, dst: int) -> int:
         """Round trip of one MTU packet and its ACK on an idle shortest path (ps)."""
@@ -253,6 +325,7 @@ class PacketEngine:
                 self._release_via(t, st, relay)
                 return
         eligible = self.eligible_nics(m.src, m.dst)
+        nvlink = eligible[0].nvlink
         base, extra = divmod(m.size_bytes, m.qps)
         for q in range(m.qps):
             size = base + (1 if q < extra else 0)
@@ -262,11 +335,25 @@ class PacketEngine:
             self._qp_uid += 1
             sport = 49152 + (uid & 0x3FFF)
             h = five_tuple_hash(self._salt, m.src, m.dst, sport ^ (uid >> 14) * 7919)
-            qp = QueuePair(uid, st, m.src, m.dst, sport, h, size, self.mtu)
-            nics = qp.nics = self.split.ports(qp, eligible)
-            flow = qp.flow = Flow(uid, sum(n.port.rate for n in nics), self.base_rtt(m.src, m.dst), self.mtu)
-            self.cc.start(flow, t)
+            if nvlink:
+                # NVLink: units of the domain's size, no congestion control, no ACK (net/nvlink.py)
+                unit = eligible[0].unit
+                qp = QueuePair(uid, st, m.src, m.dst, sport, h, size, unit)
+                nics = qp.nics = self.split.ports(qp, eligible)
+                qp.flow = Flow(uid, sum(n.port.rate for n in nics), 0, unit)
+                qp.sent_done = True           # nothing for the sender's timers or ACK processing
+            else:
+                qp = QueuePair(uid, st, m.src, m.dst, sport, h, size, self.mtu)
+                nics = qp.nics = self.split.ports(qp, eligible)
+                flow = qp.flow = Flow(uid, sum(n.port.rate for n in nics), self.base_rtt(m.src, m.dst), self.mtu)
+                self.cc.start(flow, t)
             st.qps.append(qp)
+            if nvlink and len(nics) > 1:
+                # start each queue pair's links at the next one in turn: ports started at the same
+                # instant send in start order, and a common order would give every sender's spare
+                # units to the same chips
+                r = uid % len(nics)
+                nics = nics[r:] + nics[:r]
             for nic in nics:
                 nic.add(t, qp)
 

@@ -11,8 +11,13 @@ Node and edge attributes (the contract the engines rely on):
 - GPUs: ``type="host"``, ``tier=0``, ``name="r{rack}.g{i}"`` (``"n{node}.g{i}"`` for 8-GPU
   nodes), ``rack`` (the domain index, also for nodes), ``tray``, ``local_rank`` (0..per_tray-1).
 - chips: ``type="switch"``, ``tier=1``, ``domain="nvlink"``, ``name="r{rack}.nvs{k}"``; the
-  crossbar ``name="r{rack}.nvx"``; ``switch_latency_ps``, ``buffer_bytes``, ``buffer_mode``.
-- GPU-chip edges: ``kind="nvlink"``, ``rate_bps``, ``delay_ps``. NVLink switches connect only to GPUs.
+  crossbar ``name="r{rack}.nvx"``; ``switch_latency_ps``, ``buffer_bytes``, ``buffer_mode``;
+  ``nvlink_transport`` (``"credit"`` or ``"roce"``) and, for ``"credit"``, the framing
+  ``nvlink_unit_bytes``, ``nvlink_packet_payload_bytes``, ``nvlink_packet_header_bytes`` and
+  ``nvlink_spread`` (:mod:`fabricsim.net.nvlink`).
+- GPU-chip edges: ``kind="nvlink"``, ``rate_bps``, ``delay_ps``, ``credit_bytes`` (the receive
+  buffer behind the link in each direction; the crossbar's link stands for ``chips`` links and
+  gets ``chips`` times the per-link buffer). NVLink switches connect only to GPUs.
 
 The functions here add to an accumulator (see :mod:`.cluster`) so that a cluster builds all its
 domains and its Ethernet planes into one graph in one pass.
@@ -64,6 +69,12 @@ class NvlinkPlan:
     switch_latency_ps: int
     buffer_bytes: int | None
     buffer_mode: str
+    transport: str = "credit"
+    credit_bytes: int = 0          # per link and direction (crossbar: already x chips)
+    unit_bytes: int = 0
+    packet_payload_bytes: int = 0
+    packet_header_bytes: int = 0
+    spread: str = "stripe"
 
     @property
     def switches_per_domain(self) -> int:
@@ -82,8 +93,10 @@ def resolve_nvlink(shape: DomainShape, spec: NvlinkSpec | None, source: str, fie
                             f"(allowed: a bandwidth divisible by nvlink.chips)", source=source,
                             field=f"{field}.bandwidth")
     rate = bw // chips if spec.model == "switches" else bw
+    credit = spec.credit_buffer * (chips if spec.model == "crossbar" else 1)
     return NvlinkPlan(spec.model, chips, bw, rate, spec.link_delay, spec.switch_latency,
-                      spec.buffer.size_bytes, spec.buffer.mode)
+                      spec.buffer.size_bytes, spec.buffer.mode, spec.transport, credit, spec.unit,
+                      spec.packet_payload, spec.packet_header, spec.spread)
 
 
 def add_domain(acc, shape: DomainShape, index: int, first_host: int, gpus: int | None = None) -> list[int]:
@@ -107,8 +120,12 @@ def add_nvlink(acc, shape: DomainShape, index: int, gpus: list[int], nv: NvlinkP
     p = shape.prefix
     sw_attrs = {"type": "switch", "tier": 1, "domain": "nvlink", "rack": index,
                 "switch_latency_ps": nv.switch_latency_ps, "buffer_bytes": nv.buffer_bytes,
-                "buffer_mode": nv.buffer_mode}
+                "buffer_mode": nv.buffer_mode, "nvlink_transport": nv.transport}
     edge = {"rate_bps": nv.link_rate_bps, "delay_ps": nv.link_delay_ps, "kind": "nvlink"}
+    if nv.transport == "credit":
+        sw_attrs.update(nvlink_unit_bytes=nv.unit_bytes, nvlink_packet_payload_bytes=nv.packet_payload_bytes,
+                        nvlink_packet_header_bytes=nv.packet_header_bytes, nvlink_spread=nv.spread)
+        edge["credit_bytes"] = nv.credit_bytes
     if nv.model == "crossbar":
         chips = [acc.switch(f"{p}{index}.nvx", dict(sw_attrs, name=f"{p}{index}.nvx"))]
     else:
