@@ -102,10 +102,6 @@ def fluid_completion(sizes: Sequence[float], paths: Sequence[Sequence[Hashable]]
 # --------------------------------------------------------------------------------------------
 # the fluid reference of a run's own ECMP placement
 
-#: random stream of the 5-tuple salt (as the packet engine draws it)
-FLOWS_SALT_STREAM = "flows.5tuple"
-
-
 def ecmp_placement(sim) -> list[tuple[object, int, list]]:
     """Where ECMP puts each queue pair of ``sim`` (a :class:`~fabricsim.engine.interface.SimulationInput`).
 
@@ -117,7 +113,7 @@ def ecmp_placement(sim) -> list[tuple[object, int, list]]:
     Single-port hosts only (leaf-spine fabrics); messages must start together and have no
     dependencies (the release order then is the message order).
     """
-    from ..net.packet import queue_pair_tuple
+    from ..net.packet import FLOWS_SALT_STREAM, queue_pair_tuple
     from ..routing.ecmp import SALT_STREAM, ecmp_index
     topo, paths = sim.topology, sim.paths
     parallel: dict = {}

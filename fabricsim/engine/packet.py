@@ -33,7 +33,7 @@ from ..net.lossless import LosslessPort, LosslessSwitch, Pfc
 from ..errors import SimulationError
 from ..net.nic import Nic
 from ..net.nvlink import NvlinkNic, NvlinkPort, NvlinkRx, NvlinkSwitch
-from ..net.packet import DATA, QueuePair, five_tuple_hash
+from ..net.packet import DATA, FLOWS_SALT_STREAM, QueuePair, queue_pair_tuple
 from ..net.port import Port
 from ..net.sender import Sender
 from ..net.switch import Switch
@@ -222,7 +222,7 @@ class PacketEngine:
         self._jobs: dict = {}                   # (sender, deps, gap) -> end of that compute job
         self.gpu_free: dict[int, int] = {}       # GPU -> when its current compute job ends
         self.gpu_busy: dict[int, int] = {}       # GPU -> total compute time so far
-        self._salt = streams.u64("flows.5tuple")
+        self._salt = streams.u64(FLOWS_SALT_STREAM)
         self.remaining = len(self.states)
         self._rtt: dict = {}
         self._final_links = None
@@ -333,8 +333,7 @@ class PacketEngine:
                 continue
             uid = self._qp_uid
             self._qp_uid += 1
-            sport = 49152 + (uid & 0x3FFF)
-            h = five_tuple_hash(self._salt, m.src, m.dst, sport ^ (uid >> 14) * 7919)
+            sport, h = queue_pair_tuple(self._salt, m.src, m.dst, uid)
             if nvlink:
                 # NVLink: units of the domain's size, no congestion control, no ACK (net/nvlink.py)
                 unit = eligible[0].unit

@@ -130,6 +130,10 @@ def five_tuple_hash(salt: int, src: int, dst: int, sport: int, dport: int = ROCE
     return mix64(h ^ proto)
 
 
+#: random stream of the per-run 5-tuple salt
+FLOWS_SALT_STREAM = "flows.5tuple"
+
+
 def queue_pair_tuple(salt: int, src: int, dst: int, uid: int) -> tuple[int, int]:
     """(UDP source port, seeded 5-tuple hash) of the queue pair numbered ``uid`` in a run.
 
