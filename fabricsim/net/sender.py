@@ -29,7 +29,7 @@ QP goes to the error state after retry_cnt).
 from __future__ import annotations
 
 from ..cc.base import AckInfo, CongestionControl
-from .packet import ACK, CNP, NAK
+from .packet import ACK, CNP, DATA, NAK, mix64
 
 
 class Sender:
@@ -52,6 +52,17 @@ class Sender:
         self.naks_ignored = 0
         self.spurious = 0                   # retransmissions found spurious (window widened)
         self.reo_max = 16 * params.reorder_window
+        self.adaptive = params.rto_mode == "adaptive"
+        self.dsack = params.reports_duplicates
+        self.rto_min = params.rto_min
+        self.rto_max = params.rto_max
+        self.rto_jit = round(params.rto_jitter * 65536)   # jitter fraction in 1/65536
+        k = params.rto_rttvar_mult
+        self.rto_k = k if k is not None else (0 if selective else 4)
+        self.salt = engine.sim.streams.u64("transport.rto")
+        self.probes = 0                     # adaptive timeouts: probe units resent
+        self.spurious_probes = 0            # ... of which D-SACKed: the original had arrived
+        self.dsacks = 0                     # ACKs naming a duplicate
 
     # ----------------------------------------------------------------- helpers
     def payload(self, qp, psn: int) -> int:
@@ -59,7 +70,34 @@ class Sender:
         return p if p < self.seg else self.seg
 
     def rto(self, qp) -> int:
-        return self.rto_low if len(qp.outstanding) <= self.rto_low_units else self.rto_high
+        """The retransmission timeout of ``qp`` now (see :class:`~fabricsim.receiver.TransportParams`)."""
+        if not self.adaptive:
+            return self.rto_low if len(qp.outstanding) <= self.rto_low_units else self.rto_high
+        base = self.rto_min
+        if self.rto_k and qp.srtt:
+            f = qp.srtt + self.rto_k * qp.rttvar
+            if f > base:
+                base = f
+        k = qp.timeouts
+        r = base << (k if k < 30 else 30)
+        if self.rto_jit:
+            # counter-based jitter: a function of (seed, queue pair, draw number), not of event order
+            qp.rto_draws += 1
+            h = mix64(mix64(self.salt ^ qp.uid) ^ qp.rto_draws)
+            r += (r * self.rto_jit * (h & 0xFFFFFF)) >> 40
+        return r if r < self.rto_max else self.rto_max
+
+    def _rtt_sample(self, qp, r: int):
+        """RFC 6298 smoothed RTT and variation (integer ps, gains 1/8 and 1/4)."""
+        if not qp.srtt:
+            qp.srtt = r
+            qp.rttvar = r >> 1
+        else:
+            d = qp.srtt - r
+            if d < 0:
+                d = -d
+            qp.rttvar += (d - qp.rttvar) >> 2
+            qp.srtt += (r - qp.srtt) >> 3
 
     def arm(self, qp, t):
         """Start the retransmission timer of ``qp`` (called when it sends with no timer running)."""
@@ -123,11 +161,40 @@ class Sender:
             if pkt.t_data > qp.rack_t:
                 qp.rack_t = pkt.t_data
             r = qp.resent.get(s)
-            if r is not None and pkt.t_data < r:
+            if r is not None and pkt.t_data < r and not self.dsack:
                 # the original copy of a unit we resent has arrived: the retransmission was
                 # spurious, reordering exceeded the window. Widen it (RACK's DSACK adaptation).
                 qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
                 self.spurious += 1
+        elif self.dsack:
+            sacks = pkt.sacks
+            if sacks:                         # coalesced ACK: ranges of held units
+                una = qp.una
+                sacked = qp.sacked
+                cell = self.cell
+                for a, b in sacks:
+                    psn = a if a >= una else una
+                    while psn < b:
+                        if psn not in sacked:
+                            sacked.add(psn)
+                            if psn in lost:
+                                lost.discard(psn)
+                            else:
+                                newly += self.payload(qp, psn)
+                        psn += cell
+            d = pkt.dsack
+            if d >= 0:                        # a duplicate arrived: some resend of it was not needed
+                self.dsacks += 1
+                if d == qp.probe_psn:
+                    self.spurious_probes += 1
+                    qp.probe_psn = -1
+                elif d in qp.resent:
+                    qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
+                    self.spurious += 1
+            if pkt.t_data > qp.rack_t:
+                qp.rack_t = pkt.t_data
+        if self.adaptive and pkt.t_data > 0:
+            self._rtt_sample(qp, t - pkt.t_data)
         qp.out_bytes -= newly
         if newly:
             qp.timeouts = 0                   # progress (cumulative or selective) restarts the timer
@@ -191,6 +258,37 @@ class Sender:
         qp.lost.clear()
         qp.out_bytes = 0
 
+    def counters(self) -> dict:
+        """Run counters of the transport (merged into the summary's ``run`` section).
+
+        Byte totals are over the whole run, including what happens after a message completed
+        (its last ACK still on the way back: the sender may still resend), so that for the data
+        payload ``injected + retransmitted = delivered + duplicate + discarded + dropped +
+        in_network`` holds at the end of the run (``discarded``: go-back-N and reorder-buffer
+        discards; ``in_network``: payload of data units still on a link or in a queue).
+        """
+        eng = self.engine
+        states = [st for st in eng.states.values() if st.qps] + list(eng.pieces)
+        in_net = 0
+        for p in eng.ports:
+            for entry in p.inflight:
+                pkt = entry[3]
+                if pkt.kind == DATA:
+                    in_net += pkt.payload
+        return {
+            "retransmission_timeouts": self.timeouts,
+            "stale_naks_ignored": self.naks_ignored,
+            "spurious_retransmissions_detected": self.spurious,
+            "timeout_probes": self.probes,
+            "spurious_timeout_probes": self.spurious_probes,
+            "dsacks_received": self.dsacks,
+            "sent_payload_bytes": sum(st.injected for st in states) + sum(sum(st.rtx_bytes.values()) for st in states),
+            "retransmitted_payload_bytes": sum(sum(st.rtx_bytes.values()) for st in states),
+            "duplicate_payload_bytes": sum(st.dup_bytes for st in states),
+            "discarded_payload_bytes": sum(st.discarded_bytes + st.overflow_bytes for st in states),
+            "in_network_payload_bytes": in_net,
+        }
+
     def _finish(self, t, qp):
         qp.sent_done = True
         qp.out_bytes = 0
@@ -200,6 +298,27 @@ class Sender:
             self._cc_done(flow, t)
 
     # ----------------------------------------------------------------- timer
+    def _probe(self, qp):
+        """Adaptive timeout, selective sender: resend the oldest unacknowledged unit only. If it was
+        lost, it fills the hole; if it was only delayed, its duplicate is D-SACKed. Either way its
+        ACK carries its send time, and RACK presumes lost what was sent ``reorder_window`` before it."""
+        out = qp.outstanding
+        una = qp.una
+        sacked = qp.sacked
+        lost = qp.lost
+        resent = qp.resent
+        while out:
+            psn, ts = out[0]
+            if psn < una or psn in sacked or psn in lost or (psn in resent and resent[psn] != ts):
+                out.popleft()
+                continue
+            lost.add(psn)
+            qp.out_bytes -= self.payload(qp, psn)
+            qp.rtx.appendleft((psn, "timeout"))
+            qp.probe_psn = psn
+            self.probes += 1
+            return
+
     def _on_rto(self, t, qp):
         if qp.sent_done or qp.una >= qp.high and not qp.rtx and qp.seq >= qp.npsn:
             qp.rto_armed = False
@@ -216,7 +335,9 @@ class Sender:
             qp.rto_armed = False
             self.engine.fail_qp(qp, t, "retry_exceeded")
             return
-        if self.selective:
+        if self.adaptive and self.selective:
+            self._probe(qp)
+        elif self.selective:
             lost = qp.lost
             una = qp.una
             sacked = qp.sacked
