@@ -183,16 +183,22 @@ class Sender:
                                 newly += self.payload(qp, psn)
                         psn += cell
             d = pkt.dsack
-            if d >= 0:                        # a duplicate arrived: some resend of it was not needed
+            if d < 0:
+                if pkt.t_data > qp.rack_t:
+                    qp.rack_t = pkt.t_data
+            else:                             # a duplicate arrived: some resend of it was not needed
                 self.dsacks += 1
                 if d == qp.probe_psn:
                     self.spurious_probes += 1
                     qp.probe_psn = -1
+                    if pkt.t_data == qp.resent.get(d) and pkt.t_data > qp.rack_t:
+                        # the probe itself arrived (its original had too): what was sent well before
+                        # it and is still unacknowledged is lost (tail-loss probe)
+                        qp.rack_t = pkt.t_data
                 elif d in qp.resent:
+                    # RACK's D-SACK adaptation; a D-SACKed unit does not advance RACK (RFC 8985)
                     qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
                     self.spurious += 1
-            if pkt.t_data > qp.rack_t:
-                qp.rack_t = pkt.t_data
         if self.adaptive and pkt.t_data > 0:
             self._rtt_sample(qp, t - pkt.t_data)
         qp.out_bytes -= newly

@@ -288,6 +288,8 @@ class Receiver:
         the last ACK as ``(first, end)`` PSN ranges (at most ``sack_blocks`` per ACK packet: more
         ranges, more packets), the latest send time among the units covered, the ECN marks since the
         last ACK and the latest unit's telemetry; ``dup``, if given, is the duplicate that forced it."""
+        if dup is not None and qp.r_unacked:
+            self.ack(t, qp, None)             # the units since the last ACK first, then the D-SACK alone
         ranges = []
         new = qp.r_new
         if new:
@@ -307,14 +309,14 @@ class Receiver:
                     end = e if e < npsn else npsn
                     ranges.append([p, end])
             new.clear()
-        t_data = qp.r_tack
-        tel = qp.r_tel
-        dpsn = -1
         if dup is not None:
             dpsn = dup.seq
-            if dup.t_tx > t_data:
-                t_data = dup.t_tx
-                tel = dup.tel
+            t_data = dup.t_tx
+            tel = dup.tel
+        else:
+            dpsn = -1
+            t_data = qp.r_tack
+            tel = qp.r_tel
         port = qp.r_port or self.engine.reply_nic(qp)
         k = self.sack_blocks
         n = 0
