@@ -37,8 +37,8 @@ def _tail(tmp_path, receiver):
                           "traffic": {"pattern": "csv", "path": str(tmp_path / "m.csv")}, "receiver": receiver})
 
 
-@pytest.mark.parametrize("ack_every", [1, 64])
-def test_a_tail_loss_is_recovered_in_microseconds_with_adaptive_retransmission(tmp_path, ack_every):
+@pytest.mark.parametrize("ack_every,bound_us", [(1, 15), (64, 30)])
+def test_a_tail_loss_is_recovered_in_microseconds_with_adaptive_retransmission(tmp_path, ack_every, bound_us):
     fixed = _tail(tmp_path, {"ack_every": ack_every})
     assert fixed.summary["bytes"]["dropped_payload_bytes"] == 3096       # the last packet, only it
     row = fixed.messages.iloc[0]
@@ -51,7 +51,7 @@ def test_a_tail_loss_is_recovered_in_microseconds_with_adaptive_retransmission(t
     # the last ACK (of packet 7) is back by ~5 us, ~7 us with a delayed ACK; the probe follows
     # rto_min (4 us) x at most 1.5 later. With coalescing a first probe may fire before the
     # delayed ACK (D-SACKed, spurious) and the next one waits twice as long.
-    assert row["fct_ps"] < 25_000_000
+    assert row["fct_ps"] < bound_us * 1_000_000
     assert res.summary["run"]["timeout_probes"] >= 1
     # the lost packet, plus one full unit per probe that turned out spurious (D-SACKed)
     assert row["retransmitted_bytes"] == 3096 + 4096 * res.summary["run"]["spurious_timeout_probes"]

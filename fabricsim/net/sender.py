@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from ..cc.base import AckInfo, CongestionControl
 from .packet import ACK, CNP, DATA, NAK, mix64
+from .port import PS_BITS
 
 
 class Sender:
@@ -60,6 +61,12 @@ class Sender:
         k = params.rto_rttvar_mult
         self.rto_k = k if k is not None else (0 if selective else 4)
         self.salt = engine.sim.streams.u64("transport.rto")
+        # with ACK coalescing an ACK is due only after ack_every units (or the receiver's delayed-ACK
+        # timer): an adaptive timeout shorter than that would probe before the ACK could be back
+        coalesced = params.ack_every > 1
+        self.ack_wait_bytes = params.ack_every * (engine.mtu + engine.header) if coalesced else 0
+        self.ack_wait_ps = params.ack_delay if coalesced else 0
+        self.sack_reach = params.sack_bitmap * engine.cell if coalesced else 0
         self.probes = 0                     # adaptive timeouts: probe units resent
         self.spurious_probes = 0            # ... of which D-SACKed: the original had arrived
         self.dsacks = 0                     # ACKs naming a duplicate
@@ -78,6 +85,9 @@ class Sender:
             f = qp.srtt + self.rto_k * qp.rttvar
             if f > base:
                 base = f
+        if self.ack_wait_bytes and qp.high < qp.npsn:
+            # (once the last unit is out no ACK waits for more: the last unit requests one)
+            base += self.ack_wait_ps + self.ack_wait_bytes * PS_BITS // qp.flow.line_bps
         k = qp.timeouts
         r = base << (k if k < 30 else 30)
         if self.rto_jit:
@@ -161,44 +171,58 @@ class Sender:
             if pkt.t_data > qp.rack_t:
                 qp.rack_t = pkt.t_data
             r = qp.resent.get(s)
-            if r is not None and pkt.t_data < r and not self.dsack:
+            if r is not None and pkt.t_data < r:
                 # the original copy of a unit we resent has arrived: the retransmission was
                 # spurious, reordering exceeded the window. Widen it (RACK's DSACK adaptation).
-                qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
                 self.spurious += 1
+                if not self.dsack:
+                    qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
+                else:
+                    qp.resent[s] = -1         # counted now: the resend's D-SACK will not count again
+                    if r > qp.reo_t:
+                        qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
+                        qp.reo_t = t
         elif self.dsack:
-            sacks = pkt.sacks
-            if sacks:                         # coalesced ACK: ranges of held units
+            bm = pkt.sacks
+            if bm:                            # coalesced ACK: bitmap of held units beyond seq
+                base = pkt.seq
                 una = qp.una
                 sacked = qp.sacked
                 cell = self.cell
-                for a, b in sacks:
-                    psn = a if a >= una else una
-                    while psn < b:
-                        if psn not in sacked:
-                            sacked.add(psn)
-                            if psn in lost:
-                                lost.discard(psn)
-                            else:
-                                newly += self.payload(qp, psn)
-                        psn += cell
+                while bm:
+                    low = bm & -bm
+                    psn = base + (low.bit_length() - 1) * cell
+                    bm ^= low
+                    if psn >= una and psn not in sacked:
+                        sacked.add(psn)
+                        if psn in lost:
+                            lost.discard(psn)
+                        else:
+                            newly += self.payload(qp, psn)
             d = pkt.dsack
             if d < 0:
                 if pkt.t_data > qp.rack_t:
                     qp.rack_t = pkt.t_data
             else:                             # a duplicate arrived: some resend of it was not needed
                 self.dsacks += 1
-                if d == qp.probe_psn:
+                probed = qp.probed
+                if probed and d in probed:
                     self.spurious_probes += 1
-                    qp.probe_psn = -1
+                    probed.discard(d)
                     if pkt.t_data == qp.resent.get(d) and pkt.t_data > qp.rack_t:
                         # the probe itself arrived (its original had too): what was sent well before
                         # it and is still unacknowledged is lost (tail-loss probe)
                         qp.rack_t = pkt.t_data
-                elif d in qp.resent:
-                    # RACK's D-SACK adaptation; a D-SACKed unit does not advance RACK (RFC 8985)
-                    qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
-                    self.spurious += 1
+                else:
+                    r = qp.resent.get(d)
+                    if r is not None and r >= 0:
+                        # RACK's D-SACK adaptation, once per episode: the window widens for a
+                        # resend made after the last widening, not for each unit of one burst
+                        # (RFC 8985 widens once per round trip). A D-SACKed unit does not advance RACK.
+                        self.spurious += 1
+                        if r > qp.reo_t:
+                            qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
+                            qp.reo_t = t
         if self.adaptive and pkt.t_data > 0:
             self._rtt_sample(qp, t - pkt.t_data)
         qp.out_bytes -= newly
@@ -219,6 +243,9 @@ class Sender:
                     continue
                 if ts >= limit:
                     break
+                if self.sack_reach:
+                    found = self._rack_scan(qp, limit)
+                    break
                 out.popleft()
                 lost.add(psn)
                 qp.out_bytes -= self.payload(qp, psn)
@@ -237,6 +264,29 @@ class Sender:
                                              t - pkt.t_data))
         if found or newly:
             self.kick(t, qp)
+
+    def _rack_scan(self, qp, limit) -> bool:
+        """RACK with coalesced ACKs: presume lost the units sent before ``limit`` that are within
+        reach of the SACK bitmap; a unit beyond it may be held at the receiver unreported, so it is
+        skipped (left in place), not presumed lost. Units marked lost stay in ``outstanding`` until
+        they reach its front."""
+        una = qp.una
+        reach = una + self.sack_reach
+        sacked = qp.sacked
+        resent = qp.resent
+        lost = qp.lost
+        rtx = qp.rtx
+        found = False
+        for psn, ts in qp.outstanding:
+            if ts >= limit:
+                break
+            if psn >= reach or psn < una or psn in sacked or psn in lost or (psn in resent and resent[psn] != ts):
+                continue
+            lost.add(psn)
+            qp.out_bytes -= self.payload(qp, psn)
+            rtx.append((psn, "sack"))
+            found = True
+        return found
 
     def _on_nak(self, t, qp, pkt):
         e = pkt.seq
@@ -305,7 +355,7 @@ class Sender:
 
     # ----------------------------------------------------------------- timer
     def _probe(self, qp):
-        """Adaptive timeout, selective sender: resend the oldest unacknowledged unit only. If it was
+        """Adaptive timeout, selective sender: resend the earliest sent unacknowledged unit only. If it was
         lost, it fills the hole; if it was only delayed, its duplicate is D-SACKed. Either way its
         ACK carries its send time, and RACK presumes lost what was sent ``reorder_window`` before it."""
         out = qp.outstanding
@@ -318,12 +368,24 @@ class Sender:
             if psn < una or psn in sacked or psn in lost or (psn in resent and resent[psn] != ts):
                 out.popleft()
                 continue
-            lost.add(psn)
-            qp.out_bytes -= self.payload(qp, psn)
-            qp.rtx.appendleft((psn, "timeout"))
-            qp.probe_psn = psn
-            self.probes += 1
+            break
+        # the earliest sent unit still unacknowledged, within reach of the SACK bitmap (beyond it,
+        # units may be held at the receiver unreported)
+        reach = una + self.sack_reach if self.sack_reach else qp.npsn
+        for psn, ts in out:
+            if psn >= reach or psn in sacked or psn in lost or (psn in resent and resent[psn] != ts):
+                continue
+            self._probe_unit(qp, psn)
             return
+
+    def _probe_unit(self, qp, psn):
+        qp.lost.add(psn)
+        qp.out_bytes -= self.payload(qp, psn)
+        qp.rtx.appendleft((psn, "timeout"))
+        if qp.probed is None:
+            qp.probed = set()
+        qp.probed.add(psn)
+        self.probes += 1
 
     def _on_rto(self, t, qp):
         if qp.sent_done or qp.una >= qp.high and not qp.rtx and qp.seq >= qp.npsn:

@@ -59,9 +59,9 @@ class TransportParams(PolicyParams):
     carries every ``ack_every``-th PSN and on the last unit of the queue pair; the receiver
     acknowledges on an AckReq, at the end of the queue pair, on a duplicate (D-SACK) and at the
     latest ``ack_delay`` after the first unacknowledged unit (delayed-ACK timer, so a window
-    smaller than ``ack_every`` units cannot stall). A coalesced ACK carries the held PSNs that
-    arrived since the previous ACK as at most ``sack_blocks`` ranges (further ACKs are sent if
-    more are needed), and the latest send time among the units it covers, which feeds RACK.
+    smaller than ``ack_every`` units cannot stall). A coalesced ACK carries a bitmap of the
+    ``sack_bitmap`` units beyond the cumulative PSN (set: held), and the latest send time among the
+    units it covers, which feeds RACK; the sender presumes nothing lost beyond the bitmap's reach.
     """
 
     ack_every: int = Field(1, ge=1, le=1024, description=(
@@ -70,8 +70,9 @@ class TransportParams(PolicyParams):
     ack_delay: PositiveTime = Field("2us", description=(
         "delayed-ACK timer with ack_every > 1: an ACK at most this long after the first unacknowledged unit "
         "[EST]"))
-    sack_blocks: int = Field(4, ge=1, le=64, description=(
-        "SACK ranges per coalesced ACK (TCP carries 3-4, IRN 1) [EST]; more held ranges -> more ACKs"))
+    sack_bitmap: int = Field(256, ge=8, le=4096, description=(
+        "units beyond the cumulative PSN a coalesced ACK reports in its SACK bitmap (IRN sizes its bitmap "
+        "to the BDP) [EST]; the ACK grows by sack_bitmap / 8 bytes"))
     ack_size: PositiveSize = Field("86B", description=(
         "wire bytes of an ACK/NAK/CNP: Eth 14 + IPv4 20 + UDP 8 + BTH 12 + AETH 4 + ICRC 4 + FCS 4 + "
         "preamble/IFG 20"))
@@ -143,7 +144,9 @@ class Receiver:
         #: (one ACK per unit and fixed timeouts), whose results stay as before
         self.dsack = params.reports_duplicates
         self.ack_delay = params.ack_delay
-        self.sack_blocks = params.sack_blocks
+        self.sack_units = params.sack_bitmap
+        self.sack_bytes = params.sack_bitmap // 8
+        self.reo = params.reorder_window
         self.kernel = engine.kernel
         if self.coalesce:
             self.on_packet = self.on_packet_coalesced
@@ -161,6 +164,10 @@ class Receiver:
         if kind == ACK and self.coalesce:
             self.ack(t, qp, None)
             return
+        self.send_now(t, qp, kind, seq, trigger)
+
+    def send_now(self, t, qp, kind, seq, trigger):
+        """A control packet in the per-unit format: an ACK names its ``trigger`` unit (``sack``)."""
         pkt = Packet(qp, qp.src, self.ack_size, 0, seq, t, 1, None, kind)
         pkt.sacks = None
         pkt.dsack = -1
@@ -284,63 +291,52 @@ class Receiver:
         qp.msg.acks += 1
 
     def ack(self, t, qp, dup):
-        """Coalesced ACK of ``qp``: the cumulative PSN, the units held beyond it that arrived since
-        the last ACK as ``(first, end)`` PSN ranges (at most ``sack_blocks`` per ACK packet: more
-        ranges, more packets), the latest send time among the units covered, the ECN marks since the
-        last ACK and the latest unit's telemetry; ``dup``, if given, is the duplicate that forced it."""
+        """Coalesced ACK of ``qp``: the cumulative PSN; a bitmap of the units held beyond it (bit
+        ``i``: the unit at PSN ``cum + i * cell``, for ``i < sack_bitmap``); the latest send time
+        among the units received since the last ACK; the ECN marks since the last ACK and the
+        latest unit's telemetry. ``dup``, if given, is a duplicate that forced the ACK: it is named
+        (D-SACK) in an ACK of its own, with its send time.
+
+        The bitmap describes everything held, not just what arrived since the previous ACK, so an
+        ACK overtaken by a later one (ACKs are sprayed too) or lost costs nothing."""
         if dup is not None and qp.r_unacked:
             self.ack(t, qp, None)             # the units since the last ACK first, then the D-SACK alone
-        ranges = []
-        new = qp.r_new
-        if new:
-            rset = qp.r_set
+        bm = 0
+        rset = qp.r_set
+        if rset:
+            cum = qp.r_cum
             cell = self.cell
-            npsn = qp.npsn
-            end = -1
-            for p in sorted(new):
-                if p not in rset:
-                    continue                  # released into the prefix since: covered by the cumulative PSN
-                if p == end:
-                    e = p + cell
-                    end = e if e < npsn else npsn
-                    ranges[-1][1] = end
-                else:
-                    e = p + cell
-                    end = e if e < npsn else npsn
-                    ranges.append([p, end])
-            new.clear()
+            lim = cum + self.sack_units * cell
+            if cell == 1:
+                for p in rset:
+                    if p < lim:
+                        bm |= 1 << (p - cum)
+            else:
+                for p in rset:
+                    if p < lim:
+                        bm |= 1 << ((p - cum) // cell)
+        pkt = Packet(qp, qp.src, self.ack_size + self.sack_bytes, 0, qp.r_cum, t, 1, None, ACK)
+        pkt.sack = -1
+        pkt.sacks = bm
         if dup is not None:
-            dpsn = dup.seq
-            t_data = dup.t_tx
-            tel = dup.tel
+            pkt.dsack = dup.seq
+            pkt.t_data = dup.t_tx
+            pkt.tel = dup.tel
         else:
-            dpsn = -1
-            t_data = qp.r_tack
-            tel = qp.r_tel
+            pkt.dsack = -1
+            pkt.t_data = qp.r_tack
+            pkt.tel = qp.r_tel
+            if qp.r_tack > qp.r_tsent:
+                qp.r_tsent = qp.r_tack
+        pkt.ce = qp.r_ce
+        qp.r_ce = 0
         port = qp.r_port or self.engine.reply_nic(qp)
-        k = self.sack_blocks
-        n = 0
-        i = 0
-        while True:
-            pkt = Packet(qp, qp.src, self.ack_size, 0, qp.r_cum, t, 1, None, ACK)
-            pkt.sack = -1
-            pkt.sacks = ranges[i:i + k]
-            pkt.dsack = dpsn
-            pkt.t_data = t_data
-            pkt.tel = tel
-            pkt.ce = qp.r_ce
-            qp.r_ce = 0
-            dpsn = -1
-            port.send_ctrl(t, pkt)
-            n += 1
-            i += k
-            if i >= len(ranges):
-                break
+        port.send_ctrl(t, pkt)
         qp.r_unacked = 0
         qp.r_tack = -1
         qp.r_tel = None
-        qp.r_acks += n
-        qp.msg.acks += n
+        qp.r_acks += 1
+        qp.msg.acks += 1
 
     def _on_ack_timer(self, t, arg):
         """Delayed-ACK timer: acknowledge once no unit of the queue pair has arrived for ``ack_delay``."""
@@ -355,9 +351,10 @@ class Receiver:
 
     def on_packet_coalesced(self, t, pkt):
         """:meth:`on_packet` with ACK coalescing (``ack_every > 1``): the same accounting, but the
-        unit is acknowledged only if it requests an ACK (it carries a PSN ``p`` with
-        ``(p + 1) % ack_every == 0``, or the queue pair's last PSN), completes the queue pair, or is
-        a duplicate; otherwise the delayed-ACK timer covers it."""
+        unit is acknowledged at once only if it requests an ACK (it carries a PSN ``p`` with
+        ``(p + 1) % ack_every == 0``, or the queue pair's last PSN), completes the queue pair, is a duplicate (D-SACK) or
+        was sent more than ``reorder_window`` before a unit an earlier ACK reported (the sender's
+        RACK presumes it lost: it is acknowledged by name); otherwise the delayed-ACK timer covers it."""
         npk = pkt.npk
         self._hist[int(log(t - pkt.t_tx) * self._inv)] += npk
         qp = pkt.qp
@@ -417,9 +414,7 @@ class Receiver:
             if rset is None:
                 qp.r_set = rset = set()
                 qp.r_arr = {}
-                qp.r_new = []
             rset.add(seq)
-            qp.r_new.append(seq)
             qp.r_arr[seq] = t
             p = pkt.payload
             qp.r_hold += p
@@ -431,6 +426,16 @@ class Receiver:
                 hr.peak_hold = hr.hold
             self.accept(t, pkt, st)
         else:
+            if st.delivered >= st.size and not st.done:
+                self._done(st, t)
+            return
+        if pkt.t_tx < qp.r_tsent - self.reo:
+            # an ACK already told the sender of a unit sent reorder_window after this one: its RACK
+            # has presumed this one lost. Acknowledge it at once, by name, so a resend not yet made
+            # is cancelled and a spurious one is seen at once (the reorder window widens).
+            if qp.r_unacked:
+                self.ack(t, qp, None)
+            self.send_now(t, qp, ACK, qp.r_cum, pkt)
             if st.delivered >= st.size and not st.done:
                 self._done(st, t)
             return
