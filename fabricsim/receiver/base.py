@@ -150,6 +150,8 @@ class Receiver:
         self.kernel = engine.kernel
         if self.coalesce:
             self.on_packet = self.on_packet_coalesced
+        else:
+            self.send = self.send_now         # (skips a call per ACK on the hot path)
 
     def host(self, h: int) -> HostRx:
         hr = self.hosts.get(h)
