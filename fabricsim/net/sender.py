@@ -355,7 +355,8 @@ class Sender:
 
     # ----------------------------------------------------------------- timer
     def _probe(self, qp):
-        """Adaptive timeout, selective sender: resend the earliest sent unacknowledged unit only. If it was
+        """Adaptive timeout, selective sender: resend one unit, the lowest unacknowledged PSN (or the
+        earliest sent unacknowledged unit if that one is already queued for resending). If it was
         lost, it fills the hole; if it was only delayed, its duplicate is D-SACKed. Either way its
         ACK carries its send time, and RACK presumes lost what was sent ``reorder_window`` before it."""
         out = qp.outstanding
@@ -369,8 +370,13 @@ class Sender:
                 out.popleft()
                 continue
             break
-        # the earliest sent unit still unacknowledged, within reach of the SACK bitmap (beyond it,
-        # units may be held at the receiver unreported)
+        if una not in lost and una < qp.high:
+            # the lowest unacknowledged PSN (RoCE resends from there): the hole that holds the
+            # cumulative ACK back, and that a reorder buffer needs filled before anything else fits
+            self._probe_unit(qp, una)
+            return
+        # else the earliest sent unit still unacknowledged, within reach of the SACK bitmap
+        # (beyond it, units may be held at the receiver unreported)
         reach = una + self.sack_reach if self.sack_reach else qp.npsn
         for psn, ts in out:
             if psn >= reach or psn in sacked or psn in lost or (psn in resent and resent[psn] != ts):
