@@ -73,12 +73,15 @@ def test_adaptive_timeouts_back_off_on_a_long_queue_and_the_probes_stay_few():
 
 def test_adaptive_retransmission_brings_ecmp_close_to_its_lossless_placement():
     # the same hash placement without drops (unbounded buffers) is the reference the lossy run
-    # can approach once tail losses no longer wait 320 us
-    lossless = _ratio(fabricsim.run(QUICKSTART, overrides=["topology.buffer.size=unbounded"]))
-    fixed = _ratio(fabricsim.run(QUICKSTART))
-    adaptive = _ratio(fabricsim.run(QUICKSTART, overrides=["receiver.rto_mode=adaptive"]))
-    assert fixed < 0.5 * lossless
-    assert adaptive > 0.9 * lossless
+    # can approach once tail losses no longer wait 320 us (seeds 1-3: 5 collisions on seed 3)
+    lossless, fixed, adaptive = [], [], []
+    for seed in (1, 2, 3):
+        lossless.append(_ratio(fabricsim.run(QUICKSTART, overrides=["topology.buffer.size=unbounded"], seed=seed)))
+        fixed.append(_ratio(fabricsim.run(QUICKSTART, seed=seed)))
+        adaptive.append(_ratio(fabricsim.run(QUICKSTART, overrides=["receiver.rto_mode=adaptive"], seed=seed)))
+    assert sum(fixed) < 0.8 * sum(lossless)
+    assert sum(adaptive) > 0.9 * sum(lossless)
+    assert all(a > 0.85 * r for a, r in zip(adaptive, lossless))
 
 
 def test_adaptive_timeouts_are_deterministic_per_seed_and_the_jitter_depends_on_it():
