@@ -81,7 +81,13 @@ class Sender:
         if not self.adaptive:
             return self.rto_low if len(qp.outstanding) <= self.rto_low_units else self.rto_high
         base = self.rto_min
-        if self.rto_k and qp.srtt:
+        if not qp.srtt:
+            # no RTT sample yet: twice the idle round trip (TLP's 2 x srtt, with the idle RTT as
+            # the guess), so the first ACK is not probed for before it can be back
+            f = 2 * qp.flow.base_rtt_ps
+            if f > base:
+                base = f
+        elif self.rto_k:
             f = qp.srtt + self.rto_k * qp.rttvar
             if f > base:
                 base = f

@@ -49,7 +49,8 @@ class TransportParams(PolicyParams):
         the k-th consecutive timeout without progress waits ``R_k = min(rto_max, B * 2**k)``
         stretched by a counter-based random factor in ``[1, 1 + rto_jitter)``, where
         ``B = max(rto_min, srtt + rto_rttvar_mult * rttvar)`` (RFC 6298 estimators from the ACKs'
-        echoed send times; by default no floor for selective receivers, 4 for go-back-N). On
+        echoed send times; by default no floor for selective receivers, 4 for go-back-N; before
+        the first RTT sample ``B = max(rto_min, 2 x the idle round trip)``). On
         expiry a selective sender resends one unit, the lowest unacknowledged PSN (a probe): its
         ACK (or D-SACK, if the original was only delayed) carries its send time, which lets RACK
         declare every unit sent ``reorder_window`` before it lost. A go-back-N sender rewinds to
