@@ -3,8 +3,8 @@
 Every queue pair keeps the sender state of a RoCE requester (see :class:`~fabricsim.net.packet.QueuePair`).
 What the sender does with each control packet from the receiver:
 
-ACK (cumulative PSN ``seq``, the PSN ``sack`` of the unit that triggered it, or -1, its send time,
-echoed ECN marks and telemetry)
+ACK, per-unit format (cumulative PSN ``seq``, the PSN ``sack`` of the unit that triggered it, or -1,
+its send time, echoed ECN marks and telemetry)
     acknowledges everything below ``seq`` and, selectively, ``sack``; frees that many bytes of the
     window; then runs RACK-style loss detection (Cheng et al., RFC 8985, time-based): a unit still
     unacknowledged although a unit sent more than ``reorder_window`` after it has been
@@ -12,6 +12,13 @@ echoed ECN marks and telemetry)
     window keeps spraying's reordering from being mistaken for loss; when an ACK shows that the
     original copy of a resent unit arrived after all, the queue pair doubles its window (up to 16x),
     as RACK does on a DSACK.
+ACK, coalesced format (``receiver.ack_every > 1``: ``sacks`` is a bitmap of the units held beyond
+``seq``, ``t_data`` the latest send time among the units covered)
+    the same, with every unit of the bitmap acknowledged selectively; RACK presumes nothing lost
+    beyond the bitmap's reach (``sack_bitmap`` units), where a unit may be held unreported.
+D-SACK (``dsack`` >= 0: a duplicate of that PSN arrived; outside the legacy set-up)
+    a resend was spurious: counted, and the reorder window widens once per episode; a D-SACK
+    advances RACK only if the duplicate is a timeout probe (the tail-loss probe's evidence).
 NAK (go-back-N receivers; ``seq`` = the expected PSN)
     acknowledges everything below ``seq`` and rewinds: the sender resends from ``seq`` (cause
     ``nak``). A NAK triggered by a unit sent before the last rewind is stale and ignored (the
@@ -19,12 +26,18 @@ NAK (go-back-N receivers; ``seq`` = the expected PSN)
 CNP
     calls the congestion-control algorithm's ``on_cnp`` (DCQCN's reaction point).
 
-A retransmission timer per queue pair (IRN, Mittal et al. SIGCOMM 2018: ``rto_low`` when at most
-``rto_low_packets`` units are in flight, else ``rto_high``) fires when nothing was acknowledged
-for that long: every outstanding unit is presumed lost (selective receivers) or the sender
-rewinds to the acknowledged prefix (go-back-N); cause ``timeout``. After ``retry_limit``
-consecutive timeouts without progress the message fails with reason ``retry_exceeded`` (as a RoCE
-QP goes to the error state after retry_cnt).
+A retransmission timer per queue pair fires when nothing was acknowledged for its timeout
+(``receiver.rto_mode``, see :class:`~fabricsim.receiver.TransportParams`). ``fixed`` (IRN, Mittal
+et al. SIGCOMM 2018: ``rto_low`` when at most ``rto_low_packets`` units are in flight, else
+``rto_high``): every outstanding unit is presumed lost (selective receivers) or the sender rewinds
+to the acknowledged prefix (go-back-N). ``adaptive`` (ConnectX-like): a randomised microsecond
+timeout that doubles with each expiry without progress, after which a selective sender resends one
+probe unit; cause ``timeout`` in both. After ``retry_limit`` consecutive timeouts without progress
+the message fails with reason ``retry_exceeded`` (as a RoCE QP goes to the error state after
+retry_cnt).
+
+:meth:`Sender.counters` gives the run's transport counters, including the byte balance
+``injected + retransmitted = delivered + duplicate + discarded + dropped + in_network``.
 """
 from __future__ import annotations
 

@@ -15,10 +15,13 @@ packet that arrives ahead of a gap (``on_gap``). Per data unit, in :meth:`Receiv
    unit it joins (each released unit's wait is its *reorder delay*); a unit beyond a gap goes to
    the model's ``on_gap``, which holds it (direct placement, reorder buffer) or discards it
    (go-back-N, full reorder buffer);
-6. acknowledge: an ACK carries the cumulative PSN, the PSN of the unit that triggered it (-1 if
-   it was not accepted), that unit's send time, the ECN marks since the last ACK and the
-   unit's telemetry. One ACK per ``ack_every`` accepted in-order units; out-of-order,
-   duplicate and last units are acknowledged at once.
+6. acknowledge. With ``ack_every: 1`` every unit is acknowledged at once: the ACK carries the
+   cumulative PSN, the PSN of the unit that triggered it (-1 if it was not accepted), that
+   unit's send time, the ECN marks since the last ACK and the unit's telemetry; a duplicate is
+   re-acknowledged (with its PSN and send time, a D-SACK, outside the legacy set-up). With
+   ``ack_every > 1`` (:meth:`Receiver.on_packet_coalesced`) ACKs are coalesced: sent on AckReq
+   units, at completion, on duplicates, for overtaken units and by a delayed-ACK timer, each
+   carrying a SACK bitmap of the held units (see :class:`TransportParams`).
 
 A message is complete when all of its bytes have been accepted.
 """
