@@ -110,11 +110,14 @@ class Sender:
         k = qp.timeouts
         r = base << (k if k < 30 else 30)
         if self.rto_jit:
-            # counter-based jitter: a function of (seed, queue pair, draw number), not of event order
-            qp.rto_draws += 1
-            h = mix64(mix64(self.salt ^ qp.uid) ^ qp.rto_draws)
-            r += (r * self.rto_jit * (h & 0xFFFFFF)) >> 40
+            r += (r * self.rto_jit * qp.rto_u) >> 40
         return r if r < self.rto_max else self.rto_max
+
+    def _draw(self, qp):
+        """A new jitter draw for ``qp`` (at its first send and after each expiry): a counter-based
+        hash of (seed, queue pair, draw number), so it does not depend on event order."""
+        qp.rto_draws += 1
+        qp.rto_u = mix64(mix64(self.salt ^ qp.uid) ^ qp.rto_draws) & 0xFFFFFF
 
     def _rtt_sample(self, qp, r: int):
         """RFC 6298 smoothed RTT and variation (integer ps, gains 1/8 and 1/4)."""
@@ -131,6 +134,8 @@ class Sender:
     def arm(self, qp, t):
         """Start the retransmission timer of ``qp`` (called when it sends with no timer running)."""
         qp.rto_armed = True
+        if self.adaptive and not qp.rto_draws:
+            self._draw(qp)
         qp.rto_at = t + self.rto(qp)
         self.kernel.schedule(qp.rto_at, self._on_rto, qp)
 
@@ -424,6 +429,8 @@ class Sender:
             return
         qp.timeouts += 1
         self.timeouts += 1
+        if self.adaptive:
+            self._draw(qp)
         if qp.timeouts > self.retry_limit:
             qp.rto_armed = False
             self.engine.fail_qp(qp, t, "retry_exceeded")

@@ -50,7 +50,8 @@ class TransportParams(PolicyParams):
         every outstanding unit is presumed lost (selective) or the sender rewinds (go-back-N).
     ``adaptive`` (ConnectX-like adaptive retransmission; RFC 8985 tail-loss probe)
         the k-th consecutive timeout without progress waits ``R_k = min(rto_max, B * 2**k)``
-        stretched by a counter-based random factor in ``[1, 1 + rto_jitter)``, where
+        stretched by a counter-based random factor in ``[1, 1 + rto_jitter)`` (drawn at the first
+        send and after each expiry), where
         ``B = max(rto_min, srtt + rto_rttvar_mult * rttvar)`` (RFC 6298 estimators from the ACKs'
         echoed send times; by default no floor for selective receivers, 4 for go-back-N; before
         the first RTT sample ``B = max(rto_min, 2 x the idle round trip)``). On
