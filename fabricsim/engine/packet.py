@@ -537,9 +537,7 @@ class PacketEngine:
                     "injected_payload_bytes": sum(st.injected for st in self.states.values())
                     + sum(p.injected for p in self.pieces if p.final)}
         counters["dropped_control_packets"] = self.dropped_ctrl
-        counters["retransmission_timeouts"] = self.sender.timeouts
-        counters["stale_naks_ignored"] = self.sender.naks_ignored
-        counters["spurious_retransmissions_detected"] = self.sender.spurious
+        counters.update(self.sender.counters())
         counters["pfc_pause_events"] = sum(p.pause_events for p in self.ports)
         if self.gpu_compute:
             counters["gpu_compute_busy_ps"] = dict(sorted(self.gpu_busy.items()))

@@ -29,8 +29,10 @@ class QueuePair:
         # sender
         "una", "high", "rtx", "sacked", "lost", "resent", "reo", "outstanding", "out_bytes", "rack_t", "next_ok",
         "nics", "nicmask", "flow", "rto_at", "rto_armed", "timeouts", "goback_t", "gb_cause", "sent_done",
+        "srtt", "rttvar", "rto_draws", "rto_u", "probed", "reo_t",
         # receiver
         "r_cum", "r_max", "r_maxt", "r_set", "r_hold", "r_arr", "r_unacked", "r_ce", "r_last_cnp", "r_nak", "r_port",
+        "r_tack", "r_tsent", "r_tel", "r_acks", "r_last_rx",
     )
 
     def __init__(self, uid, msg, src, dst, sport, flow_hash, size, mtu=1):
@@ -63,6 +65,12 @@ class QueuePair:
         self.goback_t = -1      # go-back-N: time of the last rewind
         self.gb_cause = ""      # cause of PSNs resent after a rewind
         self.sent_done = False
+        self.srtt = 0           # smoothed RTT (ps; 0 = no sample yet), RFC 6298, adaptive timeouts only
+        self.rttvar = 0         # RTT variation (ps)
+        self.rto_draws = 0      # adaptive timeouts: counter of random draws (counter-based jitter)
+        self.rto_u = 0          # adaptive timeouts: the current draw, uniform in [0, 2**24)
+        self.probed = None      # adaptive timeouts: PSNs resent as timeout probes (set), not yet D-SACKed
+        self.reo_t = -1         # D-SACK: when the reorder window was last widened
         self.r_cum = 0          # receiver: next expected PSN (everything below is in)
         self.r_max = 0          # receiver: highest PSN + npk seen
         self.r_maxt = -1        # receiver: latest send time among units received
@@ -74,6 +82,11 @@ class QueuePair:
         self.r_last_cnp = None  # receiver: time of the last CNP sent
         self.r_nak = False      # receiver (go-back-N): a NAK is outstanding
         self.r_port = None      # receiver: NIC port the control packets leave by
+        self.r_tack = -1        # receiver (coalescing): latest send time among units since the last ACK
+        self.r_tsent = -1       # receiver (coalescing): latest send time reported by an ACK
+        self.r_tel = None       # receiver (coalescing): telemetry of the latest unit since the last ACK
+        self.r_acks = 0         # receiver: ACKs sent (token of the delayed-ACK timer)
+        self.r_last_rx = 0      # receiver (coalescing): arrival time of the latest unit
 
 
 class Packet:
@@ -83,12 +96,15 @@ class Packet:
     Data: ``seq`` is its first PSN, ``npk`` the MTU packets it stands for. Control packets (``kind``
     ACK/NAK/CNP) travel from ``qp.dst`` to ``qp.src``: ``seq`` is the cumulative PSN acknowledged
     (ACK) or expected (NAK), ``sack`` the PSN of the data unit that triggered them, ``t_data`` when
-    that unit was sent. ``ce`` is the ECN mark (data) or the count of marks echoed (ACK); ``tel``
+    that unit was sent. A coalesced ACK (``receiver.ack_every > 1``) instead carries ``sacks``, a
+    bitmap (int) of the units held beyond ``seq`` (bit ``i``: the unit at PSN ``seq + i * cell``), with ``sack = -1`` and ``t_data`` the latest send time among the units it
+    covers; ``dsack`` is the PSN of a duplicate that triggered the ACK (D-SACK, RFC 2883), else -1.
+    ``ce`` is the ECN mark (data) or the count of marks echoed (ACK); ``tel``
     the in-band telemetry stack (list of (ts_ps, tx_bytes, qlen_bytes, rate_bps, port_id)) or None.
     """
 
     __slots__ = ("qp", "dst", "wire", "payload", "seq", "t_tx", "npk", "hop", "kind", "ce", "tel", "sack",
-                 "t_data", "inport")
+                 "t_data", "inport", "sacks", "dsack")
 
     def __init__(self, qp, dst, wire, payload, seq, t_tx, npk, hop=None, kind=DATA):
         self.qp = qp

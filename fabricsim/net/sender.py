@@ -3,8 +3,8 @@
 Every queue pair keeps the sender state of a RoCE requester (see :class:`~fabricsim.net.packet.QueuePair`).
 What the sender does with each control packet from the receiver:
 
-ACK (cumulative PSN ``seq``, the PSN ``sack`` of the unit that triggered it, or -1, its send time,
-echoed ECN marks and telemetry)
+ACK, per-unit format (cumulative PSN ``seq``, the PSN ``sack`` of the unit that triggered it, or -1,
+its send time, echoed ECN marks and telemetry)
     acknowledges everything below ``seq`` and, selectively, ``sack``; frees that many bytes of the
     window; then runs RACK-style loss detection (Cheng et al., RFC 8985, time-based): a unit still
     unacknowledged although a unit sent more than ``reorder_window`` after it has been
@@ -12,6 +12,13 @@ echoed ECN marks and telemetry)
     window keeps spraying's reordering from being mistaken for loss; when an ACK shows that the
     original copy of a resent unit arrived after all, the queue pair doubles its window (up to 16x),
     as RACK does on a DSACK.
+ACK, coalesced format (``receiver.ack_every > 1``: ``sacks`` is a bitmap of the units held beyond
+``seq``, ``t_data`` the latest send time among the units covered)
+    the same, with every unit of the bitmap acknowledged selectively; RACK presumes nothing lost
+    beyond the bitmap's reach (``sack_bitmap`` units), where a unit may be held unreported.
+D-SACK (``dsack`` >= 0: a duplicate of that PSN arrived; outside the legacy set-up)
+    a resend was spurious: counted, and the reorder window widens once per episode; a D-SACK
+    advances RACK only if the duplicate is a timeout probe (the tail-loss probe's evidence).
 NAK (go-back-N receivers; ``seq`` = the expected PSN)
     acknowledges everything below ``seq`` and rewinds: the sender resends from ``seq`` (cause
     ``nak``). A NAK triggered by a unit sent before the last rewind is stale and ignored (the
@@ -19,17 +26,24 @@ NAK (go-back-N receivers; ``seq`` = the expected PSN)
 CNP
     calls the congestion-control algorithm's ``on_cnp`` (DCQCN's reaction point).
 
-A retransmission timer per queue pair (IRN, Mittal et al. SIGCOMM 2018: ``rto_low`` when at most
-``rto_low_packets`` units are in flight, else ``rto_high``) fires when nothing was acknowledged
-for that long: every outstanding unit is presumed lost (selective receivers) or the sender
-rewinds to the acknowledged prefix (go-back-N); cause ``timeout``. After ``retry_limit``
-consecutive timeouts without progress the message fails with reason ``retry_exceeded`` (as a RoCE
-QP goes to the error state after retry_cnt).
+A retransmission timer per queue pair fires when nothing was acknowledged for its timeout
+(``receiver.rto_mode``, see :class:`~fabricsim.receiver.TransportParams`). ``fixed`` (IRN, Mittal
+et al. SIGCOMM 2018: ``rto_low`` when at most ``rto_low_packets`` units are in flight, else
+``rto_high``): every outstanding unit is presumed lost (selective receivers) or the sender rewinds
+to the acknowledged prefix (go-back-N). ``adaptive`` (ConnectX-like): a randomised microsecond
+timeout that doubles with each expiry without progress, after which a selective sender resends one
+probe unit; cause ``timeout`` in both. After ``retry_limit`` consecutive timeouts without progress
+the message fails with reason ``retry_exceeded`` (as a RoCE QP goes to the error state after
+retry_cnt).
+
+:meth:`Sender.counters` gives the run's transport counters, including the byte balance
+``injected + retransmitted = delivered + duplicate + discarded + dropped + in_network``.
 """
 from __future__ import annotations
 
 from ..cc.base import AckInfo, CongestionControl
-from .packet import ACK, CNP, NAK
+from .packet import ACK, CNP, DATA, NAK, mix64
+from .port import PS_BITS
 
 
 class Sender:
@@ -52,6 +66,23 @@ class Sender:
         self.naks_ignored = 0
         self.spurious = 0                   # retransmissions found spurious (window widened)
         self.reo_max = 16 * params.reorder_window
+        self.adaptive = params.rto_mode == "adaptive"
+        self.dsack = params.reports_duplicates
+        self.rto_min = params.rto_min
+        self.rto_max = params.rto_max
+        self.rto_jit = round(params.rto_jitter * 65536)   # jitter fraction in 1/65536
+        k = params.rto_rttvar_mult
+        self.rto_k = k if k is not None else (0 if selective else 4)
+        self.salt = engine.sim.streams.u64("transport.rto")
+        # with ACK coalescing an ACK is due only after ack_every units (or the receiver's delayed-ACK
+        # timer): an adaptive timeout shorter than that would probe before the ACK could be back
+        coalesced = params.ack_every > 1
+        self.ack_wait_bytes = params.ack_every * (engine.mtu + engine.header) if coalesced else 0
+        self.ack_wait_ps = params.ack_delay if coalesced else 0
+        self.sack_reach = params.sack_bitmap * engine.cell if coalesced else 0
+        self.probes = 0                     # adaptive timeouts: probe units resent
+        self.spurious_probes = 0            # ... of which D-SACKed: the original had arrived
+        self.dsacks = 0                     # ACKs naming a duplicate
 
     # ----------------------------------------------------------------- helpers
     def payload(self, qp, psn: int) -> int:
@@ -59,11 +90,52 @@ class Sender:
         return p if p < self.seg else self.seg
 
     def rto(self, qp) -> int:
-        return self.rto_low if len(qp.outstanding) <= self.rto_low_units else self.rto_high
+        """The retransmission timeout of ``qp`` now (see :class:`~fabricsim.receiver.TransportParams`)."""
+        if not self.adaptive:
+            return self.rto_low if len(qp.outstanding) <= self.rto_low_units else self.rto_high
+        base = self.rto_min
+        if not qp.srtt:
+            # no RTT sample yet: twice the idle round trip (TLP's 2 x srtt, with the idle RTT as
+            # the guess), so the first ACK is not probed for before it can be back
+            f = 2 * qp.flow.base_rtt_ps
+            if f > base:
+                base = f
+        elif self.rto_k:
+            f = qp.srtt + self.rto_k * qp.rttvar
+            if f > base:
+                base = f
+        if self.ack_wait_bytes and qp.high < qp.npsn:
+            # (once the last unit is out no ACK waits for more: the last unit requests one)
+            base += self.ack_wait_ps + self.ack_wait_bytes * PS_BITS // qp.flow.line_bps
+        k = qp.timeouts
+        r = base << (k if k < 30 else 30)
+        if self.rto_jit:
+            r += (r * self.rto_jit * qp.rto_u) >> 40
+        return r if r < self.rto_max else self.rto_max
+
+    def _draw(self, qp):
+        """A new jitter draw for ``qp`` (at its first send and after each expiry): a counter-based
+        hash of (seed, queue pair, draw number), so it does not depend on event order."""
+        qp.rto_draws += 1
+        qp.rto_u = mix64(mix64(self.salt ^ qp.uid) ^ qp.rto_draws) & 0xFFFFFF
+
+    def _rtt_sample(self, qp, r: int):
+        """RFC 6298 smoothed RTT and variation (integer ps, gains 1/8 and 1/4)."""
+        if not qp.srtt:
+            qp.srtt = r
+            qp.rttvar = r >> 1
+        else:
+            d = qp.srtt - r
+            if d < 0:
+                d = -d
+            qp.rttvar += (d - qp.rttvar) >> 2
+            qp.srtt += (r - qp.srtt) >> 3
 
     def arm(self, qp, t):
         """Start the retransmission timer of ``qp`` (called when it sends with no timer running)."""
         qp.rto_armed = True
+        if self.adaptive and not qp.rto_draws:
+            self._draw(qp)
         qp.rto_at = t + self.rto(qp)
         self.kernel.schedule(qp.rto_at, self._on_rto, qp)
 
@@ -126,8 +198,57 @@ class Sender:
             if r is not None and pkt.t_data < r:
                 # the original copy of a unit we resent has arrived: the retransmission was
                 # spurious, reordering exceeded the window. Widen it (RACK's DSACK adaptation).
-                qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
                 self.spurious += 1
+                if not self.dsack:
+                    qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
+                else:
+                    qp.resent[s] = -1         # counted now: the resend's D-SACK will not count again
+                    if r > qp.reo_t:
+                        qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
+                        qp.reo_t = t
+        elif self.dsack:
+            bm = pkt.sacks
+            if bm:                            # coalesced ACK: bitmap of held units beyond seq
+                base = pkt.seq
+                una = qp.una
+                sacked = qp.sacked
+                cell = self.cell
+                while bm:
+                    low = bm & -bm
+                    psn = base + (low.bit_length() - 1) * cell
+                    bm ^= low
+                    if psn >= una and psn not in sacked:
+                        sacked.add(psn)
+                        if psn in lost:
+                            lost.discard(psn)
+                        else:
+                            newly += self.payload(qp, psn)
+            d = pkt.dsack
+            if d < 0:
+                if pkt.t_data > qp.rack_t:
+                    qp.rack_t = pkt.t_data
+            else:                             # a duplicate arrived: some resend of it was not needed
+                self.dsacks += 1
+                probed = qp.probed
+                if probed and d in probed:
+                    self.spurious_probes += 1
+                    probed.discard(d)
+                    if pkt.t_data == qp.resent.get(d) and pkt.t_data > qp.rack_t:
+                        # the probe itself arrived (its original had too): what was sent well before
+                        # it and is still unacknowledged is lost (tail-loss probe)
+                        qp.rack_t = pkt.t_data
+                else:
+                    r = qp.resent.get(d)
+                    if r is not None and r >= 0:
+                        # RACK's D-SACK adaptation, once per episode: the window widens for a
+                        # resend made after the last widening, not for each unit of one burst
+                        # (RFC 8985 widens once per round trip). A D-SACKed unit does not advance RACK.
+                        self.spurious += 1
+                        if r > qp.reo_t:
+                            qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
+                            qp.reo_t = t
+        if self.adaptive and pkt.t_data > 0:
+            self._rtt_sample(qp, t - pkt.t_data)
         qp.out_bytes -= newly
         if newly:
             qp.timeouts = 0                   # progress (cumulative or selective) restarts the timer
@@ -145,6 +266,9 @@ class Sender:
                     out.popleft()             # acknowledged, or a stale copy of a resent unit
                     continue
                 if ts >= limit:
+                    break
+                if self.sack_reach:
+                    found = self._rack_scan(qp, limit)
                     break
                 out.popleft()
                 lost.add(psn)
@@ -164,6 +288,29 @@ class Sender:
                                              t - pkt.t_data))
         if found or newly:
             self.kick(t, qp)
+
+    def _rack_scan(self, qp, limit) -> bool:
+        """RACK with coalesced ACKs: presume lost the units sent before ``limit`` that are within
+        reach of the SACK bitmap; a unit beyond it may be held at the receiver unreported, so it is
+        skipped (left in place), not presumed lost. Units marked lost stay in ``outstanding`` until
+        they reach its front."""
+        una = qp.una
+        reach = una + self.sack_reach
+        sacked = qp.sacked
+        resent = qp.resent
+        lost = qp.lost
+        rtx = qp.rtx
+        found = False
+        for psn, ts in qp.outstanding:
+            if ts >= limit:
+                break
+            if psn >= reach or psn < una or psn in sacked or psn in lost or (psn in resent and resent[psn] != ts):
+                continue
+            lost.add(psn)
+            qp.out_bytes -= self.payload(qp, psn)
+            rtx.append((psn, "sack"))
+            found = True
+        return found
 
     def _on_nak(self, t, qp, pkt):
         e = pkt.seq
@@ -191,6 +338,37 @@ class Sender:
         qp.lost.clear()
         qp.out_bytes = 0
 
+    def counters(self) -> dict:
+        """Run counters of the transport (merged into the summary's ``run`` section).
+
+        Byte totals are over the whole run, including what happens after a message completed
+        (its last ACK still on the way back: the sender may still resend), so that for the data
+        payload ``injected + retransmitted = delivered + duplicate + discarded + dropped +
+        in_network`` holds at the end of the run (``discarded``: go-back-N and reorder-buffer
+        discards; ``in_network``: payload of data units still on a link or in a queue).
+        """
+        eng = self.engine
+        states = [st for st in eng.states.values() if st.qps] + list(eng.pieces)
+        in_net = 0
+        for p in eng.ports:
+            for entry in p.inflight:
+                pkt = entry[3]
+                if pkt.kind == DATA:
+                    in_net += pkt.payload
+        return {
+            "retransmission_timeouts": self.timeouts,
+            "stale_naks_ignored": self.naks_ignored,
+            "spurious_retransmissions_detected": self.spurious,
+            "timeout_probes": self.probes,
+            "spurious_timeout_probes": self.spurious_probes,
+            "dsacks_received": self.dsacks,
+            "sent_payload_bytes": sum(st.injected for st in states) + sum(sum(st.rtx_bytes.values()) for st in states),
+            "retransmitted_payload_bytes": sum(sum(st.rtx_bytes.values()) for st in states),
+            "duplicate_payload_bytes": sum(st.dup_bytes for st in states),
+            "discarded_payload_bytes": sum(st.discarded_bytes + st.overflow_bytes for st in states),
+            "in_network_payload_bytes": in_net,
+        }
+
     def _finish(self, t, qp):
         qp.sent_done = True
         qp.out_bytes = 0
@@ -200,6 +378,45 @@ class Sender:
             self._cc_done(flow, t)
 
     # ----------------------------------------------------------------- timer
+    def _probe(self, qp):
+        """Adaptive timeout, selective sender: resend one unit, the lowest unacknowledged PSN (or the
+        earliest sent unacknowledged unit if that one is already queued for resending). If it was
+        lost, it fills the hole; if it was only delayed, its duplicate is D-SACKed. Either way its
+        ACK carries its send time, and RACK presumes lost what was sent ``reorder_window`` before it."""
+        out = qp.outstanding
+        una = qp.una
+        sacked = qp.sacked
+        lost = qp.lost
+        resent = qp.resent
+        while out:
+            psn, ts = out[0]
+            if psn < una or psn in sacked or psn in lost or (psn in resent and resent[psn] != ts):
+                out.popleft()
+                continue
+            break
+        if una not in lost and una < qp.high:
+            # the lowest unacknowledged PSN (RoCE resends from there): the hole that holds the
+            # cumulative ACK back, and that a reorder buffer needs filled before anything else fits
+            self._probe_unit(qp, una)
+            return
+        # else the earliest sent unit still unacknowledged, within reach of the SACK bitmap
+        # (beyond it, units may be held at the receiver unreported)
+        reach = una + self.sack_reach if self.sack_reach else qp.npsn
+        for psn, ts in out:
+            if psn >= reach or psn in sacked or psn in lost or (psn in resent and resent[psn] != ts):
+                continue
+            self._probe_unit(qp, psn)
+            return
+
+    def _probe_unit(self, qp, psn):
+        qp.lost.add(psn)
+        qp.out_bytes -= self.payload(qp, psn)
+        qp.rtx.appendleft((psn, "timeout"))
+        if qp.probed is None:
+            qp.probed = set()
+        qp.probed.add(psn)
+        self.probes += 1
+
     def _on_rto(self, t, qp):
         if qp.sent_done or qp.una >= qp.high and not qp.rtx and qp.seq >= qp.npsn:
             qp.rto_armed = False
@@ -212,11 +429,15 @@ class Sender:
             return
         qp.timeouts += 1
         self.timeouts += 1
+        if self.adaptive:
+            self._draw(qp)
         if qp.timeouts > self.retry_limit:
             qp.rto_armed = False
             self.engine.fail_qp(qp, t, "retry_exceeded")
             return
-        if self.selective:
+        if self.adaptive and self.selective:
+            self._probe(qp)
+        elif self.selective:
             lost = qp.lost
             una = qp.una
             sacked = qp.sacked
