@@ -65,6 +65,11 @@ class QualityParams(PolicyParams):
                                                        "per this period (htsim: 0.1 us)")
     remote: bool = Field(True, description="combine each uplink's grade with the next switch's "
                                            "advertised grade of its port towards the destination")
+    remote_ref: PositiveSize = Field("8MiB", description="reference queue size of advertised grades "
+                                                     "(queue_thresholds x this): 8 MiB makes a neighbour's "
+                                                     "port count as congested from 20 % of a 2 MiB buffer "
+                                                     "(htsim's top grade); finer reports make leaves herd "
+                                                     "[EST, measured]")
     remote_period: PositiveTime = Field("1us", description="how often a switch measures the ports it "
                                                            "advertises [EST]")
     remote_delay: PositiveTime = Field("1us", description="from the end of a measurement period to "
@@ -116,21 +121,23 @@ class PortQuality:
             lst.extend([v] * k)
         self._n = n
 
-    def thresholds_ps(self, rate_bps: int) -> tuple:
+    def thresholds_ps(self, rate_bps: int, remote: bool = False) -> tuple:
         """Backlog grade boundaries of a port of this rate, in ps of serialisation (a backlog of
-        ``b`` bytes is ``b * 8e12 / rate`` ps): comparing ``busy_until - now`` needs no division."""
-        t = self._thr.get(rate_bps)
+        ``b`` bytes is ``b * 8e12 / rate`` ps): comparing ``busy_until - now`` needs no division.
+        ``remote``: the boundaries of advertised grades (``remote_ref`` instead of ``queue_ref``)."""
+        t = self._thr.get((rate_bps, remote))
         if t is None:
-            ref = self.p.queue_ref
-            t = self._thr[rate_bps] = tuple(int(f * ref * PS_BITS / rate_bps) for f in self.p.queue_thresholds)
+            ref = self.p.remote_ref if remote else self.p.queue_ref
+            t = self._thr[(rate_bps, remote)] = tuple(int(f * ref * PS_BITS / rate_bps)
+                                                      for f in self.p.queue_thresholds)
         return t
 
-    def grade(self, port, now: int) -> int:
+    def grade(self, port, now: int, remote: bool = False) -> int:
         """Grade of ``port`` measured at ``now`` (no caching): 0 is the best."""
         g = 0
         if self._use_q:
             q = port.busy_until - now
-            g = bisect_right(self.thresholds_ps(port.rate), q) if q > 0 else 0
+            g = bisect_right(self.thresholds_ps(port.rate, remote), q) if q > 0 else 0
         if self._use_u:
             i = port.index
             span = now - self._um_t[i]
@@ -150,7 +157,7 @@ class PortQuality:
         if h is None:
             h = self._rh[i] = deque()
         if not h or h[-1][0] != m:          # first question in this period: the switch measures
-            h.append((m, self.grade(r, now)))
+            h.append((m, self.grade(r, now, True)))
         k = (now - self._rdel) // per - 1   # newest period whose report has arrived
         while len(h) > 1 and h[1][0] <= k:
             h.popleft()
@@ -169,7 +176,7 @@ class PortQuality:
     def grade_at(self, port, t: int) -> int:
         """Backlog grade the port had at the past time ``t`` if nothing was enqueued since."""
         q = port.busy_until - t
-        g = bisect_right(self.thresholds_ps(port.rate), q) if (q > 0 and self._use_q) else 0
+        g = bisect_right(self.thresholds_ps(port.rate, True), q) if (q > 0 and self._use_q) else 0
         return g * self._nu + self._ug[port.index] if self._use_u else g
 
     # ------------------------------------------------------------------ groups
