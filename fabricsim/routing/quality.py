@@ -65,11 +65,11 @@ class QualityParams(PolicyParams):
                                                        "per this period (htsim: 0.1 us)")
     remote: bool = Field(True, description="combine each uplink's grade with the next switch's "
                                            "advertised grade of its port towards the destination")
-    remote_ref: PositiveSize = Field("8MiB", description="reference queue size of advertised grades "
-                                                     "(queue_thresholds x this): 8 MiB makes a neighbour's "
-                                                     "port count as congested from 20 % of a 2 MiB buffer "
-                                                     "(htsim's top grade); finer reports make leaves herd "
-                                                     "[EST, measured]")
+    remote_ref: PositiveSize = Field("4MiB", description="reference queue size of advertised grades "
+                                                     "(queue_thresholds x this): 4 MiB = twice queue_ref, so a "
+                                                     "neighbour reports grade 1 from 10 % of a 2 MiB buffer; "
+                                                     "reports as fine as the local grade make leaves herd "
+                                                     "onto the same spines [EST, measured]")
     remote_period: PositiveTime = Field("1us", description="how often a switch measures the ports it "
                                                            "advertises [EST]")
     remote_delay: PositiveTime = Field("1us", description="from the end of a measurement period to "
