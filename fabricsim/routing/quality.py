@@ -23,10 +23,11 @@ Model (parameters in :class:`QualityParams`, sources in docs/models.md "Routing"
   counter-based hash of (seeded salt, queue pair, PSN, send time, packet kind, switch id), not a
   sequential random stream, so a choice does not depend on how many choices came before it.
 
-Measurements are taken when a switch asks (every packet under load). A remote report for a period
-in which nobody asked (no traffic towards that destination) is reconstructed from the port's
-backlog now, ``q(t) = busy_until - t``: exact when nothing was enqueued on it since ``t``, an
-over-estimate otherwise (documented in docs/fidelity_parts/routing.md).
+Measurements are taken when a switch asks (every packet under load). A report for a period in
+which nobody asked (no traffic towards that destination) is reconstructed from the port's last
+measurement, drained at line rate since (``busy_until`` then, minus the time elapsed): it uses only
+what was known then, and is exact when nothing was enqueued in between, an under-estimate
+otherwise (docs/fidelity_parts/routing.md).
 """
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ class PortQuality:
         self._um_t: list[int] = []             # utilisation window start (ps)
         self._um_b: list[int] = []             # tx_bytes at the window start
         self._ug: list[int] = []               # utilisation grade of the last completed window
-        self._rk: list = []                    # remote: (visible period, measured period) of _rv
+        self._rkey: list = []                  # remote: (measured, newest arrived) period key of _rv
         self._rv: list[int] = []               # remote: grade as known upstream
         self._rh: list = []                    # remote: deque of (period, grade) measurements
 
@@ -117,7 +118,7 @@ class PortQuality:
     def _grow(self, n):
         k = n - self._n
         for lst, v in ((self._ep, -1), (self._gr, 0), (self._um_t, 0), (self._um_b, 0), (self._ug, 0),
-                       (self._rk, None), (self._rv, 0), (self._rh, None)):
+                       (self._rkey, -1), (self._rv, 0), (self._rh, None)):
             lst.extend([v] * k)
         self._n = n
 
@@ -148,8 +149,9 @@ class PortQuality:
             g = g * self._nu + self._ug[i]
         return g
 
-    def _remote_grade(self, r, now: int) -> int:
-        """The grade of port ``r`` (of the next switch) as known upstream at ``now``."""
+    def _remote_grade(self, r, now: int, key: int) -> int:
+        """The grade of port ``r`` (of the next switch) as known upstream at ``now``; ``key``
+        identifies (measurement period, newest arrived period), for which the answer is cached."""
         i = r.index
         per = self._rper
         m = now // per                      # the current measurement period
@@ -157,27 +159,28 @@ class PortQuality:
         if h is None:
             h = self._rh[i] = deque()
         if not h or h[-1][0] != m:          # first question in this period: the switch measures
-            h.append((m, self.grade(r, now, True)))
+            h.append((m, self.grade(r, now, True), r.busy_until))
         k = (now - self._rdel) // per - 1   # newest period whose report has arrived
         while len(h) > 1 and h[1][0] <= k:
             h.popleft()
-        if k < 0:
-            g = 0                           # nothing reported yet
-        elif h[0][0] == k:
-            g = h[0][1]
-        elif h[0][0] < k:                   # no measurement in period k: reconstruct it
-            g = self.grade_at(r, k * per)
+        first = h[0]
+        if first[0] == k:
+            g = first[1]
+        elif first[0] < k:                  # no measurement in period k: reconstruct it
+            g = self._drained(r, first, k * per)
         else:
-            g = 0
-        self._rk[i] = (k, m)
+            g = 0                           # nothing reported yet
+        self._rkey[i] = key
         self._rv[i] = g
         return g
 
-    def grade_at(self, port, t: int) -> int:
-        """Backlog grade the port had at the past time ``t`` if nothing was enqueued since."""
-        q = port.busy_until - t
+    def _drained(self, port, meas, t: int) -> int:
+        """Grade the port would have reported at ``t`` if nothing was enqueued on it after the
+        measurement ``meas = (period, grade, busy_until)``: its backlog then, drained since.
+        Uses only what was known at the measurement (causal); exact when nothing was enqueued."""
+        q = meas[2] - t
         g = bisect_right(self.thresholds_ps(port.rate, True), q) if (q > 0 and self._use_q) else 0
-        return g * self._nu + self._ug[port.index] if self._use_u else g
+        return g * self._nu + meas[1] % self._nu if self._use_u else g
 
     # ------------------------------------------------------------------ groups
     def _compile(self, switch, ports, dst):
@@ -209,9 +212,10 @@ class PortQuality:
             return g[1]
         ep, gr = self._ep, self._gr
         use_u = self._use_u
-        rk, rv = self._rk, self._rv
-        kvis = (now - self._rdel) // self._rper - 1
-        m = now // self._rper
+        rkey, rv = self._rkey, self._rv
+        per = self._rper
+        m = now // per
+        key = (m << 32) + m - (now - self._rdel) // per     # measured and arrived periods, one int
         best_g = 1 << 30
         best = []
         for p, i, thr, rem in g[2]:
@@ -225,12 +229,13 @@ class PortQuality:
                     lg = bisect_right(thr, q) if q > 0 else 0
                 ep[i] = e
                 gr[i] = lg
+            if lg > best_g:
+                continue                    # max(local, remote) cannot be the best
             if rem:
                 rg = 1 << 30
                 for r in rem:
                     j = r.index
-                    km = rk[j]
-                    x = rv[j] if (km is not None and km[0] == kvis and km[1] == m) else self._remote_grade(r, now)
+                    x = rv[j] if rkey[j] == key else self._remote_grade(r, now, key)
                     if x < rg:
                         rg = x
                 if rg > lg:
