@@ -38,13 +38,10 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from ..config.types import PositiveSize, PositiveTime
-from ..net.packet import mix64
 from .base import PolicyParams
 
 PS_BITS = 8 * 10**12          # bits per byte x ps per second
 MASK64 = (1 << 64) - 1
-_K_QP, _K_SEQ, _K_T, _K_SW = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
-                              0xD6E8FEB86659FD93)   # odd 64-bit constants: spread each field
 
 
 class QualityParams(PolicyParams):
@@ -255,7 +252,7 @@ class PortQuality:
         n = len(best)
         if n == 1:
             return best[0]
-        qp = pkt.qp
-        x = (self._salt ^ (qp.uid * _K_QP) ^ (pkt.seq * _K_SEQ) ^ (pkt.t_tx * _K_T)
-             ^ ((switch.id << 3 | pkt.kind) * _K_SW))
-        return best[mix64(x) % n]
+        # CPython's tuple hash (xxHash-style) of ints: no per-process randomisation (that applies
+        # to str/bytes only), the same on every 64-bit CPython >= 3.8, and ~3x cheaper than
+        # net.packet.mix64 over a combined key (docs/fidelity_parts/routing.md, Performance)
+        return best[hash((self._salt, pkt.qp.uid, pkt.seq, pkt.t_tx, pkt.kind, switch.id)) % n]
