@@ -100,7 +100,7 @@ class PortQuality:
         self._nu = len(params.util_thresholds) + 1
         self._groups: dict[int, list] = {}     # id(ports tuple) -> group record (see _compile)
         self._keep: list = []                  # the tuples, so their ids are never reused
-        self._thr: dict[int, tuple] = {}       # port rate -> backlog thresholds in ps of serialisation
+        self._thr: dict[tuple, tuple] = {}     # (port rate, remote) -> grade boundaries in ps of serialisation
         self._n = 0                            # ports known; the lists below are indexed by Port.index
         self._ep: list[int] = []               # refresh period of the cached local grade
         self._gr: list[int] = []               # cached local grade
@@ -109,7 +109,7 @@ class PortQuality:
         self._ug: list[int] = []               # utilisation grade of the last completed window
         self._rkey: list = []                  # remote: (measured, newest arrived) period key of _rv
         self._rv: list[int] = []               # remote: grade as known upstream
-        self._rh: list = []                    # remote: deque of (period, grade) measurements
+        self._rh: list = []                    # remote: deque of (period, grade, busy_until) measurements
 
     # ------------------------------------------------------------------ per-port state
     def _grow(self, n):
