@@ -142,6 +142,26 @@ def test_choice_is_a_function_of_the_packet_not_of_the_draws_before_it():
     assert len({p.index for p in direct}) > 3     # and the draws do spread
 
 
+def test_consecutive_packets_of_a_flow_draw_independently():
+    """Balls into bins: with 8 tied ports, a packet repeats its flow's previous port with
+    probability 1/8 if the draws are independent (a weak hash of consecutive PSNs is not)."""
+    leaf, ups, _ = fabric()
+    pol = policy(remote=False)
+    same = pairs = 0
+    now = 5 * US
+    for uid in range(20):
+        prev = None
+        for seq in range(200):
+            now += 84_000                       # one 4178 B packet time at 400G; ports stay idle
+            pkt = SimpleNamespace(qp=SimpleNamespace(uid=uid), seq=seq, t_tx=now - 2 * US, kind=0, dst=7)
+            port = pol.choose(leaf, ups, pkt, now)
+            if prev is not None:
+                pairs += 1
+                same += port is prev
+            prev = port
+    assert abs(same / pairs - 1 / 8) < 0.02      # ~4 standard deviations over 3980 pairs
+
+
 def test_grade_parameters_validate():
     cls = ROUTING.get("adaptive").Params
     with pytest.raises(ValueError):
