@@ -182,8 +182,10 @@ class PortQuality:
 
     # ------------------------------------------------------------------ groups
     def _compile(self, switch, ports, dst):
-        """Group record of one (switch, destination) candidate tuple:
-        ``[refresh period of best, best list, [(port, index, thresholds_ps, remote ports)]]``."""
+        """Group record of one (switch, destination) candidate tuple: ``[refresh period of
+        best, best list, [(port, index, thresholds_ps, remote index, remote ports)]]``; remote
+        index is the index of the one port the next switch uses, -1 if there is none (a host or
+        ``remote: false``) and -2 if it has several (then the best of ``remote ports`` counts)."""
         n = 1 + max(p.index for p in switch.engine.ports)
         if n > self._n:
             self._grow(n)
@@ -195,7 +197,8 @@ class PortQuality:
                 if nxt is not None:
                     route = nxt.route.get(dst) or nxt.lookup(dst)
                     rem = route[1]
-            cands.append((p, p.index, self.thresholds_ps(p.rate), rem))
+            j = -1 if not rem else (rem[0].index if len(rem) == 1 else -2)
+            cands.append((p, p.index, self.thresholds_ps(p.rate), j, rem))
         g = self._groups[id(ports)] = [-1, None, cands]
         self._keep.append(ports)
         return g
@@ -216,7 +219,7 @@ class PortQuality:
         key = (m << 32) + m - (now - self._rdel) // per     # measured and arrived periods, one int
         best_g = 1 << 30
         best = []
-        for p, i, thr, rem in g[2]:
+        for p, i, thr, j, rem in g[2]:
             if ep[i] == e:
                 lg = gr[i]
             else:
@@ -229,13 +232,13 @@ class PortQuality:
                 gr[i] = lg
             if lg > best_g:
                 continue                    # max(local, remote) cannot be the best
-            if rem:
-                rg = 1 << 30
-                for r in rem:
-                    j = r.index
-                    x = rv[j] if rkey[j] == key else self._remote_grade(r, now, key)
-                    if x < rg:
-                        rg = x
+            if j >= 0:
+                rg = rv[j] if rkey[j] == key else self._remote_grade(rem[0], now, key)
+                if rg > lg:
+                    lg = rg
+            elif j == -2:
+                rg = min((rv[r.index] if rkey[r.index] == key else self._remote_grade(r, now, key))
+                         for r in rem)
                 if rg > lg:
                     lg = rg
             if lg < best_g:
