@@ -1,4 +1,5 @@
-"""Check that the ``adaptive`` policy picks uniformly among the tied least-queued ports.
+"""Check that the ``adaptive`` policy with ``exact: true`` picks uniformly among the tied
+least-queued ports. (The graded default is checked in tests/test_adaptive_routing.py.)
 
 The fast path of :meth:`fabricsim.routing.adaptive.Adaptive.choose` (one random draw per tie,
 sorted by ``busy_until``) replaced a reservoir draw per tied port; it changes which port a given
@@ -44,8 +45,8 @@ def check(name, params, busy, rates, now, expect):
 
 
 def main() -> int:
-    q = Adaptive.Params()
-    util = Adaptive.Params(metric="queue_util", util_window="1us")
+    q = Adaptive.Params(exact=True)
+    util = Adaptive.Params(exact=True, metric="queue_util", util_window="1us")
     R = 400 * 10**9
     now = 1_000_000
     cases = [

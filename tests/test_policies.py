@@ -20,14 +20,27 @@ def test_registry_lists_every_policy():
     assert ROUTING.names() == ["adaptive", "ecmp", "flowlet", "spray"]
 
 
-def test_adaptive_spreads_each_flow_over_all_uplinks_evenly():
-    res = fabricsim.run(_sc({"policy": "adaptive"}))
+def test_exact_adaptive_spreads_each_flow_over_all_uplinks_evenly():
+    res = fabricsim.run(_sc({"policy": "adaptive", "exact": True}))
     L = res.links
     up = L[(L["kind"] == "leaf-spine") & L["src_name"].str.startswith("leaf")]
     per_leaf = 8 * 128 * 4178          # 8 flows of 128 packets leave each leaf
     assert up["tx_data_bytes"].sum() == 2 * per_leaf
-    # least-queued choice keeps the uplinks within a few packets of each other
+    # the exact least-queued choice keeps the uplinks within a few packets of each other
     assert up["tx_data_bytes"].max() - up["tx_data_bytes"].min() <= 8 * 4178
+
+
+def test_graded_adaptive_spreads_packets_like_a_uniform_draw():
+    # backlogs stay below the first grade boundary (5 % of 2 MiB) here, so every uplink has the
+    # best grade and each packet is a uniform draw: the spread is a multinomial one (as spray)
+    res = fabricsim.run(_sc({"policy": "adaptive"}, pattern={"pattern": "permutation", "locality": "cross_leaf",
+                                                             "message_size": "2MiB"}))
+    L = res.links
+    up = L[(L["kind"] == "leaf-spine") & L["src_name"].str.startswith("leaf")]
+    pk = up["tx_packets"].to_numpy()
+    expected = pk.sum() / len(pk)
+    chi2 = float(((pk - expected) ** 2 / expected).sum())
+    assert chi2 < 40   # 15 degrees of freedom: p ~ 0.0005 if uniform
 
 
 def test_adaptive_utilisation_metric_also_balances():

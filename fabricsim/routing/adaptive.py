@@ -1,23 +1,38 @@
-"""``adaptive``: per packet, the equal-cost egress port with the least queued bytes.
+"""``adaptive``: per-packet switch adaptive routing, as switch ASICs do it (Spectrum-X style).
 
-This is the Spectrum-X-style policy: the switch looks at its own egress queues when each
-packet is forwarded. Ties (e.g. several idle ports) are broken uniformly at random, with one
-random draw per packet that has a tie.
+For every packet with several equal-cost egress ports the switch takes a port uniformly at random
+among those of the best *grade*: a coarse, periodically refreshed measure of the port's backlog
+(and/or utilisation), combined with the grade the next switch advertises for its port towards the
+packet's destination, which arrives with a delay. The measure is
+:class:`fabricsim.routing.quality.PortQuality` (shared with ``flowlet``); its parameters are the
+keys under ``routing:``::
 
-``metric: queue_util`` adds a utilisation term: score = queued bytes +
-``util_weight`` x (bytes the port could send in ``util_window`` x its recent utilisation),
-where utilisation is measured over the last completed window of length ``util_window``.
+    routing:
+      policy: adaptive
+      metric: queue              # queue | util | queue_util
+      queue_thresholds: [0.05, 0.10, 0.20]   # of queue_ref: grades 0..3 (htsim)
+      queue_ref: 2MiB
+      refresh: 100ns             # a port's grade is re-evaluated at most this often (htsim)
+      remote: true               # use the next switch's advertised grade
+      remote_period: 1us         # [EST]
+      remote_delay: 1us          # [EST]
+
+``exact: true`` restores the earlier policy for comparison: the exact, instantaneous least
+backlog (``metric: queue_util`` adds ``util_weight`` x the bytes the port sent over its last
+``util_window``), ties broken at random from the named stream ``routing.adaptive``; the grade,
+refresh and remote keys are then ignored. With every candidate busy it deterministically takes the
+earliest-free port, which makes flows phase-lock onto one uplink and collide on spine downlinks the
+leaf cannot see (docs/fidelity_parts/routing.md); it is kept only to show that effect.
 """
 from __future__ import annotations
 
 from bisect import bisect_right
 from operator import attrgetter
-from typing import Literal
 
 from pydantic import Field
 
-from ..config.types import PositiveTime
-from .base import ROUTING, PolicyParams, RoutingPolicy
+from .base import ROUTING, RoutingPolicy
+from .quality import PortQuality, QualityParams
 
 PS_BITS = 8 * 10**12
 _BUSY_UNTIL = attrgetter("busy_until")
@@ -25,20 +40,31 @@ _BUSY_UNTIL = attrgetter("busy_until")
 
 @ROUTING.register("adaptive")
 class Adaptive(RoutingPolicy):
-    class Params(PolicyParams):
-        metric: Literal["queue", "queue_util"] = "queue"
-        util_weight: float = Field(1.0, ge=0)
-        util_window: PositiveTime = "10us"
+    class Params(QualityParams):
+        exact: bool = Field(False, description="true = the earlier exact least-backlog policy "
+                                               "(for comparison; grade keys ignored)")
+        util_weight: float = Field(1.0, ge=0, description="exact mode, metric queue_util: weight of "
+                                                          "the utilisation term")
 
     def __init__(self, params, streams):
         super().__init__(params, streams)
-        self._random = streams.py("routing.adaptive").random
-        self._util = params.metric == "queue_util"
-        self._w = params.util_weight
-        self._win = params.util_window
-        self._uniform: dict[int, bool] = {}      # id(ports) -> all ports have one rate
-        self._seen: list[tuple] = []
+        self.quality = PortQuality(params, streams.u64("routing.adaptive.salt"))
+        if params.exact:
+            # a named stream: the exact policy is kept bit-for-bit as it was
+            self._random = streams.py("routing.adaptive").random
+            self._util = params.metric != "queue"
+            self._w = params.util_weight
+            self._win = params.util_window
+            self._uniform: dict[int, bool] = {}      # id(ports) -> all ports have one rate
+            self._seen: list[tuple] = []
+            self.choose = self._choose_exact
+        else:
+            self.choose = self.quality.pick
 
+    def choose(self, switch, ports, pkt, now):  # replaced per instance in __init__
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ exact (earlier) policy
     def _score(self, p, now):
         bu = p.busy_until
         q = (bu - now) * p.rate if bu > now else 0          # queued bits x 1e12 (ps units)
@@ -50,17 +76,15 @@ class Adaptive(RoutingPolicy):
             q += self._w * p.util_rate * self._win * p.rate
         return q
 
-    def choose(self, switch, ports, pkt, now):
+    def _choose_exact(self, switch, ports, pkt, now):
         if not self._util:
             uniform = self._uniform.get(id(ports))
             if uniform is None:
                 uniform = self._uniform[id(ports)] = len({p.rate for p in ports}) == 1
                 self._seen.append(ports)    # keeps the tuple, so its id is never reused
             if uniform:
-                # Fast path (every port of a leaf-spine group has one rate): the least queued
-                # bytes is the earliest busy_until, and all idle ports (busy_until <= now) tie at
-                # zero. Sorting by busy_until puts the tied minima first and bisect counts them,
-                # both in C: ~1.5x faster than a Python loop over 16 ports.
+                # Every port of a leaf-spine group has one rate: the least queued bytes is the
+                # earliest busy_until, and all idle ports (busy_until <= now) tie at zero.
                 order = sorted(ports, key=_BUSY_UNTIL)
                 first = order[0].busy_until
                 n = bisect_right(order, first if first > now else now, key=_BUSY_UNTIL)
