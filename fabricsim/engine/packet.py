@@ -577,6 +577,7 @@ class PacketEngine:
         out = []
         for p in self.ports:
             out.extend(entry[3] for entry in p.inflight)
+            out.extend(entry[3] for entry in p.lane.inflight)     # strict-priority class (CNPs)
             if isinstance(p, LosslessPort):
                 out.extend(p.q)
                 out.extend(p.cq)
