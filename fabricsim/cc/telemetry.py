@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from ..config.types import PositiveSize, PositiveTime, Rate, Time
+from ..config.types import PositiveSize, PositiveTime, Rate
 from .base import CC, AckInfo, CCParams, CongestionControl, Flow
 
 
@@ -45,6 +45,10 @@ class TelemetryParams(CCParams):
     base_rtt: PositiveTime | None = Field(None, description=(
         "T: the control interval (base RTT). None: the flow's base RTT from the engine "
         "(flow.base_rtt_ps). HPCC++ draft default 5 us; HPCC ns-3 uses the maximum base RTT."))
+    global_base_rtt: bool = Field(False, description=(
+        "True: T = the largest base RTT over the fabric's host pairs for every flow, and W_init = "
+        "line rate x that T (HPCC ns-3 GLOBAL_T 1: m_baseRtt = maxRtt, window = maxBdp; with equal "
+        "NIC rates line x max T is the max BDP). False: each flow's own base RTT. Excludes base_rtt."))
     w_ai: PositiveSize | None = Field(None, description=(
         "W_AI, additive-increase step in bytes. None: W_init (1 - eta) / expected_flows, the HPCC "
         "paper's rule of thumb (htsim: 1 MSS; HPCC ns-3 rate form 10*bw/25 Mb/s)."))
@@ -56,40 +60,59 @@ class TelemetryParams(CCParams):
         "(100 Mb/s in mix/config.txt, 1000 Mb/s in run.py)."))
     initial_u: float | None = Field(None, ge=0, description=(
         "U before the first measurement. None: eta (htsim), a neutral start; HPCC ns-3 uses 1."))
-    rate_interval: Time | None = Field(None, ge=0, description=(
-        "Shortest span of a per-port txRate measurement: the reference sample is the newest one "
-        "of the same port at least this much older. None: rate_interval_rtts x T. 0: the previous "
-        "sample of the port, i.e. HPCC's per-ACK deltas (paper, ns-3, htsim). fabricsim deviation, "
-        "see docs/fidelity_parts/telemetry.md."))
     rate_interval_rtts: float = Field(1.0, ge=0, description=(
-        "rate_interval in units of T when rate_interval is None. 1: one base RTT, the span of "
-        "HPCC's EWMA (tau/T), so on a fixed path the estimate averages over the same interval."))
+        "Shortest span of a per-port txRate, in units of T: the reference is the newest sample of "
+        "the same port at least this much older. 0: the port's previous sample, HPCC's per-ACK "
+        "delta (paper, ns-3, htsim). fabricsim deviation for multipath, see "
+        "docs/fidelity_parts/telemetry.md."))
     estimator: Literal["hpcc", "per_hop"] = Field("per_hop", description=(
         "How per-hop samples make U. 'hpcc': U <- EWMA over T of max_i u_i (paper Algorithm 1). "
         "'per_hop': an EWMA over T per position i of the INT stack, U = max_i of those, so the "
         "parallel ports a flow sprays over at one stage are averaged before the max (fabricsim "
         "deviation for multipath; the same as 'hpcc' when one hop is always the largest)."))
-    window_rtt_max: float = Field(1.0, ge=1.0, description=(
+    window_rtt_max: float = Field(1.25, ge=1.0, description=(
         "The NIC's window is W x min(srtt/T, window_rtt_max), at least W: inflight for the paced "
         "rate W/T over the measured round trip, so delay INT cannot see (ACKs queued on the "
         "reverse path) does not bind the flow. 1: HPCC's window W."))
     rtt_gain: float = Field(0.125, gt=0, le=1, description=(
         "EWMA gain of srtt per ACK: RFC 6298 alpha = 1/8."))
-    qlen_filter: Literal["pair", "window"] = Field("pair", description=(
-        "Queue term of u_i: 'pair' = min(qLen, L.qLen) with L the port's previous sample (HPCC "
-        "paper / ns-3); 'window' = the minimum over the port's samples in the rate interval."))
+    qlen_window_rtts: float = Field(2.0, ge=0, description=(
+        "Queue term of u_i: the minimum qLen over this flow's samples of the port in the last "
+        "qlen_window_rtts x T (always including the previous one), i.e. only a queue that stood "
+        "that long counts. 0: min(qLen, L.qLen), HPCC's two-sample filter (paper, ns-3). fabricsim "
+        "deviation for multipath, see docs/fidelity_parts/telemetry.md."))
+
+    @model_validator(mode="after")
+    def _one_t(self):
+        if self.global_base_rtt and self.base_rtt is not None:
+            raise ValueError("set base_rtt or global_base_rtt, not both")
+        return self
+
+
+class _PortHistory:
+    """This flow's samples of one egress port: ``rate`` = (ts, tx) oldest first, trimmed to the
+    rate span; ``qmin`` = a monotonic deque of (ts, qlen) for the windowed queue minimum."""
+
+    __slots__ = ("rate", "qmin", "last_ts", "last_q")
+
+    def __init__(self, ts, tx, q):
+        self.rate = deque(((ts, tx),))
+        self.qmin = deque(((ts, q),))
+        self.last_ts = ts
+        self.last_q = q
 
 
 class TelemetryState:
     """Per-flow controller variables (``flow.state``)."""
 
     __slots__ = ("T", "w", "wc", "w_init", "w_min", "w_ai", "u", "inc_stage", "last_update_seq", "last_hops",
-                 "ports", "span", "hop_u", "hop_ts", "srtt",
+                 "ports", "rate_span", "q_span", "hop_u", "hop_ts", "srtt",
                  "rtt_scale")
 
-    def __init__(self, T, w_init, w_min, w_ai, u, span):
+    def __init__(self, T, w_init, w_min, w_ai, u, rate_span, q_span):
         self.T = T
-        self.span = span
+        self.rate_span = rate_span  # ps: shortest span of a per-port txRate
+        self.q_span = q_span        # ps: window of the per-port queue minimum
         self.hop_u = []         # per_hop estimator: EWMA of u per position in the INT stack
         self.hop_ts = []        # ... and the newest ts seen at that position
         self.srtt = None        # smoothed measured RTT (ps)
@@ -103,7 +126,7 @@ class TelemetryState:
         self.inc_stage = 0
         self.last_update_seq = 0
         self.last_hops = None
-        self.ports = {}         # port id -> deque of this flow's (ts, tx, qlen) samples of it, oldest first
+        self.ports = {}         # port id -> _PortHistory of this flow's samples of it
 
 
 @CC.register("telemetry")
@@ -118,22 +141,30 @@ class Telemetry(CongestionControl):
         super().__init__(params, ctx)
         self._eta = params.eta
         self._max_stage = params.max_stage
-        self._q_window = params.qlen_filter == "window"
+        self.needs_fabric_base_rtt = params.global_base_rtt
+        self._fabric_rtt_ps = None
         self._per_hop = params.estimator == "per_hop"
         self._rtt_max = params.window_rtt_max
         self._rtt_gain = params.rtt_gain
 
+    def set_fabric_base_rtt(self, rtt_ps: int) -> None:
+        self._fabric_rtt_ps = rtt_ps
+
     def start(self, flow: Flow, t: int) -> None:
         p = self.params
-        T = float(p.base_rtt if p.base_rtt is not None else flow.base_rtt_ps)
+        if p.global_base_rtt:
+            if self._fabric_rtt_ps is None:
+                raise ValueError("telemetry global_base_rtt: the engine gave no fabric base RTT")
+            T = float(self._fabric_rtt_ps)
+        else:
+            T = float(p.base_rtt if p.base_rtt is not None else flow.base_rtt_ps)
         if T <= 0:
             raise ValueError(f"telemetry CC needs a positive base RTT (flow {flow.uid} has {T} ps)")
         w_init = flow.line_bps * T / 8e12
         w_min = min(max(float(flow.mtu_bytes), p.min_rate * T / 8e12), w_init)
         w_ai = float(p.w_ai) if p.w_ai is not None else w_init * (1.0 - p.eta) / p.expected_flows
         u = p.initial_u if p.initial_u is not None else p.eta
-        span = T * p.rate_interval_rtts if p.rate_interval is None else float(p.rate_interval)
-        flow.state = TelemetryState(T, w_init, w_min, w_ai, u, span)
+        flow.state = TelemetryState(T, w_init, w_min, w_ai, u, T * p.rate_interval_rtts, T * p.qlen_window_rtts)
         flow.window_bytes = w_init
         flow.rate_bps = flow.line_bps
 
@@ -142,17 +173,6 @@ class Telemetry(CongestionControl):
         hops = ack.int_hops
         if s is None or not hops:
             return
-        if self._rtt_max > 1.0 and ack.rtt_ps > 0:
-            # delay this ACK's round trip spent outside the forward queues INT reports
-            fwd = 0.0
-            for h in hops:
-                if h[3] > 0:
-                    fwd += h[2] * 8e12 / h[3]
-            d = ack.rtt_ps - flow.base_rtt_ps - fwd
-            g = self._rtt_gain
-            s.srtt = d if s.srtt is None else (1.0 - g) * s.srtt + g * d
-            r = 1.0 + s.srtt / s.T
-            s.rtt_scale = 1.0 if r < 1.0 else (r if r < self._rtt_max else self._rtt_max)
         T = s.T
         u_max = -1.0
         tau = 0
@@ -161,6 +181,7 @@ class Telemetry(CongestionControl):
             # samples of that port (per-packet path changes under adaptive routing or spraying
             # must not mix counters), over a span of at least rate_interval (see _port_sample)
             per_hop = self._per_hop
+            fwd_ps = 0.0
             if per_hop:
                 hu, hts = s.hop_u, s.hop_ts
                 if len(hu) != len(hops):            # first ACK, or the path length changed
@@ -169,6 +190,7 @@ class Telemetry(CongestionControl):
             for i, (ts, tx, q, bps, pid) in enumerate(hops):
                 if bps <= 0:
                     continue
+                fwd_ps += q * 8e12 / bps
                 m = self._port_sample(s, pid, ts, tx, q)
                 if m is None:
                     continue
@@ -194,6 +216,8 @@ class Telemetry(CongestionControl):
                 if u > u_max:
                     u_max = u
                     tau = dt
+            if self._rtt_max > 1.0 and ack.rtt_ps > 0:
+                self._unseen_delay(flow, s, ack.rtt_ps - flow.base_rtt_ps - fwd_ps)
             if per_hop:
                 if u_max < 0:
                     return
@@ -223,42 +247,59 @@ class Telemetry(CongestionControl):
         s.u = (1.0 - frac) * s.u + frac * u_max
         self._compute_window(flow, s, ack.cum_bytes > s.last_update_seq)
 
+    def _unseen_delay(self, flow: Flow, s: TelemetryState, d_ps: float) -> None:
+        """Smooth the part of the round trip the utilisation does not count and scale the window.
+
+        ``d_ps`` = measured RTT - base RTT - the queueing delay of the (filtered) queues that went
+        into the u_i of this ACK: delay of ACKs queued behind data on the reverse path (INT
+        describes the forward path only) and forward queueing the queue filter did not count.
+        The NIC window becomes W (1 + srtt_excess/T), between W and window_rtt_max x W.
+        """
+        g = self._rtt_gain
+        s.srtt = d_ps if s.srtt is None else (1.0 - g) * s.srtt + g * d_ps
+        r = 1.0 + s.srtt / s.T
+        s.rtt_scale = 1.0 if r < 1.0 else (r if r < self._rtt_max else self._rtt_max)
+
     def _port_sample(self, s: TelemetryState, pid, ts: int, tx: int, q: int):
-        """Record the sample ``(ts, tx, q)`` of egress port ``pid`` and measure against the history.
+        """Record the sample ``(ts, tx, q)`` of egress port ``pid`` and measure against its history.
 
         Returns ``(dt_ps, dtx_bytes, qlen_bytes)`` for the utilisation formula, or ``None`` when
         there is nothing to compare with (first sample of the port, or ``ts`` not newer than the
         port's last sample: ACKs over different return paths can arrive out of order).
 
-        The reference is the newest sample at least ``s.span`` ps older than ``ts`` (the oldest
-        one kept if none is that old yet, whose shorter span the EWMA weights by tau/T), so a
-        txRate averages the port's counter over at least one span rather than over the few
-        packets between this flow's visits of the port. ``qlen_bytes`` is HPCC's
-        ``min(qLen, L.qLen)`` with L the previous sample of the port (``qlen_filter: pair``), or
-        the minimum over every sample since the reference (``window``). ``s.span == 0`` keeps
-        only the previous sample: exactly HPCC's per-ACK deltas (per port).
+        ``dt``/``dtx``: against the newest sample at least ``s.rate_span`` ps older than ``ts``
+        (the oldest one kept if none is that old yet; the EWMA weights a shorter span by tau/T), so
+        a txRate averages the port's counter over at least that span rather than over the few
+        packets between this flow's visits of the port. ``qlen``: the minimum over the samples of
+        the last ``s.q_span`` ps, the previous sample and this one (a sliding-window minimum,
+        O(1) amortised). Both spans 0: HPCC's ``L`` = the port's previous sample.
         """
-        hist = s.ports.get(pid)
-        if hist is None:
-            s.ports[pid] = deque(((ts, tx, q),))
+        h = s.ports.get(pid)
+        if h is None:
+            s.ports[pid] = _PortHistory(ts, tx, q)
             return None
-        last = hist[-1]
-        if ts <= last[0]:
+        if ts <= h.last_ts:
             return None
-        edge = ts - s.span
-        while len(hist) > 1 and hist[1][0] <= edge:
-            hist.popleft()
-        ref = hist[0]
-        if self._q_window:
-            qmin = q
-            for h in hist:
-                if h[2] < qmin:
-                    qmin = h[2]
-        else:
-            qmin = q if q < last[2] else last[2]
-        hist.append((ts, tx, q))
-        dtx = tx - ref[1]
-        return ts - ref[0], (dtx if dtx > 0 else 0), qmin
+        rate = h.rate
+        edge = ts - s.rate_span
+        while len(rate) > 1 and rate[1][0] <= edge:
+            rate.popleft()
+        ref_ts, ref_tx = rate[0]
+        rate.append((ts, tx))
+        mono = h.qmin
+        edge = ts - s.q_span
+        while mono and mono[0][0] < edge:
+            mono.popleft()
+        qmin = q if q < h.last_q else h.last_q
+        if mono and mono[0][1] < qmin:
+            qmin = mono[0][1]
+        while mono and mono[-1][1] >= q:
+            mono.pop()
+        mono.append((ts, q))
+        h.last_ts = ts
+        h.last_q = q
+        dtx = tx - ref_tx
+        return ts - ref_ts, (dtx if dtx > 0 else 0), qmin
 
     def _compute_window(self, flow: Flow, s: TelemetryState, update_wc: bool) -> None:
         eta = self._eta
