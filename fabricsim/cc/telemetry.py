@@ -5,8 +5,8 @@ NVIDIA does not publish the Spectrum-X control law; this is HPCC (Li et al., SIG
 Algorithm 1; HPCC++ draft-miao-tsv-hpcc) with every constant a parameter, so it stands for "a
 sender that reacts once per ACK to per-hop utilisation measured by the switches".
 
-Per ACK, with ``ack.int_hops`` = ``(ts_ps, tx_bytes, qlen_bytes, rate_bps)`` per hop and L the
-previous ACK's hops::
+HPCC, per ACK, with ``ack.int_hops`` = ``(ts_ps, tx_bytes, qlen_bytes, rate_bps[, port_id])`` per
+hop and L the previous sample::
 
     txRate_i = (tx_i - L.tx_i) / (ts_i - L.ts_i)
     u_i      = min(qlen_i, L.qlen_i) / (B_i T) + txRate_i / B_i
@@ -20,10 +20,32 @@ when ``ack.cum_bytes > lastUpdateSeq``, after which lastUpdateSeq <- ``flow.sent
 at most once per round trip, other ACKs recompute W from the same Wc. W is clamped to
 [max(MTU, min_rate T), W_init] with W_init = line rate x T; the pacing rate is W/T.
 
+Multipath (hops carrying ``port_id``, as the engine stamps them): with adaptive routing or packet
+spraying consecutive packets of a flow cross different ports, each seen only every few packets, so
+HPCC's per-ACK deltas become short, random intervals and the max over hops of those noisy u_i
+reads high (about 0.09 on the shipped quickstart under spraying). The defaults therefore deviate
+from HPCC in four documented ways (each one switchable back, see docs/fidelity_parts/telemetry.md):
+
+* L is this flow's own history of the *same port* (``port_id``), never another port's counters;
+* txRate_i spans at least ``rate_interval_rtts`` x T of that port's counter (reference = the newest
+  sample of the port that old), and the queue term is the minimum over the port's samples of the
+  last ``qlen_window_rtts`` x T (a queue that stood that long), not of two samples;
+* ``estimator: per_hop``: an EWMA over T per position i in the INT stack (weighted by the time
+  since the previous sample at that position, whatever port it came from), and U = max_i of
+  those: the parallel ports a flow uses at one stage are averaged before the max over stages.
+  On a fixed path, where one hop stays the largest, this is HPCC's U;
+* the NIC window is W x (1 + s/T), at most ``window_rtt_max`` x W, with s the smoothed part of the
+  measured RTT beyond the base RTT and the forward queueing delay the INT reports (ACKs queued
+  behind data on the reverse path, which INT cannot see; HPCC ns-3 gives ACKs priority). The
+  pacing rate stays W/T.
+
+``global_base_rtt`` gives HPCC ns-3's single T (GLOBAL_T: the largest base RTT over host pairs,
+W_init = line rate x that T) instead of each flow's own base RTT.
+
 Units: ts in ps, tx/qlen in bytes, rate in bit/s, so B_i in bytes/ps is ``rate_bps / 8e12``.
-The first ACK (no L yet) and an ACK whose hop count differs from L (the path changed under
-adaptive routing) only store their hops; hops with a non-positive ts delta are skipped, a negative
-tx delta (a different port with the same hop count) counts as 0.
+Hops without a port id use HPCC's rule exactly: the first ACK and an ACK whose hop count differs
+from L only store their hops; hops with a non-positive ts delta are skipped, a negative tx delta
+counts as 0.
 """
 from __future__ import annotations
 
@@ -60,27 +82,32 @@ class TelemetryParams(CCParams):
         "(100 Mb/s in mix/config.txt, 1000 Mb/s in run.py)."))
     initial_u: float | None = Field(None, ge=0, description=(
         "U before the first measurement. None: eta (htsim), a neutral start; HPCC ns-3 uses 1."))
-    rate_interval_rtts: float = Field(1.0, ge=0, description=(
+    # --- multipath deviations from HPCC (docs/fidelity_parts/telemetry.md); the values in
+    # brackets restore HPCC's rule. Defaults chosen by benchmarks/bench_telemetry.py.
+    rate_interval_rtts: float = Field(2.0, ge=0, description=(
         "Shortest span of a per-port txRate, in units of T: the reference is the newest sample of "
-        "the same port at least this much older. 0: the port's previous sample, HPCC's per-ACK "
-        "delta (paper, ns-3, htsim). fabricsim deviation for multipath, see "
-        "docs/fidelity_parts/telemetry.md."))
-    estimator: Literal["hpcc", "per_hop"] = Field("per_hop", description=(
-        "How per-hop samples make U. 'hpcc': U <- EWMA over T of max_i u_i (paper Algorithm 1). "
-        "'per_hop': an EWMA over T per position i of the INT stack, U = max_i of those, so the "
-        "parallel ports a flow sprays over at one stage are averaged before the max (fabricsim "
-        "deviation for multipath; the same as 'hpcc' when one hop is always the largest)."))
-    window_rtt_max: float = Field(1.25, ge=1.0, description=(
-        "The NIC's window is W x min(srtt/T, window_rtt_max), at least W: inflight for the paced "
-        "rate W/T over the measured round trip, so delay INT cannot see (ACKs queued on the "
-        "reverse path) does not bind the flow. 1: HPCC's window W."))
-    rtt_gain: float = Field(0.125, gt=0, le=1, description=(
-        "EWMA gain of srtt per ACK: RFC 6298 alpha = 1/8."))
+        "the same port at least this much older [0: the port's previous sample, HPCC's per-ACK "
+        "delta]. 2: chosen on the quickstart / 128-host permutations and the fixed-path tests "
+        "(1 to 3 measure alike under spraying; 2 is closest to eta on a fixed path)."))
     qlen_window_rtts: float = Field(2.0, ge=0, description=(
         "Queue term of u_i: the minimum qLen over this flow's samples of the port in the last "
-        "qlen_window_rtts x T (always including the previous one), i.e. only a queue that stood "
-        "that long counts. 0: min(qLen, L.qLen), HPCC's two-sample filter (paper, ns-3). fabricsim "
-        "deviation for multipath, see docs/fidelity_parts/telemetry.md."))
+        "qlen_window_rtts x T (always including the previous one), so only a queue that stood "
+        "that long counts [0: min(qLen, L.qLen), HPCC's two-sample filter]. Under spraying a "
+        "port's queue is random at high load; HPCC's two-sample minimum counts it as excess "
+        "(about -0.03 to -0.06 completion ratio). 2: as rate_interval_rtts."))
+    estimator: Literal["hpcc", "per_hop"] = Field("per_hop", description=(
+        "How per-hop samples make U ['hpcc': U <- EWMA over T of max_i u_i, paper Algorithm 1]. "
+        "'per_hop': an EWMA over T per position i of the INT stack, U = max_i of those: the "
+        "parallel ports a flow uses at one stage are averaged before the max over stages (the "
+        "same U as 'hpcc' whenever one hop stays the largest)."))
+    window_rtt_max: float = Field(1.25, ge=1.0, description=(
+        "The NIC's window is W (1 + s/T), clamped to [W, window_rtt_max W], s = smoothed RTT "
+        "excess that INT does not report (measured RTT - base RTT - forward queueing in the INT), "
+        "chiefly ACKs queued behind data on the reverse path (HPCC ns-3 gives ACKs priority) "
+        "[1: HPCC's window W]. 1.25: above the largest excess measured (about 0.15 T under "
+        "spraying), a bound on an unmodelled delay, not a tuned value."))
+    rtt_gain: float = Field(0.125, gt=0, le=1, description=(
+        "EWMA gain per ACK of the RTT excess s: RFC 6298's alpha = 1/8 (TCP's SRTT)."))
 
     @model_validator(mode="after")
     def _one_t(self):
@@ -115,7 +142,7 @@ class TelemetryState:
         self.q_span = q_span        # ps: window of the per-port queue minimum
         self.hop_u = []         # per_hop estimator: EWMA of u per position in the INT stack
         self.hop_ts = []        # ... and the newest ts seen at that position
-        self.srtt = None        # smoothed measured RTT (ps)
+        self.srtt = None        # ps: smoothed RTT excess not seen by INT (see _unseen_delay)
         self.rtt_scale = 1.0    # NIC window / W
         self.w = w_init
         self.wc = w_init
@@ -179,7 +206,7 @@ class Telemetry(CongestionControl):
         if len(hops[0]) > 4:
             # hops name their egress port: each is measured against this flow's own history of
             # samples of that port (per-packet path changes under adaptive routing or spraying
-            # must not mix counters), over a span of at least rate_interval (see _port_sample)
+            # must not mix counters), see _port_sample
             per_hop = self._per_hop
             fwd_ps = 0.0
             if per_hop:
@@ -250,10 +277,12 @@ class Telemetry(CongestionControl):
     def _unseen_delay(self, flow: Flow, s: TelemetryState, d_ps: float) -> None:
         """Smooth the part of the round trip the utilisation does not count and scale the window.
 
-        ``d_ps`` = measured RTT - base RTT - the queueing delay of the (filtered) queues that went
-        into the u_i of this ACK: delay of ACKs queued behind data on the reverse path (INT
-        describes the forward path only) and forward queueing the queue filter did not count.
-        The NIC window becomes W (1 + srtt_excess/T), between W and window_rtt_max x W.
+        ``d_ps`` = measured RTT - the flow's base RTT - the forward queueing delay this ACK's INT
+        reports (sum of qlen_i / B_i): time the round trip spent where INT cannot see, chiefly the
+        ACK queued behind data on the reverse path. Its EWMA ``s.srtt`` (gain ``rtt_gain``) sets
+        the NIC window to W (1 + srtt/T), clamped to [W, window_rtt_max W]: the inflight that the
+        paced rate W/T needs over that longer loop. Forward queues stay HPCC's business (they are
+        in U), so a standing queue does not widen the window.
         """
         g = self._rtt_gain
         s.srtt = d_ps if s.srtt is None else (1.0 - g) * s.srtt + g * d_ps
