@@ -26,7 +26,7 @@ WIRE = 4178
 SLOT_PS = WIRE * 8 * 10**12 // G400          # 83_560 ps
 T_PS = 10_000_000                             # 10 us base RTT
 # HPCC's own rules (with per-port history): what the controller did before the multipath changes
-HPCC = {"estimator": "hpcc", "rate_interval_rtts": 0, "qlen_window_rtts": 0, "window_rtt_max": 1}
+HPCC = {"estimator": "hpcc", "rate_interval_rtts": 0, "qlen_window_rtts": 0, "window_rtt_max": 1, "max_stage": 5}
 
 
 def make(**params):
@@ -265,6 +265,8 @@ def test_fixed_path_and_incast_converge_to_eta(tmp_path, n):
     assert res.summary["drops"]["packets"] == 0
 
 
-def test_spectrum_x_stage_setting_converges_to_eta(tmp_path):
-    util, queue, _ = _bottleneck(tmp_path, 2, {"max_stage": 0})
+def test_paper_stage_setting_and_global_t_converge_to_eta(tmp_path):
+    util, _, _ = _bottleneck(tmp_path, 2, {"max_stage": 5})        # HPCC paper / htsim
+    assert util == pytest.approx(0.95, abs=0.02)
+    util, _, _ = _bottleneck(tmp_path, 4, {"global_base_rtt": True})
     assert util == pytest.approx(0.95, abs=0.02)
