@@ -36,7 +36,8 @@ from HPCC in four documented ways (each one switchable back, see docs/fidelity_p
   On a fixed path, where one hop stays the largest, this is HPCC's U;
 * the NIC window is W x (1 + s/T), at most ``window_rtt_max`` x W, with s the smoothed part of the
   measured RTT beyond the base RTT and the forward queueing delay the INT reports (ACKs queued
-  behind data on the reverse path, which INT cannot see; HPCC ns-3 gives ACKs priority). The
+  behind data on the reverse path, which INT cannot see; HPCC ns-3 runs HPCC with ACK_HIGH_PRIO 0
+  too, but its ECMP evaluations see small reverse queues). The
   pacing rate stays W/T.
 
 ``global_base_rtt`` gives HPCC ns-3's single T (GLOBAL_T: the largest base RTT over host pairs,
@@ -107,7 +108,8 @@ class TelemetryParams(CCParams):
     window_rtt_max: float = Field(1.25, ge=1.0, description=(
         "The NIC's window is W (1 + s/T), clamped to [W, window_rtt_max W], s = smoothed RTT "
         "excess that INT does not report (measured RTT - base RTT - forward queueing in the INT), "
-        "chiefly ACKs queued behind data on the reverse path (HPCC ns-3 gives ACKs priority) "
+        "chiefly ACKs queued behind data on the reverse path (HPCC ns-3 run.py: ACK_HIGH_PRIO 0 "
+        "for HPCC, the same FIFO) "
         "[1: HPCC's window W]. 1.25: above the largest excess measured (about 0.15 T under "
         "spraying), a bound on an unmodelled delay, not a tuned value."))
     rtt_gain: float = Field(0.125, gt=0, le=1, description=(
