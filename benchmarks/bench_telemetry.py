@@ -6,7 +6,10 @@ Usage::
 
     python3 benchmarks/bench_telemetry.py                     # both fabrics, seeds 1-5, writes results/telemetry.json
     python3 benchmarks/bench_telemetry.py --fabrics quickstart --seeds 1 2
-    python3 benchmarks/bench_telemetry.py --variant hpcc='{"u_window": 0}'   # extra telemetry variants
+    python3 benchmarks/bench_telemetry.py \
+        --variant 'paper_stage={"max_stage":5}' \
+        --variant 'hpcc={"estimator":"hpcc","rate_interval_rtts":0,"qlen_window_rtts":0,"window_rtt_max":1,"max_stage":5}'
+                                                  # the run in results/telemetry.json (about 10 min)
 
 Fabrics:
 
