@@ -74,7 +74,9 @@ def test_registry_and_params():
     assert cc.cnp_interval_ps == 4 * US
     assert Dcqcn.cnp_interval_ps == 50 * US
     TP = CC.get("telemetry").Params
-    for bad in ({"eta": 1.5}, {"eta": 0}, {"expected_flows": 0}, {"base_rtt": "0us"}):
+    for bad in ({"eta": 1.5}, {"eta": 0}, {"expected_flows": 0}, {"base_rtt": "0us"},
+                {"rate_interval_rtts": -1}, {"qlen_window_rtts": -0.5}, {"window_rtt_max": 0.9},
+                {"rtt_gain": 0}, {"estimator": "max"}, {"global_base_rtt": True, "base_rtt": "5us"}):
         with pytest.raises(ValidationError):
             TP.model_validate(bad)
     tp = TP.model_validate({"base_rtt": "5us", "w_ai": "1KB", "min_rate": "1Gbps"})

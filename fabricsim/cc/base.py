@@ -27,6 +27,9 @@ timers (see :mod:`fabricsim.cc.dcqcn`).
 Class attributes tell the engine what the algorithm needs from the network:
 
 ``uses_int``         switches stamp in-band telemetry into data packets, echoed in ACKs
+``needs_fabric_base_rtt``  True (a class attribute or set in ``__init__``): before the first
+                     ``start`` the engine calls ``set_fabric_base_rtt(rtt_ps)`` with the largest
+                     base RTT over all ordered pairs of hosts (HPCC ns-3's GLOBAL_T)
 ``cnp_interval_ps``  None: no CNPs. Otherwise the receiver (notification point) sends a CNP for a
                      flow when an ECN-marked packet arrives and no CNP was sent for that flow in
                      the last ``cnp_interval_ps`` (a class attribute or set in ``__init__`` from params)
@@ -98,11 +101,15 @@ class CongestionControl:
 
     Params: type[CCParams] | None = None
     uses_int = False
+    needs_fabric_base_rtt = False
     cnp_interval_ps: int | None = None
 
     def __init__(self, params, ctx):
         self.params = params
         self.ctx = ctx
+
+    def set_fabric_base_rtt(self, rtt_ps: int) -> None:
+        """The largest base RTT over the fabric's host pairs (only if ``needs_fabric_base_rtt``)."""
 
     def start(self, flow: Flow, t: int) -> None:
         flow.rate_bps = flow.line_bps

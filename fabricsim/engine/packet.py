@@ -226,6 +226,8 @@ class PacketEngine:
         self.remaining = len(self.states)
         self._rtt: dict = {}
         self._final_links = None
+        if self.cc.needs_fabric_base_rtt:   # e.g. HPCC ns-3 GLOBAL_T: one T for every flow
+            self.cc.set_fabric_base_rtt(self.max_base_rtt())
 
     def _nvlink_link(self, u, v, d, nvsw):
         """Both directions of a GPU-chip link of a credit-flow-controlled NVLink domain."""
@@ -298,6 +300,28 @@ class PacketEngine:
             v = self._rtt[key] = base_rtt_ps(self.sim.topology, self.sim.paths, src, dst, self.mtu + self.header,
                                              self.sim.scenario.receiver.params.ack_size)
         return v
+
+    def max_base_rtt(self) -> int:
+        """The largest :meth:`base_rtt` over ordered pairs of distinct hosts (ps).
+
+        Hosts attached alike (the same switches over links of the same rate and delay) have the
+        same idle round trips, so one pair per pair of such groups is measured (two members of a
+        group for the pair within it): a few hundred pairs instead of H(H-1) on a leaf-spine.
+        """
+        g = self.sim.topology.graph
+        groups: dict = {}
+        for h in self.sim.topology.hosts:
+            sig = tuple(sorted((nbr, d["rate_bps"], d["delay_ps"]) for _, nbr, d in g.edges(h, data=True)))
+            groups.setdefault(sig, []).append(h)
+        reps = list(groups.values())
+        best = 0
+        for a in reps:
+            for b in reps:
+                if a is b and len(a) < 2:
+                    continue
+                src, dst = a[0], (b[1] if a is b else b[0])
+                best = max(best, self.base_rtt(src, dst), self.base_rtt(dst, src))
+        return best
 
     def fail_qp(self, qp, t, reason: str):
         """A queue pair gave up (retry limit): its message fails with ``reason``."""
