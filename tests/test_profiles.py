@@ -21,7 +21,7 @@ def test_spectrum_x_expands_to_the_deployment():
 
 def test_ethernet_expands_to_standard_roce():
     sc = load_scenario({"profile": "ethernet"}).scenario
-    assert (sc.routing.name, sc.receiver.name, sc.congestion_control.name) == ("ecmp", "go_back_n", "dcqcn")
+    assert (sc.routing.name, sc.receiver.name, sc.congestion_control.name) == ("ecmp", "go_back_n", "dcqcn_cx")
     assert sc.switch.pfc.enabled
 
 
@@ -41,7 +41,7 @@ def test_scenario_settings_win_over_the_profile():
     sc = load_scenario({"profile": "spectrum_x"}, overrides=["congestion_control.algorithm=none"]).scenario
     assert sc.congestion_control.name == "none"
     sc = load_scenario({}, overrides=["profile=ethernet"]).scenario
-    assert sc.routing.name == "ecmp" and sc.congestion_control.name == "dcqcn"
+    assert sc.routing.name == "ecmp" and sc.congestion_control.name == "dcqcn_cx"
 
 
 @pytest.mark.parametrize("name", PROFILES.names())

@@ -99,18 +99,30 @@ _register(Profile(
     "NVIDIA Spectrum-X: switch adaptive routing, ConnectX out-of-order placement (DDP), telemetry CC, "
     "lossless RoCE",
     {
+        # per-packet AR on graded egress-queue quality with neighbour notifications
+        # (docs/fidelity/routing.md); the policy's defaults are the Spectrum-X model
         "routing": {"policy": "adaptive"},
-        "receiver": {"model": "ddp"},
+        # ConnectX OOO placement; adaptive retransmission with an RTT floor (PFC-paused queues
+        # must not fire probes); one ACK per packet, as the telemetry controller updates per ACK
+        "receiver": {"model": "ddp", "rto_mode": "adaptive", "rto_rttvar_mult": 4, "ack_every": 1},
+        # HPCC-like INT controller with the multipath estimator (docs/fidelity/telemetry.md)
         "congestion_control": {"algorithm": "telemetry"},
-        "switch": {"pfc": {"enabled": True}, "ecn": {"enabled": True}},
+        # NVIDIA switch RoCE defaults: lossless RoCE class, CNP strict priority, ECN from the
+        # dequeue-time queue, fully shared buffer with dynamic thresholds
+        "switch": {"pfc": {"enabled": True}, "ecn": {"enabled": True, "sample": "dequeue"},
+                   "strict_priority": "cnp", "buffer": {"admission": "dynamic", "alpha": 1.0}},
     }))
 
 _register(Profile(
     "ethernet",
-    "standard RoCEv2 on classic Ethernet: ECMP, in-order (go-back-N) responder, DCQCN, lossless RoCE",
+    "standard RoCEv2 on classic Ethernet: ECMP, in-order (go-back-N) responder, ConnectX DCQCN, lossless RoCE",
     {
+        # per-flow 5-tuple hashing, one queue pair per message unless the traffic says otherwise
         "routing": {"policy": "ecmp"},
-        "receiver": {"model": "go_back_n"},
-        "congestion_control": {"algorithm": "dcqcn"},
-        "switch": {"pfc": {"enabled": True}, "ecn": {"enabled": True}},
+        # an in-order RC responder (NAK + go-back-N), fixed IRN-style timers, coalesced ACKs
+        "receiver": {"model": "go_back_n", "rto_mode": "fixed", "ack_every": 64},
+        # the ConnectX firmware DCQCN with its DOCA defaults (docs/fidelity/switch.md)
+        "congestion_control": {"algorithm": "dcqcn_cx"},
+        "switch": {"pfc": {"enabled": True}, "ecn": {"enabled": True, "sample": "dequeue"},
+                   "strict_priority": "cnp", "buffer": {"admission": "dynamic", "alpha": 1.0}},
     }))
