@@ -13,7 +13,7 @@ Usage::
 
 Fabrics:
 
-* ``quickstart``: ``scenarios/quickstart.yaml`` as shipped (32 hosts, 4 leaves x 8, 8 spines,
+* ``quickstart``: ``scenarios/leaf_spine_32_raw.yaml`` as shipped (32 hosts, 4 leaves x 8, 8 spines,
   400G, 500 ns links, 4 MiB cross-leaf permutation);
 * ``p128``: 128 hosts, 16 leaves x 8, 8 spines, 400G, 1 us links, 8 MB cross-leaf permutation.
 
@@ -43,7 +43,7 @@ DEFAULT_OUT = HERE / "results" / "telemetry.json"
 def fabric(name: str, seed: int, policy: str, cc: dict) -> dict:
     """The scenario dict of fabric ``name`` with routing ``policy``, congestion control ``cc``, ``seed``."""
     if name == "quickstart":
-        sc = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())
+        sc = yaml.safe_load((ROOT / "scenarios" / "leaf_spine_32_raw.yaml").read_text())
     elif name == "p128":
         sc = {"name": "p128",
               "topology": {"kind": "leaf_spine", "hosts_per_leaf": 8, "leaves": 16, "spines": 8,

@@ -25,7 +25,7 @@ from pathlib import Path
 import fabricsim
 
 HERE = Path(__file__).resolve().parent
-QUICKSTART = str(HERE.parent / "scenarios" / "quickstart.yaml")
+QUICKSTART = str(HERE.parent / "scenarios" / "leaf_spine_32_raw.yaml")
 UNIT = 4096
 
 
@@ -56,7 +56,7 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--out", default=str(HERE / "results" / "transport.json"))
     a = ap.parse_args(argv)
-    out = {"scenario": "scenarios/quickstart.yaml", "coalescing": [], "rto": [], "long_queues": []}
+    out = {"scenario": "scenarios/leaf_spine_32_raw.yaml", "coalescing": [], "rto": [], "long_queues": []}
 
     print("1. ACK coalescing x routing (seed 1)")
     print(f"{'routing':9s} {'set-up':22s} {'ctrl/data':>10s} {'x fewer':>8s} {'ratio':>7s} {'rtx MB':>8s} {'dup MB':>8s}")

@@ -20,7 +20,7 @@ import fabricsim
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 which = sys.argv[1]   # old | compat | new
 out = {}
-for name in ("incast_dcqcn", "incast_lossy_none", "quickstart", "incast_telemetry"):
+for name in ("incast_dcqcn", "incast_lossy_none", "leaf_spine_32_raw", "incast_telemetry"):
     ov = []
     if which == "compat":
         lossless = name in ("incast_dcqcn", "incast_telemetry")

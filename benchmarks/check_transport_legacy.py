@@ -41,7 +41,7 @@ def scenarios() -> dict:
             s["routing"] = routing
             s["outputs"] = {"formats": ["csv"]}
             out[f"{sname}/{rname}"] = (s, [])
-    qs = str(ROOT / "scenarios" / "quickstart.yaml")
+    qs = str(ROOT / "scenarios" / "leaf_spine_32_raw.yaml")
     for name, ov in {"quickstart/ecmp": [], "quickstart/spray": ["routing.policy=spray"],
                      "quickstart/spray_gbn": ["routing.policy=spray", "receiver.model=go_back_n"],
                      "quickstart/spray_rob": ["routing.policy=spray", "receiver.model=reorder_buffer",

@@ -38,7 +38,8 @@ def _print_summary(s: dict, out_dir):
     m = s["messages"]
     lat = s["packet_latency"]
     lines = [
-        f"scenario {s['scenario']}  seed {s['seed']}  routing {s['routing']}  status {s['run']['status']}",
+        f"scenario {s['scenario']}  seed {s['seed']}  profile {s.get('profile', 'none')}  routing {s['routing']}  "
+        f"cc {s['congestion_control']}  status {s['run']['status']}",
         f"messages      {m['completed']}/{m['total']} completed"
         + (f"  ({', '.join(f'{k}: {v}' for k, v in m['incomplete_by_reason'].items())})" if m["incomplete"] else ""),
         "effective bw  goodput {gp} = {gf} of sender line rate; completion time ideal/actual {cr}".format(

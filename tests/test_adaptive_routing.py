@@ -21,7 +21,7 @@ G = 10**9
 PKT = 4178                      # wire bytes of a 4 KiB RoCE packet
 PS_PER_BYTE = 20                # at 400 Gb/s
 US = 10**6
-QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
+QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "leaf_spine_32_raw.yaml"
 
 
 class FakeSwitch:

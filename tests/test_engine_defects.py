@@ -108,7 +108,7 @@ def test_ecmp_on_parallel_links_completes_without_timeouts_in_the_events_of_the_
 def test_quickstart_with_parallel_spine_links_is_no_worse_than_the_shipped_shape(tmp_path):
     """The reproduction of the report: quickstart with 4 spines x 2 links (same capacity as the
     shipped 8 x 1). Before the fix: 30/32 complete, 91 timeouts, 3.87 M events, 'complete'."""
-    path = fabricsim.__file__.rsplit("/fabricsim/", 1)[0] + "/scenarios/quickstart.yaml"
+    path = fabricsim.__file__.rsplit("/fabricsim/", 1)[0] + "/scenarios/leaf_spine_32_raw.yaml"
     shipped = fabricsim.run(path).summary
     par = fabricsim.run(path, overrides=["topology.spines=4", "topology.links_per_spine=2"]).summary
     assert par["messages"]["completed"] == par["messages"]["total"]

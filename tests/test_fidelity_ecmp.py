@@ -5,7 +5,7 @@ import fabricsim
 from fabricsim.analysis.maxmin import ecmp_fluid_reference, ecmp_placement
 from fabricsim.api import prepare
 
-QUICK = "scenarios/quickstart.yaml"
+QUICK = "scenarios/leaf_spine_32_raw.yaml"
 
 
 def _leaf_spine(hosts_per_leaf, leaves, spines, seed, size="1MiB"):

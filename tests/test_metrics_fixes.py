@@ -1,6 +1,6 @@
 """Metric fixes: the PFC link time series, the all-active goodput window, the slowdown headline.
 
-Each test fails on the code before the fix (see docs/fidelity_parts/metrics.md for the measured
+Each test fails on the code before the fix (see docs/fidelity/metrics.md for the measured
 before/after figures).
 """
 from __future__ import annotations

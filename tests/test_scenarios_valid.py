@@ -75,8 +75,8 @@ def test_all_to_all_scenario_shape():
 
 @pytest.mark.parametrize("name, policy", [("permutation_adaptive", "adaptive"), ("permutation_spray", "spray"),
                                           ("flowlet", "flowlet")])
-def test_routing_variants_differ_from_quickstart_only_in_routing(name, policy):
-    base = prepare(SCENARIOS / "quickstart.yaml")[0].scenario.model_dump(mode="json")
+def test_routing_variants_differ_from_the_raw_quickstart_fabric_only_in_routing(name, policy):
+    base = prepare(SCENARIOS / "leaf_spine_32_raw.yaml")[0].scenario.model_dump(mode="json")
     other = prepare(SCENARIOS / f"{name}.yaml")[0].scenario.model_dump(mode="json")
     assert other["routing"]["policy"] == policy
     for key in ("topology", "traffic", "receiver", "congestion_control", "simulation", "outputs"):

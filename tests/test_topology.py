@@ -79,7 +79,7 @@ def test_oversubscribed_bisection_is_half_the_host_side_bound():
 
 def test_topo_show_accepts_a_scenario(runner):
     from conftest import SCENARIOS
-    res = runner.invoke(main, ["topo", "show", "--json", str(SCENARIOS / "quickstart.yaml")])
+    res = runner.invoke(main, ["topo", "show", "--json", str(SCENARIOS / "leaf_spine_32_raw.yaml")])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["bisection_bps"] == 16 * G400
 

@@ -8,7 +8,7 @@ import pytest
 
 import fabricsim
 
-QUICKSTART = "scenarios/quickstart.yaml"
+QUICKSTART = "scenarios/leaf_spine_32_raw.yaml"
 
 
 def _wire(res):

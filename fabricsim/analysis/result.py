@@ -232,6 +232,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         "seed": simcfg.seed,
         "engine": simcfg.engine,
         "kernel": simcfg.kernel,
+        "profile": sc.profile,
         "routing": sc.routing.name,
         "receiver": sc.receiver.name,
         "congestion_control": sc.congestion_control.name,

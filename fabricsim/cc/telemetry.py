@@ -24,7 +24,7 @@ Multipath (hops carrying ``port_id``, as the engine stamps them): with adaptive 
 spraying consecutive packets of a flow cross different ports, each seen only every few packets, so
 HPCC's per-ACK deltas become short, random intervals and the max over hops of those noisy u_i
 reads high (about 0.09 on the shipped quickstart under spraying). The defaults therefore deviate
-from HPCC in four documented ways (each one switchable back, see docs/fidelity_parts/telemetry.md):
+from HPCC in four documented ways (each one switchable back, see docs/fidelity/telemetry.md):
 
 * L is this flow's own history of the *same port* (``port_id``), never another port's counters;
 * txRate_i spans at least ``rate_interval_rtts`` x T of that port's counter (reference = the newest
@@ -68,7 +68,7 @@ class TelemetryParams(CCParams):
         "multiplicative step to the target plus W_AI. HPCC paper ('conservatively large'), htsim "
         "and the ns-3 attribute default: 5. With the multipath estimator, 5 leaves 4 staggered "
         "flows on one 40G link unfair (Jain 0.83 after 25 ms) and recovers slowly after an "
-        "overshoot under adaptive routing; see docs/fidelity_parts/telemetry.md."))
+        "overshoot under adaptive routing; see docs/fidelity/telemetry.md."))
     base_rtt: PositiveTime | None = Field(None, description=(
         "T: the control interval (base RTT). None: the flow's base RTT from the engine "
         "(flow.base_rtt_ps). HPCC++ draft default 5 us; HPCC ns-3 uses the maximum base RTT."))
@@ -87,7 +87,7 @@ class TelemetryParams(CCParams):
         "(100 Mb/s in mix/config.txt, 1000 Mb/s in run.py)."))
     initial_u: float | None = Field(None, ge=0, description=(
         "U before the first measurement. None: eta (htsim), a neutral start; HPCC ns-3 uses 1."))
-    # --- multipath deviations from HPCC (docs/fidelity_parts/telemetry.md); the values in
+    # --- multipath deviations from HPCC (docs/fidelity/telemetry.md); the values in
     # brackets restore HPCC's rule. Defaults chosen by benchmarks/bench_telemetry.py.
     rate_interval_rtts: float = Field(2.0, ge=0, description=(
         "Shortest span of a per-port txRate, in units of T: the reference is the newest sample of "

@@ -149,7 +149,7 @@ class NvlinkSpec(BaseModel):
         "a chip holds by credit_buffer per link instead)"))
     transport: Literal["credit", "roce"] = Field("credit", description=(
         "credit: NVLink as NVLink, lossless link-level credit flow control, no end-to-end ACK, no "
-        "retransmission, a message completes when its last byte is delivered (docs/fidelity_parts/"
+        "retransmission, a message completes when its last byte is delivered (docs/fidelity/"
         "nvlink.md); roce: the earlier model, RoCE packets and ACKs through drop-tail chip buffers, for "
         "comparison"))
     credit_buffer: PositiveSize = Field("64KiB", description=(

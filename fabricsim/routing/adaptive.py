@@ -22,7 +22,7 @@ backlog (``metric: queue_util`` adds ``util_weight`` x the bytes the port sent o
 ``util_window``), ties broken at random from the named stream ``routing.adaptive``; the grade,
 refresh and remote keys are then ignored. With every candidate busy it deterministically takes the
 earliest-free port, which makes flows phase-lock onto one uplink and collide on spine downlinks the
-leaf cannot see (docs/fidelity_parts/routing.md); it is kept only to show that effect.
+leaf cannot see (docs/fidelity/routing.md); it is kept only to show that effect.
 """
 from __future__ import annotations
 

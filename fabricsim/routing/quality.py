@@ -27,7 +27,7 @@ Measurements are taken when a switch asks (every packet under load). A report fo
 which nobody asked (no traffic towards that destination) is reconstructed from the port's last
 measurement, drained at line rate since (``busy_until`` then, minus the time elapsed): it uses only
 what was known then, and is exact when nothing was enqueued in between, an under-estimate
-otherwise (docs/fidelity_parts/routing.md).
+otherwise (docs/fidelity/routing.md).
 """
 from __future__ import annotations
 
@@ -259,5 +259,5 @@ class PortQuality:
         # CPython's tuple hash of ints folds the fields into 64 bits (no per-process
         # randomisation: that applies to str/bytes only) but is not avalanching: alone it makes
         # consecutive PSNs of a flow repeat a port with probability 0.155, not 1/8. The splitmix64
-        # finaliser on top gives independent draws (docs/fidelity_parts/routing.md, Performance).
+        # finaliser on top gives independent draws (docs/fidelity/routing.md, Performance).
         return best[mix64(hash((self._salt, pkt.qp.uid, pkt.seq, pkt.t_tx, pkt.kind, switch.id))) % n]
