@@ -6,6 +6,8 @@ Usage::
     python3 benchmarks/bench_fidelity.py                 # everything, ~10 min; writes results/fidelity.json
     python3 benchmarks/bench_fidelity.py --quick         # seeds 1-2, 32 hosts only
     python3 benchmarks/bench_fidelity.py --only perm128  # one case family
+    python3 benchmarks/bench_fidelity.py --only perm32 --setup raw_adaptive_telemetry --seeds 2 \
+        --extra '{"congestion_control": {"eta": 0.98}}'   # a variant (writes nothing)
 
 Cases (docs/fidelity.md explains each reference):
 
@@ -72,12 +74,14 @@ CASE_SETUPS = {
 }
 
 
-def scenario(case: str, setup: str, seed: int) -> dict:
+def scenario(case: str, setup: str, seed: int, extra: dict | None = None) -> dict:
+    """The scenario of one run: the case's fabric and traffic, the set-up, then ``extra`` laid over."""
+    from fabricsim.config.profiles import deep_merge
     sc = {"name": f"{case}_{setup}_s{seed}", "topology": dict(FABRICS[CASE_FABRIC[case]]),
           "traffic": dict(TRAFFIC[case]), "simulation": {"seed": seed, "time_limit": "100ms"},
           "outputs": {"formats": ["parquet"], "link_sample_interval": "off"}}
     sc.update(json.loads(json.dumps(SETUPS[setup])))
-    return sc
+    return deep_merge(sc, extra) if extra else sc
 
 
 def idle_uplink_fraction(result) -> float:
@@ -88,8 +92,8 @@ def idle_uplink_fraction(result) -> float:
     return float((up.tx_data_bytes == 0).mean())
 
 
-def run_one(case: str, setup: str, seed: int, outdir: Path) -> dict:
-    sc = scenario(case, setup, seed)
+def run_one(case: str, setup: str, seed: int, outdir: Path, extra: dict | None = None) -> dict:
+    sc = scenario(case, setup, seed, extra)
     t0 = time.time()
     r = fabricsim.run(sc, output_dir=outdir / sc["name"])
     wall = time.time() - t0
@@ -119,6 +123,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", choices=sorted(CASE_SETUPS), help="case family (repeatable)")
     ap.add_argument("--setup", action="append", choices=sorted(SETUPS), help="only these set-ups (repeatable)")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--extra", type=json.loads, default=None, metavar="JSON",
+                    help='settings laid over every scenario, e.g. \'{"congestion_control": {"eta": 0.98}}\'')
     ap.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
     cases = args.only or (["perm32"] if args.quick else list(CASE_SETUPS))
@@ -130,7 +136,7 @@ def main(argv=None) -> int:
                 if args.setup and setup not in args.setup:
                     continue
                 for seed in seeds if case != "a2a128" else list(seeds)[:2]:
-                    row = run_one(case, setup, seed, Path(tmp))
+                    row = run_one(case, setup, seed, Path(tmp), args.extra)
                     rows.append(row)
                     extra = "".join(f" {k}={row[k]:.3f}" for k in ("fluid_maxmin_ratio", "idle_uplink_fraction")
                                     if k in row)
@@ -146,7 +152,7 @@ def main(argv=None) -> int:
     out = {"command": "python3 benchmarks/" + " ".join([Path(__file__).name] + (argv or sys.argv[1:])),
            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"), "rows": rows,
            "mean_ratio": {k: statistics.mean(v) for k, v in summary.items()}}
-    if not args.quick and not args.only and not args.setup:
+    if not args.quick and not args.only and not args.setup and not args.extra:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1))
         print(f"wrote {args.out}")
