@@ -226,38 +226,12 @@ class Receiver:
             return
         st.rx_units += 1
         end = seq + npk
-        if pkt.t_tx < qp.r_maxt:          # a unit sent after this one arrived first
-            st.ooo_units += 1
-            d = qp.r_max - end
-            if d < 0:
-                d = 0
-            h = st.reorder_hist
-            h[d] = h.get(d, 0) + 1
-        else:
-            qp.r_maxt = pkt.t_tx
-        if end > qp.r_max:
-            qp.r_max = end
+        self._reorder(qp, st, pkt, end)
         if seq == cum:
             self.accept(t, pkt, st)
             cum = end
             if rset:
-                cell = self.cell
-                arr = qp.r_arr
-                hr = self.hosts[qp.dst]
-                while cum in rset:
-                    rset.discard(cum)
-                    p = qp.size - cum * self.mtu
-                    if p > self.seg:
-                        p = self.seg
-                    qp.r_hold -= p
-                    hr.hold -= p
-                    w = t - arr.pop(cum)
-                    st.reorder_wait_ps += w
-                    if w > st.reorder_wait_max_ps:
-                        st.reorder_wait_max_ps = w
-                    cum += cell
-                if cum > qp.npsn:
-                    cum = qp.npsn
+                cum = self._join_held(t, qp, st, rset, cum)
             qp.r_cum = cum
             qp.r_nak = False
             qp.r_unacked += 1
@@ -386,38 +360,12 @@ class Receiver:
             return
         st.rx_units += 1
         end = seq + npk
-        if pkt.t_tx < qp.r_maxt:
-            st.ooo_units += 1
-            d = qp.r_max - end
-            if d < 0:
-                d = 0
-            h = st.reorder_hist
-            h[d] = h.get(d, 0) + 1
-        else:
-            qp.r_maxt = pkt.t_tx
-        if end > qp.r_max:
-            qp.r_max = end
+        self._reorder(qp, st, pkt, end)
         if seq == cum:
             self.accept(t, pkt, st)
             cum = end
             if rset:
-                cell = self.cell
-                arr = qp.r_arr
-                hr = self.hosts[qp.dst]
-                while cum in rset:
-                    rset.discard(cum)
-                    p = qp.size - cum * self.mtu
-                    if p > self.seg:
-                        p = self.seg
-                    qp.r_hold -= p
-                    hr.hold -= p
-                    w = t - arr.pop(cum)
-                    st.reorder_wait_ps += w
-                    if w > st.reorder_wait_max_ps:
-                        st.reorder_wait_max_ps = w
-                    cum += cell
-                if cum > qp.npsn:
-                    cum = qp.npsn
+                cum = self._join_held(t, qp, st, rset, cum)
             qp.r_cum = cum
             qp.r_nak = False
         elif self.on_gap(t, qp, pkt):
@@ -461,6 +409,42 @@ class Receiver:
             self.kernel.schedule(t + self.ack_delay, self._on_ack_timer, (qp, qp.r_acks))
         if st.delivered >= st.size and not st.done:
             self._done(st, t)
+
+    def _reorder(self, qp, st, pkt, end: int) -> None:
+        """Reorder statistics of a first-time unit ending at PSN ``end`` (module doc, step 4): out
+        of order if a unit of its queue pair sent after it arrived first; its reorder distance is
+        the highest PSN received so far minus its own last PSN."""
+        if pkt.t_tx < qp.r_maxt:
+            st.ooo_units += 1
+            d = qp.r_max - end
+            if d < 0:
+                d = 0
+            h = st.reorder_hist
+            h[d] = h.get(d, 0) + 1
+        else:
+            qp.r_maxt = pkt.t_tx
+        if end > qp.r_max:
+            qp.r_max = end
+
+    def _join_held(self, t, qp, st, rset, cum: int) -> int:
+        """Advance the in-order prefix from ``cum`` over the held units it now reaches (each
+        released unit's wait is its reorder delay); returns the new prefix."""
+        cell = self.cell
+        arr = qp.r_arr
+        hr = self.hosts[qp.dst]
+        while cum in rset:
+            rset.discard(cum)
+            p = qp.size - cum * self.mtu
+            if p > self.seg:
+                p = self.seg
+            qp.r_hold -= p
+            hr.hold -= p
+            w = t - arr.pop(cum)
+            st.reorder_wait_ps += w
+            if w > st.reorder_wait_max_ps:
+                st.reorder_wait_max_ps = w
+            cum += cell
+        return cum if cum <= qp.npsn else qp.npsn
 
     def accept(self, t, pkt, st):
         """The unit's payload is in (placed, buffered or delivered): goodput."""
