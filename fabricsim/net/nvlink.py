@@ -69,6 +69,7 @@ from .nic import Nic
 from .packet import Packet
 from .port import PS_BITS, Port
 from .switch import Switch
+from ..receiver.base import record_reorder
 
 
 def nvlink_wire_bytes(payload_bytes: int, packet_payload_bytes: int, packet_header_bytes: int) -> int:
@@ -337,17 +338,7 @@ class NvlinkRx:
         st = qp.msg
         st.rx_units += 1
         end = pkt.seq + 1
-        if pkt.t_tx < qp.r_maxt:        # a unit sent after this one arrived first
-            st.ooo_units += 1
-            d = qp.r_max - end
-            if d < 0:
-                d = 0
-            h = st.reorder_hist
-            h[d] = h.get(d, 0) + 1
-        else:
-            qp.r_maxt = pkt.t_tx
-        if end > qp.r_max:
-            qp.r_max = end
+        record_reorder(qp, st, pkt, end)
         self._accept(t, pkt, st)
         if st.delivered >= st.size and not st.done:
             self._done(st, t)

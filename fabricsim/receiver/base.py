@@ -110,6 +110,25 @@ class TransportParams(PolicyParams):
         return self.ack_every > 1 or self.rto_mode != "fixed"
 
 
+
+def record_reorder(qp, st, pkt, end: int) -> None:
+    """Reorder statistics of a first-time unit ending at PSN ``end`` (module doc, step 4): out of
+    order if a unit of its queue pair sent after it arrived first; its reorder distance is the
+    highest PSN received so far minus its own last PSN. The one definition for every receive path
+    (RoCE receivers and the NVLink destination)."""
+    if pkt.t_tx < qp.r_maxt:
+        st.ooo_units += 1
+        d = qp.r_max - end
+        if d < 0:
+            d = 0
+        h = st.reorder_hist
+        h[d] = h.get(d, 0) + 1
+    else:
+        qp.r_maxt = pkt.t_tx
+    if end > qp.r_max:
+        qp.r_max = end
+
+
 class HostRx:
     """Live per-host receive state that spans queue pairs: reorder-buffer occupancy."""
 
@@ -226,7 +245,7 @@ class Receiver:
             return
         st.rx_units += 1
         end = seq + npk
-        self._reorder(qp, st, pkt, end)
+        record_reorder(qp, st, pkt, end)
         if seq == cum:
             self.accept(t, pkt, st)
             cum = end
@@ -360,7 +379,7 @@ class Receiver:
             return
         st.rx_units += 1
         end = seq + npk
-        self._reorder(qp, st, pkt, end)
+        record_reorder(qp, st, pkt, end)
         if seq == cum:
             self.accept(t, pkt, st)
             cum = end
@@ -409,22 +428,6 @@ class Receiver:
             self.kernel.schedule(t + self.ack_delay, self._on_ack_timer, (qp, qp.r_acks))
         if st.delivered >= st.size and not st.done:
             self._done(st, t)
-
-    def _reorder(self, qp, st, pkt, end: int) -> None:
-        """Reorder statistics of a first-time unit ending at PSN ``end`` (module doc, step 4): out
-        of order if a unit of its queue pair sent after it arrived first; its reorder distance is
-        the highest PSN received so far minus its own last PSN."""
-        if pkt.t_tx < qp.r_maxt:
-            st.ooo_units += 1
-            d = qp.r_max - end
-            if d < 0:
-                d = 0
-            h = st.reorder_hist
-            h[d] = h.get(d, 0) + 1
-        else:
-            qp.r_maxt = pkt.t_tx
-        if end > qp.r_max:
-            qp.r_max = end
 
     def _join_held(self, t, qp, st, rset, cum: int) -> int:
         """Advance the in-order prefix from ``cum`` over the held units it now reaches (each
