@@ -226,13 +226,7 @@ class Receiver:
         qp = pkt.qp
         st = qp.msg
         if pkt.ce:
-            st.ecn_marked += npk
-            qp.r_ce += npk
-            if self.cnp_interval is not None:
-                last = qp.r_last_cnp
-                if last is None or t - last >= self.cnp_interval:
-                    qp.r_last_cnp = t
-                    self.send(t, qp, CNP, 0, None)
+            self._marked(t, qp, st, npk)
         seq = pkt.seq
         cum = qp.r_cum
         rset = qp.r_set
@@ -363,13 +357,7 @@ class Receiver:
         qp = pkt.qp
         st = qp.msg
         if pkt.ce:
-            st.ecn_marked += npk
-            qp.r_ce += npk
-            if self.cnp_interval is not None:
-                last = qp.r_last_cnp
-                if last is None or t - last >= self.cnp_interval:
-                    qp.r_last_cnp = t
-                    self.send(t, qp, CNP, 0, None)
+            self._marked(t, qp, st, npk)
         seq = pkt.seq
         cum = qp.r_cum
         rset = qp.r_set
@@ -428,6 +416,17 @@ class Receiver:
             self.kernel.schedule(t + self.ack_delay, self._on_ack_timer, (qp, qp.r_acks))
         if st.delivered >= st.size and not st.done:
             self._done(st, t)
+
+    def _marked(self, t, qp, st, npk: int) -> None:
+        """A CE-marked unit arrived (module doc, step 2): count it, and send a CNP unless one went
+        out for this queue pair within ``cnp_interval`` (DCQCN's notification point)."""
+        st.ecn_marked += npk
+        qp.r_ce += npk
+        if self.cnp_interval is not None:
+            last = qp.r_last_cnp
+            if last is None or t - last >= self.cnp_interval:
+                qp.r_last_cnp = t
+                self.send(t, qp, CNP, 0, None)
 
     def _join_held(self, t, qp, st, rset, cum: int) -> int:
         """Advance the in-order prefix from ``cum`` over the held units it now reaches (each
