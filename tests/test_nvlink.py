@@ -136,7 +136,8 @@ def test_a_one_unit_credit_buffer_waits_one_credit_loop_per_unit(tmp_path):
     """Credit for a single unit: each unit waits until the chip has sent the previous one and the
     credit has flown back (one link delay): the loop is ser + delay + chip latency + ser + delay."""
     wire = 4352
-    topo = {"kind": "nvl72_rack", "nvlink": {"chips": 1, "credit_buffer": wire}}
+    # the one 7.2 Tbps link per GPU stands for 18 NVLink5 links, each with this much credit
+    topo = {"kind": "nvl72_rack", "nvlink": {"chips": 1, "credit_buffer": -(-wire // 18)}}
     res = fabricsim.run(scenario(csv_traffic(tmp_path, [(0, 5, 8 * 4096)]), topology=topo))
     s = ser(wire, 7200 * 10**9)
     loop = s + 100 * NS + 300 * NS + s + 100 * NS
@@ -144,7 +145,7 @@ def test_a_one_unit_credit_buffer_waits_one_credit_loop_per_unit(tmp_path):
     # crosses the last link): 8 units take 8 loops, not 8 serialisations
     assert int(res.messages.iloc[0]["fct_ps"]) == 8 * loop
     # with room for two units the link sends two per loop
-    topo["nvlink"]["credit_buffer"] = 2 * wire
+    topo["nvlink"]["credit_buffer"] = -(-2 * wire // 18)
     res = fabricsim.run(scenario(csv_traffic(tmp_path, [(0, 5, 8 * 4096)]), topology=topo))
     assert int(res.messages.iloc[0]["fct_ps"]) == 3 * loop + s + loop
 

@@ -81,6 +81,9 @@ class DcqcnCxParams(CCParams):
         if self.rate_reduce_monitor_period < self.dce_tcp_rtt:
             raise ValueError(f"rate_reduce_monitor_period ({self.rate_reduce_monitor_period} ps) must not be "
                              f"shorter than dce_tcp_rtt ({self.dce_tcp_rtt} ps)")
+        if self.rpg_max_rate is not None and self.rpg_min_rate > self.rpg_max_rate:
+            raise ValueError(f"rpg_min_rate: {self.rpg_min_rate} bit/s exceeds rpg_max_rate "
+                             f"({self.rpg_max_rate} bit/s) (allowed: rpg_min_rate <= rpg_max_rate)")
         return self
 
 

@@ -81,8 +81,6 @@ def deep_merge(base: dict, over: dict) -> dict:
 def apply_profile(data: dict) -> dict:
     """Expand ``data["profile"]`` (if any) beneath ``data``. Raises ValueError for an unknown name."""
     name = data.get("profile", "none")
-    if name is None:
-        name = "none"
     if not isinstance(name, str) or name not in PROFILES:
         raise ValueError("profile: " + PROFILES.unknown_message(name))
     return PROFILES.get(name).expand(data)

@@ -8,7 +8,7 @@ import yaml
 from pydantic import BaseModel, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from ..errors import ConfigError
-from .profiles import PROFILES, apply_profile
+from .profiles import apply_profile
 from .policy import CongestionControlSection, NicSection, ReceiverSection, RoutingSection
 from .switch import SwitchFeatures
 from .topology import LeafSpineConfig, TopologyConfig
@@ -83,8 +83,6 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _cross(self):
-        if self.profile not in PROFILES:
-            raise ValueError("profile: " + PROFILES.unknown_message(self.profile))
         sim = self.simulation
         if sim.header >= sim.mtu * 4:
             raise ValueError(f"simulation.header: {sim.header} B overhead is implausible for a "

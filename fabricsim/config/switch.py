@@ -47,24 +47,36 @@ from pydantic import BaseModel, Field, model_validator
 
 from .types import STRICT, PositiveSize, Size, Time
 
-#: IEEE 802.3 Annex 31B PFC response bound, in pause quanta (512 bit times), by link rate:
-#: (max rate in bit/s, quanta). 10G 60, 100G 394, 400G 905 [2nd: besthub.dev headroom note];
-#: the other rates take the next listed bound [EST].
-PFC_RESPONSE_QUANTA = ((10 * 10**9, 60), (100 * 10**9, 394), (None, 905))
+#: IEEE 802.3 Annex 31B PFC response bound, in pause quanta (512 bit times), at listed link rates:
+#: (rate in bit/s, quanta). 10G 60, 100G 394, 400G 905 [2nd: besthub.dev headroom note].
+PFC_RESPONSE_QUANTA = ((10 * 10**9, 60), (100 * 10**9, 394), (400 * 10**9, 905))
+
+
+def _quanta_ps(quanta: int, rate_bps: int) -> int:
+    return -((-quanta * 512 * 10**12) // rate_bps)
 
 
 def pfc_response_ps(rate_bps: int) -> int:
     """Annex 31B response bound at ``rate_bps``, in ps (quanta x 512 bit times, rounded up).
 
+    At a listed rate, its bound; between two listed rates, the slower one's bound as a time (so
+    the response never grows with the link rate) [EST]; below 10G or above 400G, 60 or 905
+    quanta at the link's own rate [EST].
+
     >>> pfc_response_ps(400 * 10**9)   # 905 quanta x 1.28 ns
     1158400
     >>> pfc_response_ps(100 * 10**9)   # 394 x 5.12 ns
     2017280
+    >>> pfc_response_ps(200 * 10**9) == pfc_response_ps(100 * 10**9)
+    True
     """
-    for top, quanta in PFC_RESPONSE_QUANTA:
-        if top is None or rate_bps <= top:
-            return -((-quanta * 512 * 10**12) // rate_bps)
-    raise AssertionError("unreachable")
+    pts = PFC_RESPONSE_QUANTA
+    if rate_bps <= pts[0][0]:
+        return _quanta_ps(pts[0][1], rate_bps)
+    for (r0, q0), (r1, _q1) in zip(pts, pts[1:]):
+        if rate_bps < r1:
+            return _quanta_ps(q0, r0)
+    return _quanta_ps(pts[-1][1], rate_bps)
 
 
 class EcnConfig(BaseModel):
@@ -92,7 +104,8 @@ class BufferConfig(BaseModel):
         "static: the topology's buffer (per-port limit or plain shared pool); dynamic: one pool per switch "
         "with the Choudhury-Hahne dynamic threshold"))
     alpha: float = Field(1.0, gt=0, description="dynamic threshold factor: q_i <= alpha x free pool [EST]")
-    reserve: Size = Field("0B", description="bytes per egress port admitted whatever the pool state [EST]")
+    reserve: Size = Field("0B", description=(
+        "bytes per egress port admitted without the dynamic-threshold test, as long as the pool has room [EST]"))
     size: Optional[PositiveSize] = Field(None, description=(
         "pool per switch; None = the topology's buffer (per-port size x ports, or the shared pool). "
         "SN5600: not published, 128 MB in third-party pages [EST]"))
@@ -104,7 +117,7 @@ class PfcConfig(BaseModel):
     xoff: PositiveSize = Field("135KB", description="ingress bytes above which the upstream port is paused "
                                                     "(htsim: 15 x 9000 B)")
     xon: Size = Field("108KB", description="ingress bytes below which it resumes (htsim: 12 x 9000 B)")
-    response: Union[Literal["auto"], Time] = Field("auto", description=(
+    response: Union[Time, Literal["auto"]] = Field("auto", description=(
         "the peer's reaction time to a pause frame, after its flight; auto = IEEE 802.3 Annex 31B bound at "
         "the link rate (905 quanta = 1.16 us at 400G)"))
 

@@ -38,7 +38,6 @@ from ..net.port import Port
 from ..net.sender import Sender
 from ..net.switch import Switch
 from ..traffic.message import Message
-from ..errors import SimulationError
 from .interface import ENGINES, RunOutcome, SimulationInput
 from .kernel import make_kernel
 
@@ -436,6 +435,10 @@ class PacketEngine:
         if not self.remaining:
             # the pattern is over: freeze the link counters here (ACKs still in flight and timers
             # that would find nothing to do are not part of the run) and wind the kernel down
+            for sw in self.switches.values():     # dequeue-time ECN/INT of packets already leaving
+                for p in sw.ports:
+                    if getattr(p, "pend", None):
+                        sw.settle(p, t)
             self._final_links = self._link_rows(t)
             self._final_snapshot = self._snapshot(t)
             self.kernel.stop()
@@ -704,9 +707,16 @@ class PacketEngine:
             "dropped_bytes": p.dropped_bytes, "drops_control": p.ctrl_drops, "ecn_marked_packets": p.ecn_marks,
             "pfc_pause_events": p.pause_events,
             "pfc_paused_ps": p.paused_ps + ((now - p.paused_since) if p.paused else 0),
-            "pfc_peak_ingress_bytes": p.ingress_peak if self.pfc else 0,
-            "pfc_headroom_bytes": self.pfc.headroom_bytes(p) if self.pfc else 0,
+            # PFC figures only where the peer is a lossless switch accounting this link's ingress
+            # (not towards hosts, not inside an NVLink credit domain): elsewhere 0
+            "pfc_peak_ingress_bytes": p.ingress_peak if self._pfc_link(p) else 0,
+            "pfc_headroom_bytes": self.pfc.headroom_bytes(p) if self._pfc_link(p) else 0,
         } for p in self.ports]
+
+    def _pfc_link(self, p) -> bool:
+        """True if ``p``'s peer pauses it by PFC (a lossless switch accounts its ingress bytes)."""
+        return self.pfc is not None and isinstance(p, LosslessPort) and isinstance(
+            self.switches.get(p.peer), LosslessSwitch)
 
     def _final_sample(self, now):
         self.link_samples.append(self._snapshot(now))
@@ -725,6 +735,11 @@ class PacketEngine:
             if isinstance(p, LosslessPort) and p.nic is None:
                 queued.append(p.queued_bytes(t))
                 sent.append(p.tx_bytes - (p.cur.wire if p.cur is not None else 0))
+            elif isinstance(p, NvlinkPort) and p.nic is None:
+                # an NVLink chip port waits for credit: whole units, counted until their last bit is out
+                q = p.queued_bytes(t)
+                queued.append(q)
+                sent.append(p.tx_bytes - q)
             else:
                 # a NIC port serialises by Lindley in both modes (its LosslessPort queue is unused)
                 q = Port.queued_bytes(p, t)

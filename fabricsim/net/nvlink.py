@@ -88,7 +88,7 @@ class NvlinkPort(Port):
     """One direction of an NVLink link, with its credit pool (see module doc)."""
 
     __slots__ = ("credit_bytes", "buffer_bytes", "cr_heap", "cr_q", "cr_wait", "held_bytes", "nic", "buffer_peak_bytes",
-                 "credit_stalls")
+                 "credit_stalls", "sched", "sched_bytes")
 
     def __init__(self, *args, buffer_bytes: int, **kw):
         super().__init__(*args, **kw)
@@ -101,6 +101,24 @@ class NvlinkPort(Port):
         self.nic = None                     # GPU port: its NvlinkNic
         self.buffer_peak_bytes = 0          # peak bytes held in the buffer behind this link (GPU -> chip)
         self.credit_stalls = 0              # times the link had to wait for credit
+        # chip port: (last bit out, wire bytes) of the units it holds, and their sum. Its busy_until
+        # includes time spent waiting for credit, so the backlog is counted in units, not derived
+        # from busy_until as for a FIFO at constant rate
+        self.sched = deque()
+        self.sched_bytes = 0
+
+    def held(self, t: int) -> int:
+        """Chip port: wire bytes of the units it holds at ``t`` (queued or being sent; a unit
+        counts until its last bit is out)."""
+        sched = self.sched
+        b = self.sched_bytes
+        while sched and sched[0][0] <= t:
+            b -= sched.popleft()[1]
+        self.sched_bytes = b
+        return b
+
+    def queued_bytes(self, t: int) -> int:
+        return self.held(t) if self.nic is None else Port.queued_bytes(self, t)
 
 
 class NvlinkNic(Nic):
@@ -284,8 +302,12 @@ class NvlinkSwitch(Switch):
         k = port.ps_per_byte
         end = s + (wire * k if k else -((-wire * PS_BITS) // port.rate))
         port.busy_until = end
-        if end - t > port.peak_ps:
-            port.peak_ps = end - t
+        port.sched.append((end, wire))
+        q = port.held(t) + wire
+        port.sched_bytes = q
+        q = q * PS_BITS // port.rate        # peak_ps holds the backlog in ps of serialisation
+        if q > port.peak_ps:
+            port.peak_ps = q
         port.tx_bytes += wire
         port.tx_packets += pkt.npk
         dly = port.delay

@@ -349,12 +349,10 @@ class Sender:
         """
         eng = self.engine
         states = [st for st in eng.states.values() if st.qps] + list(eng.pieces)
-        in_net = 0
-        for p in eng.ports:
-            for entry in p.inflight:
-                pkt = entry[3]
-                if pkt.kind == DATA:
-                    in_net += pkt.payload
+        # what the network holds: the engine's one definition (every port's agenda entries, the
+        # strict-priority lanes and, with PFC, the lossless queues)
+        in_net = sum(pkt.payload for pkt in eng.in_flight() if pkt.kind == DATA)
+        rtx = sum(sum(st.rtx_bytes.values()) for st in states)
         return {
             "retransmission_timeouts": self.timeouts,
             "stale_naks_ignored": self.naks_ignored,
@@ -362,8 +360,8 @@ class Sender:
             "timeout_probes": self.probes,
             "spurious_timeout_probes": self.spurious_probes,
             "dsacks_received": self.dsacks,
-            "sent_payload_bytes": sum(st.injected for st in states) + sum(sum(st.rtx_bytes.values()) for st in states),
-            "retransmitted_payload_bytes": sum(sum(st.rtx_bytes.values()) for st in states),
+            "sent_payload_bytes": sum(st.injected for st in states) + rtx,
+            "retransmitted_payload_bytes": rtx,
             "duplicate_payload_bytes": sum(st.dup_bytes for st in states),
             "discarded_payload_bytes": sum(st.discarded_bytes + st.overflow_bytes for st in states),
             "in_network_payload_bytes": in_net,

@@ -170,6 +170,8 @@ class Switch:
             shared.used(t)
             shared.set_busy_until(port, t, newbu)
         port.busy_until = newbu
+        if newbu - t > port.peak_ps:
+            port.peak_ps = newbu - t
         port.tx_bytes += wire
         port.tx_packets += pkt.npk
         port.ctrl_bytes += wire

@@ -30,7 +30,7 @@ from __future__ import annotations
 from math import log
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..config.types import PositiveSize, PositiveTime
 from ..net.packet import ACK, CNP, NAK, Packet
@@ -63,9 +63,10 @@ class TransportParams(PolicyParams):
 
     ACK coalescing (``ack_every > 1``): the sender requests an ACK (BTH AckReq) on the unit that
     carries every ``ack_every``-th PSN and on the last unit of the queue pair; the receiver
-    acknowledges on an AckReq, at the end of the queue pair, on a duplicate (D-SACK) and at the
-    latest ``ack_delay`` after the first unacknowledged unit (delayed-ACK timer, so a window
-    smaller than ``ack_every`` units cannot stall). A coalesced ACK carries a bitmap of the
+    acknowledges on an AckReq, at the end of the queue pair, on a duplicate (D-SACK) and once no
+    unit of the queue pair has arrived for ``ack_delay`` (an idle delayed-ACK timer, so a window
+    smaller than ``ack_every`` units cannot stall; a stream that keeps arriving is acknowledged by
+    its AckReq units). A coalesced ACK carries a bitmap of the
     ``sack_bitmap`` units beyond the cumulative PSN (set: held), and the latest send time among the
     units it covers, which feeds RACK; the sender presumes nothing lost beyond the bitmap's reach.
     """
@@ -74,11 +75,11 @@ class TransportParams(PolicyParams):
         "ACK coalescing: the sender requests an ACK every this many PSNs and on the last unit; 1 = every "
         "unit is acknowledged at once, as HPCC ns-3"))
     ack_delay: PositiveTime = Field("2us", description=(
-        "delayed-ACK timer with ack_every > 1: an ACK at most this long after the first unacknowledged unit "
-        "[EST]"))
+        "delayed-ACK timer with ack_every > 1: an ACK once no unit of the queue pair has arrived for this "
+        "long (idle timer) [EST]"))
     sack_bitmap: int = Field(256, ge=8, le=4096, description=(
         "units beyond the cumulative PSN a coalesced ACK reports in its SACK bitmap (IRN sizes its bitmap "
-        "to the BDP) [EST]; the ACK grows by sack_bitmap / 8 bytes"))
+        "to the BDP) [EST]; the ACK grows by ceil(sack_bitmap / 8) bytes"))
     ack_size: PositiveSize = Field("86B", description=(
         "wire bytes of an ACK/NAK/CNP: Eth 14 + IPv4 20 + UDP 8 + BTH 12 + AETH 4 + ICRC 4 + FCS 4 + "
         "preamble/IFG 20"))
@@ -102,6 +103,13 @@ class TransportParams(PolicyParams):
         "[EST]; must exceed the fabric's path-delay spread or reordering causes spurious retransmissions"))
     retry_limit: int = Field(7, ge=0, le=1000, description=(
         "consecutive timeouts without progress before the message fails (RoCE retry_cnt <= 7)"))
+
+    @model_validator(mode="after")
+    def _timeouts(self):
+        if self.rto_min > self.rto_max:
+            raise ValueError(f"rto_min: {self.rto_min / 1e6:g} us exceeds rto_max ({self.rto_max / 1e6:g} us) "
+                             f"(allowed: rto_min <= rto_max)")
+        return self
 
     @property
     def reports_duplicates(self) -> bool:
@@ -170,7 +178,7 @@ class Receiver:
         self.dsack = params.reports_duplicates
         self.ack_delay = params.ack_delay
         self.sack_units = params.sack_bitmap
-        self.sack_bytes = params.sack_bitmap // 8
+        self.sack_bytes = -(-params.sack_bitmap // 8)
         self.reo = params.reorder_window
         self.kernel = engine.kernel
         if self.coalesce:
@@ -251,20 +259,7 @@ class Receiver:
             if qp.r_unacked >= self.ack_every or cum >= qp.npsn or rset:
                 self.send(t, qp, ACK, cum, pkt)
         elif self.on_gap(t, qp, pkt):
-            if rset is None:
-                qp.r_set = rset = set()
-                qp.r_arr = {}
-            rset.add(seq)
-            qp.r_arr[seq] = t
-            p = pkt.payload
-            qp.r_hold += p
-            if qp.r_hold > st.peak_hold:
-                st.peak_hold = qp.r_hold
-            hr = self.hosts.get(qp.dst) or self.host(qp.dst)
-            hr.hold += p
-            if hr.hold > hr.peak_hold:
-                hr.peak_hold = hr.hold
-            self.accept(t, pkt, st)
+            self._hold(t, qp, st, pkt)
             self.send(t, qp, ACK, cum, pkt)
         if st.delivered >= st.size and not st.done:
             self._done(st, t)
@@ -376,20 +371,7 @@ class Receiver:
             qp.r_cum = cum
             qp.r_nak = False
         elif self.on_gap(t, qp, pkt):
-            if rset is None:
-                qp.r_set = rset = set()
-                qp.r_arr = {}
-            rset.add(seq)
-            qp.r_arr[seq] = t
-            p = pkt.payload
-            qp.r_hold += p
-            if qp.r_hold > st.peak_hold:
-                st.peak_hold = qp.r_hold
-            hr = self.hosts.get(qp.dst) or self.host(qp.dst)
-            hr.hold += p
-            if hr.hold > hr.peak_hold:
-                hr.peak_hold = hr.hold
-            self.accept(t, pkt, st)
+            self._hold(t, qp, st, pkt)
         else:
             if st.delivered >= st.size and not st.done:
                 self._done(st, t)
@@ -427,6 +409,25 @@ class Receiver:
             if last is None or t - last >= self.cnp_interval:
                 qp.r_last_cnp = t
                 self.send(t, qp, CNP, 0, None)
+
+    def _hold(self, t, qp, st, pkt) -> None:
+        """Keep a unit that arrived beyond a gap (placed or buffered: it counts as delivered) until
+        the prefix reaches it; track the queue pair's and the host's held bytes and their peaks."""
+        rset = qp.r_set
+        if rset is None:
+            qp.r_set = rset = set()
+            qp.r_arr = {}
+        rset.add(pkt.seq)
+        qp.r_arr[pkt.seq] = t
+        p = pkt.payload
+        qp.r_hold += p
+        if qp.r_hold > st.peak_hold:
+            st.peak_hold = qp.r_hold
+        hr = self.hosts.get(qp.dst) or self.host(qp.dst)
+        hr.hold += p
+        if hr.hold > hr.peak_hold:
+            hr.peak_hold = hr.hold
+        self.accept(t, pkt, st)
 
     def _join_held(self, t, qp, st, rset, cum: int) -> int:
         """Advance the in-order prefix from ``cum`` over the held units it now reaches (each

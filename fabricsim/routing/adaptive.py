@@ -29,7 +29,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from operator import attrgetter
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .base import ROUTING, RoutingPolicy
 from .quality import PortQuality, QualityParams
@@ -45,6 +45,16 @@ class Adaptive(RoutingPolicy):
                                                "(for comparison; grade keys ignored)")
         util_weight: float = Field(1.0, ge=0, description="exact mode, metric queue_util: weight of "
                                                           "the utilisation term")
+
+        @model_validator(mode="after")
+        def _exact_mode(self):
+            if self.exact:
+                if self.metric == "util":
+                    raise ValueError("metric: 'util' has no exact form (allowed with exact: true: queue, "
+                                     "queue_util)")
+                if "util_window" not in self.model_fields_set:
+                    self.util_window = 10 * 10**6    # the earlier policy's default (10 us)
+            return self
 
     def __init__(self, params, streams):
         super().__init__(params, streams)

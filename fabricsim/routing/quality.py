@@ -77,6 +77,9 @@ class QualityParams(PolicyParams):
     @field_validator("queue_thresholds", "util_thresholds")
     @classmethod
     def _increasing(cls, v):
+        if not v:
+            raise ValueError("got [] (allowed: at least one grade boundary; one list of positive, strictly "
+                             "increasing fractions)")
         if any(x <= 0 for x in v) or any(b <= a for a, b in zip(v, v[1:])):
             raise ValueError(f"got {v!r} (allowed: positive, strictly increasing fractions)")
         return v
@@ -186,7 +189,7 @@ class PortQuality:
         best, best list, [(port, index, thresholds_ps, remote index, remote ports)]]``; remote
         index is the index of the one port the next switch uses, -1 if there is none (a host or
         ``remote: false``) and -2 if it has several (then the best of ``remote ports`` counts)."""
-        n = 1 + max(p.index for p in switch.engine.ports)
+        n = len(switch.engine.ports)           # port indices are their positions in this list
         if n > self._n:
             self._grow(n)
         cands = []

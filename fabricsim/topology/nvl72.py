@@ -81,6 +81,10 @@ class NvlinkPlan:
         return self.chips if self.model == "switches" else 1
 
 
+#: one NVLink5 link, per direction: 50 GB/s [V] (hardware-and-workloads.md)
+NVLINK5_LINK_BPS = 400 * 10**9
+
+
 def resolve_nvlink(shape: DomainShape, spec: NvlinkSpec | None, source: str, field: str) -> NvlinkPlan | None:
     """Fill in the per-domain defaults; None for a domain without NVLink."""
     if shape.chips == 0:
@@ -93,7 +97,14 @@ def resolve_nvlink(shape: DomainShape, spec: NvlinkSpec | None, source: str, fie
                             f"(allowed: a bandwidth divisible by nvlink.chips)", source=source,
                             field=f"{field}.bandwidth")
     rate = bw // chips if spec.model == "switches" else bw
-    credit = spec.credit_buffer * (chips if spec.model == "crossbar" else 1)
+    # one modelled link may stand for several physical NVLinks (the crossbar's one link per GPU, or
+    # an HGX chip reached by 9 links): the credit buffer is per physical link
+    credit = spec.credit_buffer * -(-rate // NVLINK5_LINK_BPS)
+    wire = spec.unit + (spec.unit // spec.packet_payload) * spec.packet_header
+    if spec.transport == "credit" and credit < wire:
+        raise TopologyError(f"{spec.credit_buffer} B per NVLink link x {credit // spec.credit_buffer} links cannot "
+                            f"hold one {wire} B unit (allowed: enough for unit + its headers; a link could never "
+                            f"send)", source=source, field=f"{field}.credit_buffer")
     return NvlinkPlan(spec.model, chips, bw, rate, spec.link_delay, spec.switch_latency,
                       spec.buffer.size_bytes, spec.buffer.mode, spec.transport, credit, spec.unit,
                       spec.packet_payload, spec.packet_header, spec.spread)
