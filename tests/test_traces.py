@@ -52,11 +52,11 @@ def test_convert_chain_is_lossless(tmp_path, runner):
         assert res.exit_code == 0, res.output
     assert read_trace(chain[-1]).records == small_trace().records
     assert pq.read_schema(chain[-1]).field("deps").type == pa.list_(pa.int64())
-    assert pq.read_schema(chain[-1]).metadata[b"fabricsim.trace.format_version"] == b"1"
+    assert pq.read_schema(chain[-1]).metadata[b"fabricsim.trace.format_version"] == b"2"
     # CSV stays plain: a header line, deps as ';'-separated ids
     lines = (tmp_path / "b.csv").read_text().splitlines()
-    assert lines[0] == "id,src,dst,size_bytes,op,phase,layer,microbatch,deps,gap_ps,start_ps"
-    assert lines[4].split(",")[-3] == "1;2"
+    assert lines[0] == "id,src,dst,size_bytes,op,phase,layer,microbatch,deps,gap_ps,start_ps,conn,collective,collective_bytes"
+    assert lines[4].split(",")[8] == "1;2"
 
 
 def test_jsonl_accepts_deps_as_string_and_defaults(tmp_path):
@@ -194,7 +194,8 @@ def test_replay_releases_a_chain_in_order_with_its_gaps(tmp_path):
           "traffic": {"pattern": "trace", "path": str(p)}, "routing": {"policy": "ecmp"},
           "simulation": {"seed": 1}}
     _, sim = prepare(sc)
-    assert sim.messages[1].tags == {"op": "x", "phase": "combine", "layer": -1, "microbatch": -1}
+    assert sim.messages[1].tags == {"op": "x", "phase": "combine", "layer": -1, "microbatch": -1,
+                                    "collective": "", "collective_bytes": 0}
     res = fabricsim.run(sc)
     m = res.messages.set_index("message_id")
     assert m["completed"].all()

@@ -1,4 +1,4 @@
-"""Read and write v1 traces as Parquet, CSV or JSON Lines, chosen by file extension.
+"""Read and write traces (format v2; v1 files are read too) as Parquet, CSV or JSON Lines, chosen by file extension.
 
 ``read_trace`` parses and checks (everything but GPU ids against a topology, which takes
 ``num_hosts``); every problem is a :class:`~fabricsim.errors.TraceError` naming file, row and column.
@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from ..errors import TraceError
-from .schema import COLUMNS, FORMAT_VERSION, PARQUET_VERSION_KEY, Trace, check_columns, check_trace, coerce_row
+from .schema import COLUMNS, FORMAT_VERSION, PARQUET_VERSION_KEY, READABLE_VERSIONS, Trace, check_columns, check_trace, coerce_row
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
@@ -108,8 +108,9 @@ def _read_parquet(path: Path) -> Trace:
         raise TraceError(f"not a readable Parquet file: {exc}", source=src) from None
     meta = table.schema.metadata or {}
     ver = meta.get(PARQUET_VERSION_KEY)
-    if ver is not None and ver.decode() != str(FORMAT_VERSION):
-        raise TraceError(f"trace format version {ver.decode()} (allowed: {FORMAT_VERSION})", source=src)
+    if ver is not None and ver.decode() not in {str(v) for v in READABLE_VERSIONS}:
+        raise TraceError(f"trace format version {ver.decode()} (allowed: "
+                         f"{', '.join(map(str, READABLE_VERSIONS))})", source=src)
     check_columns(table.column_names, src)
     cols = {c: table.column(c).to_pylist() for c in COLUMNS if c in table.column_names}
     n = table.num_rows
@@ -145,6 +146,7 @@ def write_trace(trace: Trace, path) -> Path:
 
 def arrow_schema():
     import pyarrow as pa
-    types = {"int": pa.int64(), "str": pa.string(), "phase": pa.string(), "deps": pa.list_(pa.int64())}
+    types = {"int": pa.int64(), "str": pa.string(), "phase": pa.string(), "collective": pa.string(),
+             "deps": pa.list_(pa.int64())}
     return pa.schema([pa.field(c, types[k], nullable=False) for c, (k, _) in COLUMNS.items()],
                      metadata={PARQUET_VERSION_KEY: str(FORMAT_VERSION).encode()})

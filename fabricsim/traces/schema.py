@@ -1,4 +1,7 @@
-"""Trace format v1: one row per point-to-point message (documented in docs/traces.md).
+"""Trace format v2: one row per point-to-point message (documented in docs/traces.md).
+
+v2 adds three optional columns to v1 (``conn``, ``collective``, ``collective_bytes``); a v1 file
+reads as v2 with their defaults.
 
 A :class:`Trace` is a list of :class:`TraceRecord` plus, for each record, where it came from
 (a 1-based line for CSV / JSON Lines, a 0-based row index for Parquet) so every error names the
@@ -14,11 +17,16 @@ from dataclasses import dataclass, field
 
 from ..errors import TraceError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: versions a reader accepts (v1 files have none of the v2 columns, which take their defaults)
+READABLE_VERSIONS = (1, 2)
 #: key of the format version in Parquet schema metadata
 PARQUET_VERSION_KEY = b"fabricsim.trace.format_version"
 
 PHASES = ("dispatch", "combine", "other")
+#: collective kinds (column ``collective``; "" = not given). They set the bus-bandwidth factor of
+#: nccl-tests (:mod:`fabricsim.analysis.collectives`).
+COLLECTIVES = ("", "allreduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast")
 
 #: column -> (kind, default); default ``REQUIRED`` means the column must be present
 REQUIRED = object()
@@ -34,6 +42,9 @@ COLUMNS: dict[str, tuple[str, object]] = {
     "deps": ("deps", ()),
     "gap_ps": ("int", 0),
     "start_ps": ("int", 0),
+    "conn": ("int", -1),
+    "collective": ("collective", ""),
+    "collective_bytes": ("int", 0),
 }
 REQUIRED_COLUMNS = tuple(c for c, (_, d) in COLUMNS.items() if d is REQUIRED)
 
@@ -51,6 +62,13 @@ class TraceRecord:
     deps: tuple[int, ...] = ()
     gap_ps: int = 0
     start_ps: int = 0
+    #: logical connection (NCCL channel / EP-kernel queue pairs) the message is sent on; messages of
+    #: one connection reuse its queue pairs and 5-tuples; -1: a connection of its own
+    conn: int = -1
+    #: collective kind of ``op`` (one of COLLECTIVES; "" = not given)
+    collective: str = ""
+    #: the collective's buffer size per rank as nccl-tests counts it (0 = not given)
+    collective_bytes: int = 0
 
     def as_dict(self) -> dict:
         return {c: (list(self.deps) if c == "deps" else getattr(self, c)) for c in COLUMNS}
@@ -76,7 +94,8 @@ class Trace:
         """The records as engine :class:`~fabricsim.traffic.message.Message` objects."""
         from ..traffic.message import Message
         return [Message(r.id, r.src, r.dst, r.size_bytes, r.start_ps, qps, r.deps, r.gap_ps,
-                        {"op": r.op, "phase": r.phase, "layer": r.layer, "microbatch": r.microbatch})
+                        {"op": r.op, "phase": r.phase, "layer": r.layer, "microbatch": r.microbatch,
+                         "collective": r.collective, "collective_bytes": r.collective_bytes}, r.conn)
                 for r in self.records]
 
 
@@ -150,11 +169,18 @@ def coerce_row(raw: dict, err) -> TraceRecord:
             if s not in PHASES:
                 raise err(col, f"got {v!r} (allowed: {', '.join(PHASES)})")
             vals[col] = s
+        elif kind == "collective":
+            s = str(v).strip()
+            if s not in COLLECTIVES:
+                raise err(col, f"got {v!r} (allowed: {', '.join(c for c in COLLECTIVES if c)}, or empty)")
+            vals[col] = s
         else:
             vals[col] = str(v)
-    for col in ("id", "src", "dst", "gap_ps", "start_ps"):
+    for col in ("id", "src", "dst", "gap_ps", "start_ps", "collective_bytes"):
         if vals[col] < 0:
             raise err(col, f"got {vals[col]} (allowed: >= 0)")
+    if vals["conn"] < -1:
+        raise err("conn", f"got {vals['conn']} (allowed: >= 0, or -1 for a connection of its own)")
     if vals["size_bytes"] <= 0:
         raise err("size_bytes", f"got {vals['size_bytes']} (allowed: > 0)")
     if vals["src"] == vals["dst"]:

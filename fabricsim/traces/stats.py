@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .schema import Trace
+from .schema import FORMAT_VERSION, Trace
 
 
 def _max_mean(values) -> tuple[int, float]:
@@ -57,7 +57,7 @@ def inspect_trace(trace: Trace) -> dict:
     rmax, rmean = _max_mean(recv.get(g, 0) for g in gpus)
     return {
         "file": trace.source,
-        "format_version": 1,
+        "format_version": FORMAT_VERSION,
         "messages": len(recs),
         "total_bytes": sum(r.size_bytes for r in recs),
         "gpus": len(gpus),
