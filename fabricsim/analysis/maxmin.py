@@ -107,35 +107,29 @@ def ecmp_placement(sim) -> list[tuple[object, int, list]]:
 
     Returns ``[(message, queue-pair bytes, [directed link (a, b, k), ...])]`` in the order the
     packet engine opens queue pairs (messages released together, in message order), with the same
-    5-tuple hashes (:func:`~fabricsim.net.packet.queue_pair_tuple`) and the same per-switch choice
+    queue-pair numbering and 5-tuple hashes (:class:`~fabricsim.net.packet.ConnectionTable`, so
+    messages on one connection, ``Message.conn >= 0``, share its queue pairs) and the same per-switch choice
     (:func:`~fabricsim.routing.ecmp.ecmp_index`) as a packet run of the same scenario and seed.
     ``k`` numbers the parallel links between ``a`` and ``b`` in the topology's link order.
     Single-port hosts only (leaf-spine fabrics); messages must start together and have no
     dependencies (the release order then is the message order).
     """
-    from ..net.packet import FLOWS_SALT_STREAM, queue_pair_tuple
+    from ..net.packet import FLOWS_SALT_STREAM, ConnectionTable
     from ..routing.ecmp import SALT_STREAM, ecmp_index
     topo, paths = sim.topology, sim.paths
     parallel: dict = {}
     for u, v, _k, _d in topo.links():
         parallel[(u, v)] = parallel.get((u, v), 0) + 1
         parallel[(v, u)] = parallel.get((v, u), 0) + 1
-    qp_salt = sim.streams.u64(FLOWS_SALT_STREAM)
+    table = ConnectionTable(sim.streams.u64(FLOWS_SALT_STREAM))
     ecmp_salt = sim.streams.u64(SALT_STREAM)
     hosts = set(topo.hosts)
     out = []
-    uid = 0
     t0 = {m.start_ps for m in sim.messages}
     if len(t0) > 1 or any(m.deps for m in sim.messages):
         raise ValueError("the ECMP fluid reference needs messages that all start together, without dependencies")
     for m in sim.messages:
-        base, extra = divmod(m.size_bytes, m.qps)
-        for q in range(m.qps):
-            size = base + (1 if q < extra else 0)
-            if size == 0:
-                continue
-            _sport, h = queue_pair_tuple(qp_salt, m.src, m.dst, uid)
-            uid += 1
+        for _uid, _sport, h, size in table.open(m.src, m.dst, m.size_bytes, m.qps, m.conn):
             first = list(paths.first_hops(m.src, m.dst))
             if len(first) != 1 or parallel[(m.src, first[0])] != 1:
                 raise ValueError(f"the ECMP fluid reference supports single-port hosts (host {m.src} has several)")
@@ -169,6 +163,10 @@ def ecmp_fluid_reference(source, overrides=()) -> dict:
     sc = sim.scenario
     mtu, header = sc.simulation.mtu, sc.simulation.header
     g = sim.topology.graph
+    conns = [(m.conn, m.src, m.dst) for m in sim.messages if m.conn >= 0]
+    if len(set(conns)) != len(conns):
+        # the packet engine runs them one after another (a connection's FIFO), not side by side
+        raise ValueError("the ECMP fluid reference needs at most one message per connection (conn, src, dst)")
     placed = ecmp_placement(sim)
     cap = {}
     for _m, _s, links in placed:

@@ -33,7 +33,7 @@ from ..net.lossless import LosslessPort, LosslessSwitch, Pfc
 from ..errors import SimulationError
 from ..net.nic import Nic
 from ..net.nvlink import NvlinkNic, NvlinkPort, NvlinkRx, NvlinkSwitch
-from ..net.packet import DATA, FLOWS_SALT_STREAM, QueuePair, queue_pair_tuple
+from ..net.packet import DATA, FLOWS_SALT_STREAM, ConnectionTable, QueuePair
 from ..net.port import Port
 from ..net.sender import Sender
 from ..net.switch import Switch
@@ -210,7 +210,6 @@ class PacketEngine:
         for st in self.states.values():
             for dep in st.msg.deps:
                 self.states[dep].dependents.append(st)
-        self._qp_uid = 0
         self._eligible: dict = {}
         self.split = SPLITS.get(sc.nic.name)(sc.nic.params, streams)
         self.pxn = bool(sc.nic.params and sc.nic.params.pxn)
@@ -222,6 +221,8 @@ class PacketEngine:
         self.gpu_free: dict[int, int] = {}       # GPU -> when its current compute job ends
         self.gpu_busy: dict[int, int] = {}       # GPU -> total compute time so far
         self._salt = streams.u64(FLOWS_SALT_STREAM)
+        self.connections = ConnectionTable(self._salt)   # queue-pair uids and 5-tuples (net/packet.py)
+        self._conn_wait: dict = {}   # (conn, src, dst) -> messages posted behind the one in progress
         self.remaining = len(self.states)
         self._rtt: dict = {}
         self._final_links = None
@@ -337,11 +338,34 @@ class PacketEngine:
 
     # ------------------------------------------------------------------ message lifecycle
     def release(self, t, st: MessageState):
-        """Hand a message to its source NIC: split it over its queue pairs."""
+        """A message is posted (its dependencies and gap are over): hand it to its source NIC, or,
+        on a busy connection, queue it behind the message in progress there.
+
+        Connections (``Message.conn >= 0``, docs/traces.md "Connections"): the messages of
+        connection ``(conn, src, dst)`` reuse its queue pairs (:class:`ConnectionTable`) and run
+        one at a time in the order they are posted: a message posted while an earlier one is in
+        progress waits (FIFO) and starts when that one completes or fails (:meth:`message_done`).
+        Its ``release_ps`` stays the time it was posted, so the wait counts in its completion
+        time. A message only ever waits for messages posted before it, which never wait for it:
+        the rule cannot deadlock. PXN pieces (``st.parent``) are never queued: the user's
+        message holds the connection for all of its pieces."""
         m = st.msg
         st.release = t
         if st.parent is None:   # PXN pieces are not messages of the pattern
             self.recorder.on_release(st, t)
+            if m.conn >= 0:
+                key = (m.conn, m.src, m.dst)
+                waiting = self._conn_wait.get(key)
+                if waiting is not None:
+                    waiting.append(st)
+                    return
+                self._conn_wait[key] = deque()
+        self._start(t, st)
+
+    def _start(self, t, st: MessageState):
+        """Split a message over its queue pairs and put them on the source NIC ports (or relay it:
+        PXN)."""
+        m = st.msg
         if self.pxn and st.parent is None:
             relay = self.sim.paths.pxn_relay(m.src, m.dst)
             if relay is not None:
@@ -349,14 +373,7 @@ class PacketEngine:
                 return
         eligible = self.eligible_nics(m.src, m.dst)
         nvlink = eligible[0].nvlink
-        base, extra = divmod(m.size_bytes, m.qps)
-        for q in range(m.qps):
-            size = base + (1 if q < extra else 0)
-            if size == 0:
-                continue
-            uid = self._qp_uid
-            self._qp_uid += 1
-            sport, h = queue_pair_tuple(self._salt, m.src, m.dst, uid)
+        for uid, sport, h, size in self.connections.open(m.src, m.dst, m.size_bytes, m.qps, m.conn):
             if nvlink:
                 # NVLink: units of the domain's size, no congestion control, no ACK (net/nvlink.py)
                 unit = eligible[0].unit
@@ -379,6 +396,20 @@ class PacketEngine:
             for nic in nics:
                 nic.add(t, qp)
 
+    def _next_on_connection(self, st: MessageState, t: int):
+        """``st`` (on a connection) ended: start the next message posted on its connection."""
+        m = st.msg
+        key = (m.conn, m.src, m.dst)
+        waiting = self._conn_wait.get(key)
+        if waiting is None:
+            return
+        while waiting:
+            nxt = waiting.popleft()
+            if not nxt.done:          # (a message failed by a failed dependency never starts)
+                self._start(t, nxt)
+                return
+        del self._conn_wait[key]
+
     def _release_via(self, t, st: MessageState, relay: int):
         """PXN: cut the message into chunks; each goes src -> relay (NVLink, not counted as
         goodput), then relay -> dst as soon as that chunk is in."""
@@ -386,7 +417,7 @@ class PacketEngine:
         chunk = self.pxn_chunk
         for off in range(0, m.size_bytes, chunk):
             size = min(chunk, m.size_bytes - off)
-            second = MessageState(Message(m.id, relay, m.dst, size, qps=m.qps), parent=st)
+            second = MessageState(Message(m.id, relay, m.dst, size, qps=m.qps, conn=m.conn), parent=st)
             first = MessageState(Message(m.id, m.src, relay, size, qps=1), parent=st, final=False)
             first.next_stage = second
             self.pieces.append(first)
@@ -430,6 +461,8 @@ class PacketEngine:
         if st.parent is not None:
             self._piece_done(st, t)
             return
+        if st.msg.conn >= 0:
+            self._next_on_connection(st, t)
         self.remaining -= 1
         self.recorder.on_message(st)
         if not self.remaining:

@@ -160,3 +160,70 @@ def queue_pair_tuple(salt: int, src: int, dst: int, uid: int) -> tuple[int, int]
     """
     sport = 49152 + (uid & 0x3FFF)
     return sport, five_tuple_hash(salt, src, dst, sport ^ (uid >> 14) * 7919)
+
+
+def split_bytes(size_bytes: int, parts: int) -> list[int]:
+    """The queue-pair split: ``size_bytes`` over ``parts`` queue pairs, the first
+    ``size_bytes % parts`` one byte larger (a part may be 0 when ``size_bytes < parts``).
+
+    >>> split_bytes(10, 4)
+    [3, 3, 2, 2]
+    >>> split_bytes(2, 4)
+    [1, 1, 0, 0]
+    """
+    base, extra = divmod(size_bytes, parts)
+    return [base + (1 if q < extra else 0) for q in range(parts)]
+
+
+class ConnectionTable:
+    """Opens a run's queue pairs: the one numbering of queue pairs and their 5-tuples.
+
+    The packet engine asks it for the queue pairs of each message it starts, and the analysis-side
+    references that place a run's own flows (:func:`fabricsim.analysis.maxmin.ecmp_placement`)
+    ask it the same questions in the same order, so both see the same uids, UDP source ports and
+    5-tuple hashes (:func:`queue_pair_tuple`).
+
+    - ``conn == -1``: the message gets fresh queue pairs, one per non-empty part of
+      :func:`split_bytes` over its ``qps`` (numbered in order, as before connections existed).
+    - ``conn >= 0``: the message uses the queue pairs of connection ``(conn, src, dst)``. The first
+      message on it opens ``qps`` of them (all, even if that message is too small to use every
+      one); later messages reuse the same uids and 5-tuples, whatever their own ``qps``, and are
+      split over the connection's count.
+
+    >>> t = ConnectionTable(salt=1)
+    >>> [uid for uid, _s, _h, _b in t.open(0, 1, 10, 2)]             # fresh
+    [0, 1]
+    >>> a = t.open(0, 1, 10, 2, conn=3); b = t.open(0, 1, 7, 5, conn=3)
+    >>> [q[:3] for q in a] == [q[:3] for q in b], [q[3] for q in b]   # same 5-tuples, same split
+    (True, [4, 3])
+    >>> [q[0] for q in t.open(1, 0, 10, 2, conn=3)]                   # (conn, src, dst): a new connection
+    [4, 5]
+    """
+
+    __slots__ = ("salt", "next_uid", "_conns")
+
+    def __init__(self, salt: int):
+        self.salt = salt
+        self.next_uid = 0
+        self._conns: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+
+    def _new(self, src: int, dst: int) -> tuple[int, int, int]:
+        uid = self.next_uid
+        self.next_uid += 1
+        sport, h = queue_pair_tuple(self.salt, src, dst, uid)
+        return uid, sport, h
+
+    def open(self, src: int, dst: int, size_bytes: int, qps: int, conn: int = -1) -> list[tuple[int, int, int, int]]:
+        """``(uid, sport, hash, bytes)`` of each queue pair a message of ``size_bytes`` uses
+        (parts of 0 bytes left out)."""
+        if conn < 0:
+            out = []
+            for size in split_bytes(size_bytes, qps):
+                if size:
+                    out.append(self._new(src, dst) + (size,))
+            return out
+        key = (conn, src, dst)
+        tuples = self._conns.get(key)
+        if tuples is None:
+            tuples = self._conns[key] = [self._new(src, dst) for _ in range(qps)]
+        return [t + (size,) for t, size in zip(tuples, split_bytes(size_bytes, len(tuples))) if size]
