@@ -17,7 +17,7 @@ def _sc(routing, buffer=None, pattern=None, seed=1):
 
 
 def test_registry_lists_every_policy():
-    assert ROUTING.names() == ["adaptive", "ecmp", "flowlet", "spray"]
+    assert ROUTING.names() == ["adaptive", "ecmp", "flowlet", "pinned", "spray"]
 
 
 def test_exact_adaptive_spreads_each_flow_over_all_uplinks_evenly():

@@ -6,6 +6,14 @@ A switch with several equal-cost egress ports for a packet calls
 (``queued_bytes(now)``, ``busy_until``, ``rate``, counters) and the packet's queue pair
 (``pkt.qp.hash`` is the seeded 5-tuple hash). Policies are built once per simulation with
 ``(params, streams)`` and keep their own state; randomness comes from a named stream.
+
+``weights(switch, ports, qp, control) -> list[float] | None`` states what ``choose()`` means
+for a fluid model: the share of one flow (a queue pair's data, or with ``control=True`` its
+control packets) that goes to each of ``ports``. One-hot for per-flow policies (``ecmp``,
+``pinned``), uniform for ``spray``; ``None`` (the default) for policies whose choice depends on
+the queues at the moment a packet arrives (``adaptive``, ``flowlet``), which have no static
+share. The contract (tests/test_pinned.py::test_packet_byte_shares_follow_weights, run for every
+registered policy): the packet engine's per-link byte shares converge to ``weights()``.
 """
 from __future__ import annotations
 
@@ -33,3 +41,8 @@ class RoutingPolicy:
 
     def choose(self, switch, ports, pkt, now):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def weights(self, switch, ports, qp, control: bool = False) -> list[float] | None:
+        """Share of the flow (``qp``'s data, or its control packets) per port of ``ports`` at
+        ``switch``, or ``None`` if the choice has no static share (see the module doc)."""
+        return None

@@ -2,7 +2,8 @@
 
 Every switch salts the flow hash with its own seeded 64-bit value, so hash choices at different
 switches are independent; all packets of a queue pair take one path (no reordering). The number
-of QPs per message (``traffic.qps_per_message``) sets the entropy.
+of QPs per message (``traffic.qps_per_message``, or ``traffic.qps_per_connection`` for messages
+on a persistent connection) sets the entropy.
 
 The two directions of a queue pair are two flows: data packets (``qp.src`` -> ``qp.dst``) hash
 the queue pair's 5-tuple hash, its control packets (ACK / NAK / CNP, ``qp.dst`` -> ``qp.src``)
@@ -108,3 +109,9 @@ class Ecmp(RoutingPolicy):
         if port is None:
             port = self._cache[key] = ports[ecmp_index(pkt.qp.hash, self._salt, switch.id, len(ports), control)]
         return port
+
+    def weights(self, switch, ports, qp, control: bool = False) -> list[float]:
+        """One-hot: the whole flow on the port :func:`ecmp_index` picks."""
+        w = [0.0] * len(ports)
+        w[ecmp_index(qp.hash, self._salt, switch.id, len(ports), control)] = 1.0
+        return w

@@ -12,3 +12,7 @@ class Spray(RoutingPolicy):
 
     def choose(self, switch, ports, pkt, now):
         return ports[int(self._random() * len(ports))]
+
+    def weights(self, switch, ports, qp, control: bool = False) -> list[float]:
+        """Uniform: every packet is an independent draw."""
+        return [1.0 / len(ports)] * len(ports)

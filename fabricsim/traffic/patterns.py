@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import TrafficError
@@ -177,7 +178,9 @@ def csv_messages(cfg, topo, streams, source, resolve):
             except ValueError:
                 raise TrafficError(f"deps must be message ids separated by ';', got {deps_raw!r}",
                                    source=src_name, field="deps", line=lineno) from None
-            out.append(Message(mid, s, d, size, start, qps, deps, gap))
+            conn = req_int("conn", -1) if row.get("conn") not in (None, "") else -1
+            out.append(Message(mid, s, d, size, start, cfg.qps_per_connection if conn >= 0 else qps, deps, gap,
+                               conn=conn))
     if not out:
         raise TrafficError("the message list is empty", source=src_name, line=1)
     for m in out:
@@ -197,7 +200,16 @@ def trace_messages(cfg, topo, streams, source, resolve):
     """Replay a v1 trace (see :class:`fabricsim.config.traffic.TraceTraffic`, docs/traces.md)."""
     from ..traces import read_trace
     path = _input_file(cfg, resolve, source, "trace")
-    return read_trace(path, num_hosts=topo.num_hosts).to_messages(cfg.qps_per_message)
+    msgs = read_trace(path, num_hosts=topo.num_hosts).to_messages(cfg.qps_per_message)
+    return _with_connection_qps(msgs, cfg.qps_per_connection)
+
+
+def _with_connection_qps(msgs: list[Message], qps_per_connection: int) -> list[Message]:
+    """``msgs`` with ``qps = qps_per_connection`` on every message sent on a connection
+    (``conn >= 0``); the others keep their own ``qps``."""
+    if not any(m.conn >= 0 and m.qps != qps_per_connection for m in msgs):
+        return msgs
+    return [replace(m, qps=qps_per_connection) if m.conn >= 0 else m for m in msgs]
 
 
 def _rows(reader, source):
