@@ -415,7 +415,11 @@ def trace_moe(output, config_file, zipf, imbalance, as_json, **opts):
 @click.option("--gap", type=str, default="0", help="compute time per dependent step (e.g. 2us)")
 @click.option("--repeat", type=int, default=1, help="back-to-back collectives, each waiting for the previous one")
 @click.option("--op", "op", type=str, default=None, help="op name (default: the kind)")
-def trace_collective(output, kind, ranks, size, gap, repeat, op):
+@click.option("--channels", type=int, default=1,
+              help="NCCL channels: the buffer is split over them, each runs its own ring on its own connection")
+@click.option("--conn-base", "conn_base", type=int, default=0,
+              help="connection of channel 0 (channel c: conn-base + c); -1 = fresh queue pairs per message")
+def trace_collective(output, kind, ranks, size, gap, repeat, op, channels, conn_base):
     """Generate a collective expanded to point-to-point messages (docs/traces.md, "Collectives")."""
     from .traces import trace_format, write_trace
     from .traces.collectives import KINDS, compose, parse_ranks, sequence
@@ -434,8 +438,8 @@ def trace_collective(output, kind, ranks, size, gap, repeat, op):
         except ValueError as exc:
             raise ConfigError(str(exc), field="--gap") from None
         try:
-            trace = compose([sequence(kind, rank_list, size_b, repeat=repeat, op=op, gap_ps=gap_ps)],
-                            source=str(output))
+            trace = compose([sequence(kind, rank_list, size_b, repeat=repeat, op=op, gap_ps=gap_ps,
+                                      channels=channels, conn_base=conn_base)], source=str(output))
         except ConfigError as exc:
             if exc.field and not exc.field.startswith("--"):
                 exc = ConfigError(exc.message, field="--" + exc.field)
@@ -444,8 +448,10 @@ def trace_collective(output, kind, ranks, size, gap, repeat, op):
     except FabricsimError as exc:
         _fail(exc)
     total = sum(r.size_bytes for r in trace.records)
-    click.echo(f"{output}: {kind} x{repeat} over {len(rank_list)} ranks, {len(trace)} messages, "
-               f"{total} B ({format_size(total)}) sent")
+    conns = (f"connections {conn_base}..{conn_base + channels - 1}" if conn_base >= 0
+             else "fresh queue pairs per message")
+    click.echo(f"{output}: {kind} x{repeat} over {len(rank_list)} ranks, {channels} channel(s) ({conns}), "
+               f"{len(trace)} messages, {total} B ({format_size(total)}) sent")
 
 
 @trace_group.command("import-chakra")

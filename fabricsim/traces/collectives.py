@@ -10,6 +10,15 @@ concatenated into one trace (:func:`compose`, :func:`sequence`).
 mapping ``rank -> ids`` (the first-step messages sent by that rank wait for those ids; see
 :func:`last_messages`, which gives this mapping for a previous collective).
 
+Channels and connections (keyword-only ``channels``, ``conn_base``), as NCCL runs a collective:
+the buffer is split over ``channels`` (NCCL's nChannels; :func:`chunk_sizes` of ``S`` over the
+channels, then of each channel's part over the ring's chunks) and every channel runs the whole
+schedule on its own, with its own dependency chain. Channel ``c`` sends on the persistent
+connection ``conn = conn_base + c`` (the same queue pairs, hence the same ECMP paths, for every
+step and every repeat of :func:`sequence`); ``conn_base = -1`` gives every message fresh queue
+pairs instead (``conn = -1``). Every record carries ``collective`` (the kind) and
+``collective_bytes`` (``S``, the buffer size per rank as nccl-tests counts it).
+
 - :func:`ring_all_reduce`: ``2 (n - 1)`` steps, reduce-scatter then all-gather. The buffer is split
   into ``n`` chunks of ``S // n`` bytes, the first ``S % n`` chunks one byte larger. In reduce-scatter
   step ``k`` rank ``r[i]`` sends chunk ``(i - k) mod n`` to its ring successor ``r[i + 1]``; in
@@ -18,16 +27,20 @@ mapping ``rank -> ids`` (the first-step messages sent by that rank wait for thos
 - :func:`ring_reduce_scatter` / :func:`ring_all_gather`: the first / last ``n - 1`` steps alone.
 - :func:`send_recv`: one message ``ranks[0] -> ranks[1]``.
 - :func:`all_to_all`: every rank sends chunk ``j`` of its ``S`` bytes to ``ranks[j]`` (no deps between
-  them).
+  them), rank ``i`` to peers in the order ``(i + 1) mod n, (i + 2) mod n, ...`` (staggered, as NCCL
+  schedules peers, so the ranks do not all start on the same destination).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from ..errors import ConfigError
 from .schema import Trace, TraceRecord, check_trace
 
 KINDS = ("allreduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv")
+#: the most channels a collective may use (NCCL's MAXCHANNELS is 32 or 64 depending on version)
+MAX_CHANNELS = 64
 
 Deps = "Sequence[int] | Mapping[int, Sequence[int]]"
 
@@ -52,87 +65,128 @@ def _check(ranks, size_bytes: int, min_ranks: int = 2, max_ranks: int | None = N
     return ranks
 
 
+def _check_channels(channels, conn_base) -> None:
+    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
+        raise ConfigError(f"got {channels!r} (allowed: an integer 1..{MAX_CHANNELS})", field="channels")
+    if isinstance(conn_base, bool) or not isinstance(conn_base, int) or conn_base < -1:
+        raise ConfigError(f"got {conn_base!r} (allowed: an integer >= 0, or -1 for fresh queue pairs)",
+                          field="conn-base")
+
+
+def _conn(conn_base: int, channel: int) -> int:
+    """The connection channel ``channel`` sends on (-1: fresh queue pairs)."""
+    return -1 if conn_base < 0 else conn_base + channel
+
+
 def _first_deps(deps, rank: int) -> tuple[int, ...]:
     if isinstance(deps, Mapping):
         return tuple(deps.get(rank, ()))
     return tuple(deps or ())
 
 
-def _ring(ranks, size_bytes, op, start_id, deps, layer, microbatch, gap_ps, steps) -> list[TraceRecord]:
-    """Ring steps: ``steps`` is a list of chunk offsets ``o``: in that step rank i sends chunk (i + o) mod n."""
+def _ring(ranks, size_bytes, op, start_id, deps, layer, microbatch, gap_ps, steps, kind, channels,
+          conn_base) -> list[TraceRecord]:
+    """Ring steps: ``steps`` is a list of chunk offsets ``o``: in that step rank i sends chunk (i + o) mod n
+    of its channel's part. Ids are step-major, then channel, then rank."""
+    _check_channels(channels, conn_base)
     n = len(ranks)
-    sizes = chunk_sizes(size_bytes, n)
-    if min(sizes) <= 0:
-        raise ConfigError(f"{size_bytes} B over {n} ranks leaves empty chunks (allowed: at least {n} B)",
-                          field="size")
+    if size_bytes < n * channels:
+        raise ConfigError(f"{size_bytes} B over {n} ranks x {channels} channels leaves empty chunks "
+                          f"(allowed: at least {n * channels} B)", field="size")
     if gap_ps < 0:
         raise ConfigError(f"got {gap_ps} (allowed: >= 0)", field="gap")
+    sizes = [chunk_sizes(part, n) for part in chunk_sizes(size_bytes, channels)]   # [channel][chunk]
     recs: list[TraceRecord] = []
-    prev: list[int] | None = None  # prev[i]: id of the previous step's message from rank i
+    prev: list[list[int]] | None = None  # prev[c][i]: id of the previous step's message from rank i, channel c
     nid = start_id
-    for k, off in enumerate(steps):
+    for off in steps:
         cur = []
-        for i, src in enumerate(ranks):
-            if prev is None:
-                d, gap = _first_deps(deps, src), 0
-            else:
-                d, gap = (prev[(i - 1) % n],), gap_ps  # the message that just arrived at rank i
-            recs.append(TraceRecord(nid, src, ranks[(i + 1) % n], sizes[(i + off) % n], op, "other",
-                                    layer, microbatch, d, gap))
-            cur.append(nid)
-            nid += 1
+        for c in range(channels):
+            row = []
+            for i, src in enumerate(ranks):
+                if prev is None:
+                    d, gap = _first_deps(deps, src), 0
+                else:
+                    d, gap = (prev[c][(i - 1) % n],), gap_ps  # the message that just arrived at rank i
+                recs.append(TraceRecord(nid, src, ranks[(i + 1) % n], sizes[c][(i + off) % n], op, "other",
+                                        layer, microbatch, d, gap, conn=_conn(conn_base, c), collective=kind,
+                                        collective_bytes=size_bytes))
+                row.append(nid)
+                nid += 1
+            cur.append(row)
         prev = cur
     return recs
 
 
 def ring_all_reduce(ranks, size_bytes: int, op: str = "allreduce", start_id: int = 0, deps=(),
-                    layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
-    """Ring all-reduce of ``size_bytes``: ``2 (n - 1)`` steps of ``n`` messages (ids step-major)."""
+                    layer: int = -1, microbatch: int = -1, gap_ps: int = 0, *, channels: int = 1,
+                    conn_base: int = -1) -> list[TraceRecord]:
+    """Ring all-reduce of ``size_bytes``: ``2 (n - 1)`` steps of ``n`` messages per channel (ids
+    step-major)."""
     ranks = _check(ranks, size_bytes)
     n = len(ranks)
     steps = [-k for k in range(n - 1)] + [1 - k for k in range(n - 1)]
-    return _ring(ranks, size_bytes, op, start_id, deps, layer, microbatch, gap_ps, steps)
+    return _ring(ranks, size_bytes, op, start_id, deps, layer, microbatch, gap_ps, steps, "allreduce",
+                 channels, conn_base)
 
 
 def ring_reduce_scatter(ranks, size_bytes: int, op: str = "reduce_scatter", start_id: int = 0, deps=(),
-                        layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
+                        layer: int = -1, microbatch: int = -1, gap_ps: int = 0, *, channels: int = 1,
+                        conn_base: int = -1) -> list[TraceRecord]:
     """Ring reduce-scatter of a ``size_bytes`` buffer: the first ``n - 1`` all-reduce steps."""
     ranks = _check(ranks, size_bytes)
     return _ring(ranks, size_bytes, op, start_id, deps, layer, microbatch, gap_ps,
-                 [-k for k in range(len(ranks) - 1)])
+                 [-k for k in range(len(ranks) - 1)], "reduce_scatter", channels, conn_base)
 
 
 def ring_all_gather(ranks, size_bytes: int, op: str = "all_gather", start_id: int = 0, deps=(),
-                    layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
+                    layer: int = -1, microbatch: int = -1, gap_ps: int = 0, *, channels: int = 1,
+                    conn_base: int = -1) -> list[TraceRecord]:
     """Ring all-gather into a ``size_bytes`` buffer (``n`` chunks; rank i starts with chunk i + 1):
     the last ``n - 1`` all-reduce steps."""
     ranks = _check(ranks, size_bytes)
     return _ring(ranks, size_bytes, op, start_id, deps, layer, microbatch, gap_ps,
-                 [1 - k for k in range(len(ranks) - 1)])
+                 [1 - k for k in range(len(ranks) - 1)], "all_gather", channels, conn_base)
 
 
 def send_recv(ranks, size_bytes: int, op: str = "sendrecv", start_id: int = 0, deps=(),
-              layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
-    """One message ``ranks[0] -> ranks[1]`` of ``size_bytes`` (``gap_ps`` after its deps)."""
+              layer: int = -1, microbatch: int = -1, gap_ps: int = 0, *, channels: int = 1,
+              conn_base: int = -1) -> list[TraceRecord]:
+    """``ranks[0] -> ranks[1]``: ``size_bytes`` in one message per channel (``gap_ps`` after its deps)."""
     src, dst = _check(ranks, size_bytes, 2, 2)
+    _check_channels(channels, conn_base)
     d = _first_deps(deps, src)
-    return [TraceRecord(start_id, src, dst, size_bytes, op, "other", layer, microbatch, d, gap_ps if d else 0)]
+    out = []
+    for c, part in enumerate(chunk_sizes(size_bytes, channels)):
+        if part:
+            out.append(TraceRecord(start_id + len(out), src, dst, part, op, "other", layer, microbatch, d,
+                                   gap_ps if d else 0, conn=_conn(conn_base, c), collective="sendrecv",
+                                   collective_bytes=size_bytes))
+    return out
 
 
 def all_to_all(ranks, size_bytes: int, op: str = "all_to_all", start_id: int = 0, deps=(),
-               layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
-    """Every rank sends chunk j of its ``size_bytes`` buffer to ``ranks[j]`` (``n (n - 1)`` messages)."""
+               layer: int = -1, microbatch: int = -1, gap_ps: int = 0, *, channels: int = 1,
+               conn_base: int = -1) -> list[TraceRecord]:
+    """Every rank sends chunk j of its ``size_bytes`` buffer to ``ranks[j]`` (``n (n - 1)`` messages per
+    channel, each chunk split over the channels); rank i visits its peers in the staggered order
+    ``(i + k) mod n``, k = 1 .. n - 1."""
     ranks = _check(ranks, size_bytes)
+    _check_channels(channels, conn_base)
     n = len(ranks)
     sizes = chunk_sizes(size_bytes, n)
     recs, nid = [], start_id
     for i, src in enumerate(ranks):
         d = _first_deps(deps, src)
-        for j, dst in enumerate(ranks):
-            if j == i or sizes[j] == 0:
-                continue
-            recs.append(TraceRecord(nid, src, dst, sizes[j], op, "other", layer, microbatch, d, gap_ps if d else 0))
-            nid += 1
+        for k in range(1, n):
+            j = (i + k) % n
+            for c, part in enumerate(chunk_sizes(sizes[j], channels)):
+                if part == 0:
+                    continue
+                recs.append(TraceRecord(nid, src, ranks[j], part, op, "other", layer, microbatch, d,
+                                        gap_ps if d else 0, conn=_conn(conn_base, c), collective="all_to_all",
+                                        collective_bytes=size_bytes))
+                nid += 1
     if not recs:
         raise ConfigError(f"{size_bytes} B over {n} ranks gives no messages (allowed: at least {n} B)", field="size")
     return recs
@@ -143,21 +197,27 @@ GENERATORS = {"allreduce": ring_all_reduce, "reduce_scatter": ring_reduce_scatte
 
 
 def last_messages(records: Sequence[TraceRecord]) -> dict[int, tuple[int, ...]]:
-    """rank -> ids a follow-up collective on that rank waits for: the last message into the rank
-    (in record order), or, for a rank that only sends, the last message it sends."""
-    last_in: dict[int, int] = {}
+    """rank -> ids a follow-up collective on that rank waits for: the messages into the rank that
+    no record of ``records`` depends on (the ends of the chains through it: the last ring step of
+    every channel, every all-to-all message into it), in record order; for a rank that only sends,
+    the last message it sends."""
+    needed = {d for r in records for d in r.deps}
+    ends: dict[int, list[int]] = {}
     last_out: dict[int, int] = {}
     for r in records:
-        last_in[r.dst] = r.id
+        if r.id not in needed:
+            ends.setdefault(r.dst, []).append(r.id)
         last_out[r.src] = r.id
-    return {rank: (last_in[rank] if rank in last_in else last_out[rank],) for rank in set(last_in) | set(last_out)}
+    return {rank: (tuple(ends[rank]) if rank in ends else (last_out[rank],)) for rank in set(ends) | set(last_out)}
 
 
 def sequence(kind: str, ranks, size_bytes: int, repeat: int = 1, op: str | None = None, start_id: int = 0,
-             deps=(), layer: int = -1, microbatch: int = -1, gap_ps: int = 0) -> list[TraceRecord]:
+             deps=(), layer: int = -1, microbatch: int = -1, gap_ps: int = 0, *, channels: int = 1,
+             conn_base: int = 0) -> list[TraceRecord]:
     """``repeat`` back-to-back collectives of ``kind``; op names ``OP.0, OP.1, ...`` (just ``OP`` if
     ``repeat == 1``); each one's first messages from a rank wait for :func:`last_messages` of the
-    previous one on that rank."""
+    previous one on that rank. Channel ``c`` of every repeat sends on connection ``conn_base + c``
+    (default ``conn_base = 0``: persistent connections, as NCCL keeps them; -1: fresh queue pairs)."""
     if kind not in GENERATORS:
         raise ConfigError(f"unknown collective {kind!r} (allowed: {', '.join(KINDS)})", field="kind")
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
@@ -167,7 +227,7 @@ def sequence(kind: str, ranks, size_bytes: int, repeat: int = 1, op: str | None 
     nid = start_id
     for j in range(repeat):
         part = GENERATORS[kind](ranks, size_bytes, op if repeat == 1 else f"{op}.{j}", nid, deps,
-                                layer, microbatch, gap_ps)
+                                layer, microbatch, gap_ps, channels=channels, conn_base=conn_base)
         recs.extend(part)
         nid += len(part)
         deps = last_messages(part)
@@ -207,8 +267,7 @@ def compose(parts: Sequence[Sequence[TraceRecord]], source: str = "<collectives>
                             break
                     else:
                         raise ConfigError(f"message {r.id} depends on unknown message {d}", source=source)
-                records.append(TraceRecord(m[r.id], r.src, r.dst, r.size_bytes, r.op, r.phase, r.layer,
-                                           r.microbatch, tuple(new_deps), r.gap_ps, r.start_ps))
+                records.append(replace(r, id=m[r.id], deps=tuple(new_deps)))   # every other field kept
             maps.append(m)
     return check_trace(Trace(records, source, [("row", i) for i in range(len(records))]))
 
