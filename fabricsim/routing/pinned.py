@@ -63,6 +63,11 @@ class Pinned(RoutingPolicy):
         count[(control, port.index)] = least + 1
         return port
 
+    def pins_per_port(self, control: bool = False) -> dict[int, int]:
+        """Port index -> flows of one direction (data, or control with ``control=True``) pinned to
+        it so far."""
+        return {i: n for (c, i), n in self._count.items() if c == control}
+
     def choose(self, switch, ports, pkt, now):
         return self.pin(switch, ports, pkt.qp, pkt.kind != DATA)
 
