@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+import fabricsim
 from fabricsim.analysis.maxmin import ecmp_placement
 from fabricsim.analysis.recorder import Recorder
 from fabricsim.api import prepare
@@ -190,3 +191,27 @@ def test_pxn_scale_out_leg_uses_the_relays_connection(tmp_path, conn):
     uids = {q.uid for p in scale_out for q in p.qps}
     assert len(uids) == (1 if conn >= 0 else 8)
     assert eng.states[1].end > eng.states[0].end
+
+
+def test_more_queue_pairs_per_connection_raise_ecmp_all_reduce_bus_bandwidth(tmp_path):
+    """Ring all-reduce (8 ranks alternating 2 leaves, 2 spines x 2 links: 4 uplinks per leaf, 4
+    flows up per leaf) on persistent connections: 16 queue pairs per connection spread each flow
+    over the uplinks, 1 queue pair keeps ECMP's collisions for every step. nccl-tests bus bandwidth
+    ``S / t x 2 (n - 1) / n``, mean over 3 seeds (benchmarks/bench_connections.py has the figure)."""
+    ranks = [leaf * 4 + h for h in range(4) for leaf in range(2)]
+    size = 2 * 2**20
+    path = write_trace(compose([sequence("allreduce", ranks, size)]), tmp_path / "ar.parquet")
+
+    def busbw(qps, seed, policy="ecmp"):
+        sc = leaf_spine({"pattern": "trace", "path": str(path), "qps_per_connection": qps}, routing=policy,
+                        seed=seed, spines=2)
+        sc["topology"]["links_per_spine"] = 2
+        m = fabricsim.run(sc).messages
+        assert m["completed"].all()
+        t_ps = m["end_ps"].max() - m["release_ps"].min()
+        return size * 8 / (t_ps * 1e-12) * 2 * (len(ranks) - 1) / len(ranks)
+
+    seeds = (1, 2, 3)
+    one = sum(busbw(1, s) for s in seeds) / len(seeds)
+    many = sum(busbw(16, s) for s in seeds) / len(seeds)
+    assert many > 1.1 * one, (one, many)
