@@ -176,3 +176,90 @@ def test_cli_happy_path_and_bad_ranks(tmp_path, runner):
         assert bad.exit_code == 2, (args, bad.output)
         assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and opt in bad.stderr
     assert not (tmp_path / "bad.parquet").exists()
+
+
+# ----------------------------------------------------------------------------- channels, connections
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_channels_split_the_buffer_and_each_runs_its_own_ring_on_its_own_connection(channels):
+    n, size = len(RANKS), 3 * 5 * 1000 + 7
+    recs = ring_all_reduce(RANKS, size, start_id=1000, deps=[42], channels=channels, conn_base=5)
+    assert len(recs) == 2 * (n - 1) * n * channels
+    assert sum(r.size_bytes for r in recs) == 2 * (n - 1) * size         # exact over channels and chunks
+    assert {r.conn for r in recs} == set(range(5, 5 + channels))
+    assert all(r.collective == "allreduce" and r.collective_bytes == size for r in recs)
+    by_id = {r.id: r for r in recs}
+    for c in range(channels):
+        mine = [r for r in recs if r.conn == 5 + c]
+        part = chunk_sizes(size, channels)[c]
+        assert sum(r.size_bytes for r in mine) == 2 * (n - 1) * part
+        for r in mine:                                  # dependencies never cross channels
+            assert all(by_id[d].conn == r.conn for d in r.deps if d in by_id)
+            assert r.deps == (42,) or len(r.deps) == 1
+    # fresh queue pairs on request, and the generator's default
+    assert {r.conn for r in ring_all_reduce(RANKS, size, channels=channels)} == {-1}
+    assert {r.conn for r in ring_all_reduce(RANKS, size, channels=channels, conn_base=-1)} == {-1}
+
+
+def test_sequence_reuses_the_channel_connections_and_waits_for_every_channel():
+    rep = sequence("allreduce", [0, 1, 2, 3], 8000, repeat=2, channels=2)
+    assert {r.conn for r in rep} == {0, 1}
+    for conn in (0, 1):                   # the same connections for both repeats and every pair
+        pairs = {(r.src, r.dst) for r in rep if r.conn == conn}
+        assert pairs == {(0, 1), (1, 2), (2, 3), (3, 0)}
+    by_id = {r.id: r for r in rep}
+    first = [r for r in rep if r.op == "allreduce.1" and not any(by_id[d].op == "allreduce.1" for d in r.deps)]
+    assert len(first) == 8
+    for r in first:                       # each channel's first step waits for both channels' last step into it
+        assert sorted(by_id[d].conn for d in r.deps) == [0, 1]
+        assert all(by_id[d].dst == r.src and by_id[d].op == "allreduce.0" for d in r.deps)
+    assert {r.conn for r in sequence("allreduce", [0, 1, 2], 900, conn_base=-1)} == {-1}
+
+
+def test_all_to_all_is_staggered_and_sendrecv_splits_over_channels():
+    ranks = [4, 5, 6, 7]
+    recs = all_to_all(ranks, 4000, channels=2, conn_base=0)
+    for i, src in enumerate(ranks):
+        order = [r.dst for r in recs if r.src == src and r.conn == 0]
+        assert order == [ranks[(i + k) % 4] for k in range(1, 4)]
+    assert sum(r.size_bytes for r in recs) == 4 * 3 * 1000
+    assert all(r.collective == "all_to_all" and r.collective_bytes == 4000 for r in recs)
+    # a follow-up all-to-all waits for every message into the rank
+    ends = last_messages(recs)
+    assert all(len(ends[r]) == 3 * 2 for r in ranks)
+    sr = send_recv([1, 2], 1001, channels=2, conn_base=3)
+    assert [(r.size_bytes, r.conn, r.collective, r.collective_bytes) for r in sr] == \
+        [(501, 3, "sendrecv", 1001), (500, 4, "sendrecv", 1001)]
+    for bad in (dict(channels=0), dict(channels=65), dict(conn_base=-2)):
+        with pytest.raises(ConfigError):
+            ring_all_reduce(RANKS, 10_000, **bad)
+    with pytest.raises(ConfigError):
+        ring_all_reduce([0, 1, 2], 5, channels=2)      # 5 B cannot fill 3 x 2 chunks
+
+
+def test_compose_keeps_connections_and_collective_columns_when_renumbering():
+    a = ring_all_reduce([0, 1, 2], 300, channels=2, conn_base=0)
+    b = ring_all_gather([4, 5, 6], 30, conn_base=7)        # ids clash with a
+    t = compose([a, b])
+    assert [r.id for r in t.records] == list(range(len(a) + len(b)))
+    for old, new in zip(a + b, t.records):
+        assert (new.conn, new.collective, new.collective_bytes, new.size_bytes, new.src) == \
+            (old.conn, old.collective, old.collective_bytes, old.size_bytes, old.src)
+
+
+def test_cli_channels_and_connection_base(tmp_path, runner):
+    out = tmp_path / "ar.csv"
+    res = runner.invoke(main, ["trace", "collective", "-o", str(out), "--kind", "allreduce", "--ranks", "0-3",
+                               "--size", "1MiB", "--channels", "2", "--repeat", "2"])
+    assert res.exit_code == 0, res.output
+    t = read_trace(out)
+    assert {r.conn for r in t.records} == {0, 1} and {r.collective for r in t.records} == {"allreduce"}
+    assert {r.collective_bytes for r in t.records} == {2**20}
+    res = runner.invoke(main, ["trace", "collective", "-o", str(out), "--kind", "allreduce", "--ranks", "0-3",
+                               "--size", "1MiB", "--conn-base", "-1"])
+    assert res.exit_code == 0 and {r.conn for r in read_trace(out).records} == {-1}
+    for args, opt in ((["--channels", "0"], "--channels"), (["--conn-base", "-2"], "--conn-base")):
+        bad = runner.invoke(main, ["trace", "collective", "-o", str(tmp_path / "bad.csv"), "--kind", "allreduce",
+                                   "--ranks", "0-3", "--size", "1MiB"] + args)
+        assert bad.exit_code == 2 and opt in bad.stderr
+        assert bad.stderr.strip().splitlines() == [bad.stderr.strip()]
