@@ -12,10 +12,12 @@ Measured: bus bandwidth as nccl-tests defines it, ``busbw = algbw x 2 (n - 1) / 
 ``algbw = S / t``, ``S`` the buffer bytes per rank and ``t`` the all-reduce time (first release to
 last completion of its messages, from the messages table), reported as a fraction of the 400G
 line rate (``busbw_fraction``) and in Gbit/s. Cases: ECMP with 1, 2, 4, 8, 16 queue pairs per
-connection (``traffic.qps_per_connection``), ``pinned`` with 1 and 16, and ECMP with fresh queue
-pairs per message (``--conn-base -1``: every ring step re-rolls the hash) at 1 queue pair.
+connection (``traffic.qps_per_connection``), ``pinned`` with 1 and 16, ECMP with fresh queue
+pairs per message (``--conn-base -1``: every ring step re-rolls the hash) at 1 queue pair, and
+``spray`` (per packet) as the reference with no per-flow placement. Also reported: max / mean data
+bytes over the leaf -> spine and the spine -> leaf links (1.0 = every link carries the same).
 
-    python3 benchmarks/bench_connections.py                    # seeds 1-5, about 2 min on one core
+    python3 benchmarks/bench_connections.py                    # seeds 1-5, about 2.5 min on one core
     python3 benchmarks/bench_connections.py --seeds 1 2 --size 4MiB
 
 Prints a table and writes ``benchmarks/results/connections.json`` (per seed and mean / min / max).
@@ -39,7 +41,7 @@ RATE_BPS = 400e9
 
 #: (label, routing policy, queue pairs per connection, conn_base)
 CASES = [("ecmp_fresh_qp1", "ecmp", 1, -1)] + [(f"ecmp_qp{q}", "ecmp", q, 0) for q in (1, 2, 4, 8, 16)] + \
-        [("pinned_qp1", "pinned", 1, 0), ("pinned_qp16", "pinned", 16, 0)]
+        [("pinned_qp1", "pinned", 1, 0), ("pinned_qp16", "pinned", 16, 0), ("spray_qp1", "spray", 1, 0)]
 
 
 def ring_order() -> list[int]:
@@ -68,6 +70,15 @@ def bus_bandwidth(res, size_bytes: int, n: int) -> dict:
     return {"time_ps": t_ps, "algbw_gbps": algbw / 1e9, "busbw_gbps": busbw / 1e9, "busbw_fraction": busbw / RATE_BPS}
 
 
+def imbalance(res) -> dict:
+    """max / mean data bytes over the leaf -> spine links and over the spine -> leaf links."""
+    L = res.links
+    fab = L[L["kind"] == "leaf-spine"]
+    up = fab[fab["src_name"].str.startswith("leaf")]["tx_data_bytes"]
+    down = fab[fab["src_name"].str.startswith("spine")]["tx_data_bytes"]
+    return {"uplink_max_over_mean": float(up.max() / up.mean()), "downlink_max_over_mean": float(down.max() / down.mean())}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
@@ -90,21 +101,28 @@ def main():
                 w = time.perf_counter()
                 res = fabricsim.run(scenario(traces[conn_base], policy, qps, seed))
                 row = {"case": label, "routing": policy, "qps_per_connection": qps, "conn_base": conn_base,
-                       "seed": seed, **bus_bandwidth(res, size, n), "wall_s": round(time.perf_counter() - w, 2)}
+                       "seed": seed, **bus_bandwidth(res, size, n), **imbalance(res), "wall_s": round(time.perf_counter() - w, 2)}
                 rows.append(row)
                 print(f"{label:16s} seed {seed}: busbw {row['busbw_gbps']:6.1f} Gbps "
-                      f"({row['busbw_fraction']:.3f} of line), t = {row['time_ps'] / 1e6:.1f} us, {row['wall_s']} s",
-                      flush=True)
+                      f"({row['busbw_fraction']:.3f} of line), t = {row['time_ps'] / 1e6:.1f} us, uplink / downlink "
+                      f"max/mean {row['uplink_max_over_mean']:.2f} / {row['downlink_max_over_mean']:.2f}, "
+                      f"{row['wall_s']} s", flush=True)
     summary = {}
     for label, *_ in CASES:
         v = [r["busbw_fraction"] for r in rows if r["case"] == label]
         summary[label] = {"busbw_fraction_mean": statistics.fmean(v), "busbw_fraction_min": min(v),
                           "busbw_fraction_max": max(v), "busbw_gbps_mean": statistics.fmean(v) * RATE_BPS / 1e9,
+                          "uplink_max_over_mean_mean": statistics.fmean(
+                              r["uplink_max_over_mean"] for r in rows if r["case"] == label),
+                          "downlink_max_over_mean_mean": statistics.fmean(
+                              r["downlink_max_over_mean"] for r in rows if r["case"] == label),
                           "seeds": len(v)}
-    print(f"\n{'case':16s} {'busbw/line mean':>15s} {'min':>6s} {'max':>6s} {'Gbps mean':>9s}")
+    print(f"\n{'case':16s} {'busbw/line mean':>15s} {'min':>6s} {'max':>6s} {'Gbps mean':>9s} {'up max/mean':>11s} "
+          f"{'down max/mean':>13s}")
     for label, s in summary.items():
         print(f"{label:16s} {s['busbw_fraction_mean']:15.3f} {s['busbw_fraction_min']:6.3f} "
-              f"{s['busbw_fraction_max']:6.3f} {s['busbw_gbps_mean']:9.1f}")
+              f"{s['busbw_fraction_max']:6.3f} {s['busbw_gbps_mean']:9.1f} {s['uplink_max_over_mean_mean']:11.2f} "
+              f"{s['downlink_max_over_mean_mean']:13.2f}")
     out = {"workload": {"collective": "allreduce", "algorithm": "ring", "ranks": n, "ring_order": ranks,
                         "size_bytes_per_rank": size, "channels": args.channels,
                         "fabric": f"leaf_spine {LEAVES} leaves x {HOSTS_PER_LEAF} hosts, {SPINES} spines x "
