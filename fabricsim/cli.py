@@ -419,7 +419,9 @@ def trace_moe(output, config_file, zipf, imbalance, as_json, **opts):
               help="NCCL channels: the buffer is split over them, each runs its own ring on its own connection")
 @click.option("--conn-base", "conn_base", type=int, default=0,
               help="connection of channel 0 (channel c: conn-base + c); -1 = fresh queue pairs per message")
-def trace_collective(output, kind, ranks, size, gap, repeat, op, channels, conn_base):
+@click.option("--algorithm", type=str, default="ring", help="allreduce: ring | tree (NCCL double binary tree)")
+@click.option("--tree-chunk", "tree_chunk", type=str, default="512KiB", help="tree: pipeline chunk size")
+def trace_collective(output, kind, ranks, size, gap, repeat, op, channels, conn_base, algorithm, tree_chunk):
     """Generate a collective expanded to point-to-point messages (docs/traces.md, "Collectives")."""
     from .traces import trace_format, write_trace
     from .traces.collectives import KINDS, compose, parse_ranks, sequence
@@ -438,11 +440,16 @@ def trace_collective(output, kind, ranks, size, gap, repeat, op, channels, conn_
         except ValueError as exc:
             raise ConfigError(str(exc), field="--gap") from None
         try:
+            chunk_b = parse_size(tree_chunk)
+        except ValueError as exc:
+            raise ConfigError(str(exc), field="--tree-chunk") from None
+        try:
             trace = compose([sequence(kind, rank_list, size_b, repeat=repeat, op=op, gap_ps=gap_ps,
-                                      channels=channels, conn_base=conn_base)], source=str(output))
+                                      channels=channels, conn_base=conn_base, algorithm=algorithm,
+                                      chunk_bytes=chunk_b)], source=str(output))
         except ConfigError as exc:
             if exc.field and not exc.field.startswith("--"):
-                exc = ConfigError(exc.message, field="--" + exc.field)
+                exc = ConfigError(exc.message, field="--" + {"chunk": "tree-chunk"}.get(exc.field, exc.field))
             raise exc
         write_trace(trace, output)
     except FabricsimError as exc:
@@ -450,7 +457,7 @@ def trace_collective(output, kind, ranks, size, gap, repeat, op, channels, conn_
     total = sum(r.size_bytes for r in trace.records)
     conns = (f"connections {conn_base}..{conn_base + channels - 1}" if conn_base >= 0
              else "fresh queue pairs per message")
-    click.echo(f"{output}: {kind} x{repeat} over {len(rank_list)} ranks, {channels} channel(s) ({conns}), "
+    click.echo(f"{output}: {kind} ({algorithm}) x{repeat} over {len(rank_list)} ranks, {channels} channel(s) ({conns}), "
                f"{len(trace)} messages, {total} B ({format_size(total)}) sent")
 
 

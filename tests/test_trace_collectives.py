@@ -260,3 +260,42 @@ def test_cli_channels_and_connection_base(tmp_path, runner):
     assert {r.collective_bytes for r in t.records} == {2**20}
     t = collective_cli(runner, out, "--ranks", "0-3", "--size", "1MiB", "--conn-base", "-1")
     assert {r.conn for r in t.records} == {-1}
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_double_binary_tree_all_reduce_reduces_up_and_broadcasts_down(n, tmp_path):
+    from fabricsim.traces.collectives import double_btree, tree_all_reduce
+    ranks = list(range(10, 10 + n))
+    for t in (0, 1):
+        tree = double_btree(n, t)
+        assert sum(u == -1 for u, _ch in tree.values()) == 1
+        assert all(tree[c][0] == r for r, (_u, ch) in tree.items() for c in ch)
+        assert all(len(ch) <= 2 for _u, ch in tree.values())
+    if n % 2 == 0 and n > 2:              # the two trees' inner nodes differ (NCCL's point)
+        inner = [{r for r, (_u, ch) in double_btree(n, t).items() if ch} for t in (0, 1)]
+        assert inner[0] != inner[1]
+    size = 3 * 1000 + 1
+    recs = tree_all_reduce(ranks, size, channels=2, conn_base=0, chunk_bytes=500, start_id=100, deps=[7])
+    by_id = {r.id: r for r in recs}
+    # every tree edge carries the channel's part once up and once down, in chunks <= 500 B
+    assert sum(r.size_bytes for r in recs) == 2 * (n - 1) * size and max(r.size_bytes for r in recs) <= 500
+    assert all(r.collective == "allreduce" and r.collective_bytes == size for r in recs)
+    for r in recs:
+        for d in r.deps:
+            if d in by_id:                # a message forwards what came into its sender, same channel and chunk
+                assert by_id[d].dst == r.src and by_id[d].conn == r.conn and by_id[d].size_bytes == r.size_bytes
+            else:
+                assert d == 7
+    g = nx.DiGraph((d, r.id) for r in recs for d in r.deps if d in by_id)
+    assert nx.is_directed_acyclic_graph(g)
+    # replayed on persistent connections, every message completes in dependency order
+    p = write_trace(compose([sequence("allreduce", list(range(n)), 64 * 1024, algorithm="tree", channels=2,
+                                      chunk_bytes=16 * 1024)]), tmp_path / "tree.parquet")
+    res = fabricsim.run(_scenario(p))
+    assert res.messages["completed"].all()
+    m = res.messages.set_index("message_id")
+    for r in read_trace(p).records:
+        for d in r.deps:
+            assert m.loc[r.id, "release_ps"] >= m.loc[d, "end_ps"]
+    with pytest.raises(ConfigError):
+        sequence("all_gather", [0, 1, 2], 900, algorithm="tree")

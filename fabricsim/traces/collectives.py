@@ -25,6 +25,8 @@ pairs instead (``conn = -1``). Every record carries ``collective`` (the kind) an
   all-gather step ``k`` chunk ``(i + 1 - k) mod n``. The step-``k`` message from ``r[i]`` depends on
   the step-``k - 1`` message into ``r[i]`` (it forwards what it just received) with ``gap_ps``.
 - :func:`ring_reduce_scatter` / :func:`ring_all_gather`: the first / last ``n - 1`` steps alone.
+- :func:`tree_all_reduce`: NCCL's double binary tree (:func:`double_btree`), pipelined in chunks:
+  reduce up, broadcast down.
 - :func:`send_recv`: one message ``ranks[0] -> ranks[1]``.
 - :func:`all_to_all`: every rank sends chunk ``j`` of its ``S`` bytes to ``ranks[j]`` (no deps between
   them), rank ``i`` to peers in the order ``(i + 1) mod n, (i + 2) mod n, ...`` (staggered, as NCCL
@@ -39,6 +41,8 @@ from ..errors import ConfigError
 from .schema import Trace, TraceRecord, check_trace
 
 KINDS = ("allreduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv")
+#: all-reduce algorithms (``sequence(algorithm=...)``, ``--algorithm``)
+ALGORITHMS = ("ring", "tree")
 #: the most channels a collective may use (NCCL's MAXCHANNELS is 32 or 64 depending on version)
 MAX_CHANNELS = 64
 
@@ -149,6 +153,112 @@ def ring_all_gather(ranks, size_bytes: int, op: str = "all_gather", start_id: in
                  [1 - k for k in range(len(ranks) - 1)], "all_gather", channels, conn_base)
 
 
+def btree(nranks: int, rank: int) -> tuple[int, list[int]]:
+    """NCCL's binary tree (``ncclGetBtree``, src/graph/trees.cc): ``(parent, children)`` of tree
+    position ``rank`` among ``0 .. nranks - 1``; the root (0) has parent -1 and one child.
+
+    >>> [btree(8, r) for r in range(8)]       # doctest: +NORMALIZE_WHITESPACE
+    [(-1, [4]), (2, []), (4, [1, 3]), (2, []), (0, [2, 6]), (6, []), (4, [5, 7]), (6, [])]
+    """
+    bit = 1
+    while bit < nranks and not bit & rank:
+        bit <<= 1
+    if rank == 0:
+        return -1, ([bit >> 1] if nranks > 1 else [])
+    up = (rank ^ bit) | (bit << 1)
+    if up >= nranks:
+        up = rank ^ bit
+    low = bit >> 1
+    if low == 0:
+        return up, []
+    down1 = rank + low
+    while down1 >= nranks and low:
+        low >>= 1
+        down1 = rank + low
+    return up, [rank - (bit >> 1)] + ([down1] if low else [])
+
+
+def double_btree(nranks: int, tree: int) -> dict[int, tuple[int, list[int]]]:
+    """NCCL's double binary tree (``ncclGetDtree``): position -> (parent, children) of tree 0
+    (:func:`btree`) or tree 1 (tree 0 mirrored, ``n - 1 - r``, for an even count; shifted by one for
+    an odd count), so that a leaf of one tree is an inner node of the other."""
+    out = {}
+    for r in range(nranks):
+        if tree == 0:
+            out[r] = btree(nranks, r)
+        elif nranks % 2:
+            u, ch = btree(nranks, (r - 1) % nranks)
+            out[r] = (-1 if u == -1 else (u + 1) % nranks, [(c + 1) % nranks for c in ch])
+        else:
+            u, ch = btree(nranks, nranks - 1 - r)
+            out[r] = (-1 if u == -1 else nranks - 1 - u, [nranks - 1 - c for c in ch])
+    return out
+
+
+def tree_all_reduce(ranks, size_bytes: int, op: str = "allreduce", start_id: int = 0, deps=(),
+                    layer: int = -1, microbatch: int = -1, gap_ps: int = 0, *, channels: int = 1,
+                    conn_base: int = -1, chunk_bytes: int = 512 * 1024) -> list[TraceRecord]:
+    """Pipelined tree all-reduce (NCCL's double binary tree): channel ``c`` runs on tree ``c % 2``
+    of :func:`double_btree` over the positions of ``ranks`` (use an even ``channels`` for both
+    trees). Each channel's part of the buffer is cut into pipeline chunks of at most
+    ``chunk_bytes`` (:func:`chunk_sizes`); chunk j goes up (child -> parent, once the child has chunk
+    j from all its children: reduce) and then down (parent -> child, once the parent has the reduced
+    chunk j: the root when its children's chunk j is in, any other node when its parent's is).
+    Leaves' first chunks carry ``deps``; every other message waits for those it forwards, plus
+    ``gap_ps``. Ids: channel, then chunk, then up before down."""
+    ranks = _check(ranks, size_bytes)
+    _check_channels(channels, conn_base)
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
+        raise ConfigError(f"got {chunk_bytes!r} (allowed: an integer > 0)", field="chunk")
+    if gap_ps < 0:
+        raise ConfigError(f"got {gap_ps} (allowed: >= 0)", field="gap")
+    n = len(ranks)
+    if size_bytes < channels:
+        raise ConfigError(f"{size_bytes} B over {channels} channels leaves empty channels "
+                          f"(allowed: at least {channels} B)", field="size")
+    recs: list[TraceRecord] = []
+    nid = start_id
+
+    def emit(src, dst, size, d, gap, conn):
+        nonlocal nid
+        recs.append(TraceRecord(nid, ranks[src], ranks[dst], size, op, "other", layer, microbatch, tuple(d),
+                                gap, conn=conn, collective="allreduce", collective_bytes=size_bytes))
+        nid += 1
+        return nid - 1
+
+    for c, part in enumerate(chunk_sizes(size_bytes, channels)):
+        tree = double_btree(n, c % 2)
+        root = next(r for r, (u, _ch) in tree.items() if u == -1)
+        conn = _conn(conn_base, c)
+        order = []                           # positions, children before parents
+        stack = [(root, False)]
+        while stack:
+            r, seen = stack.pop()
+            if seen:
+                order.append(r)
+                continue
+            stack.append((r, True))
+            stack.extend((ch, False) for ch in tree[r][1])
+        for size in chunk_sizes(part, -(-part // chunk_bytes)):
+            up: dict[int, int] = {}          # position -> id of its chunk going up
+            for r in order:
+                parent, children = tree[r]
+                if parent == -1:
+                    continue
+                if children:                 # reduce: forward once every child's chunk is in
+                    up[r] = emit(r, parent, size, [up[ch] for ch in children], gap_ps, conn)
+                else:                        # a leaf starts the chunk
+                    d = _first_deps(deps, ranks[r])
+                    up[r] = emit(r, parent, size, d, gap_ps if d else 0, conn)
+            down: dict[int, int] = {}        # position -> id of the reduced chunk coming down into it
+            for r in reversed(order):
+                parent, children = tree[r]
+                d = [up[ch] for ch in children] if parent == -1 else [down[r]]
+                for ch in children:
+                    down[ch] = emit(r, ch, size, d, gap_ps, conn)
+    return recs
+
+
 def send_recv(ranks, size_bytes: int, op: str = "sendrecv", start_id: int = 0, deps=(),
               layer: int = -1, microbatch: int = -1, gap_ps: int = 0, *, channels: int = 1,
               conn_base: int = -1) -> list[TraceRecord]:
@@ -213,21 +323,28 @@ def last_messages(records: Sequence[TraceRecord]) -> dict[int, tuple[int, ...]]:
 
 def sequence(kind: str, ranks, size_bytes: int, repeat: int = 1, op: str | None = None, start_id: int = 0,
              deps=(), layer: int = -1, microbatch: int = -1, gap_ps: int = 0, *, channels: int = 1,
-             conn_base: int = 0) -> list[TraceRecord]:
+             conn_base: int = 0, algorithm: str = "ring", chunk_bytes: int = 512 * 1024) -> list[TraceRecord]:
     """``repeat`` back-to-back collectives of ``kind``; op names ``OP.0, OP.1, ...`` (just ``OP`` if
     ``repeat == 1``); each one's first messages from a rank wait for :func:`last_messages` of the
     previous one on that rank. Channel ``c`` of every repeat sends on connection ``conn_base + c``
-    (default ``conn_base = 0``: persistent connections, as NCCL keeps them; -1: fresh queue pairs)."""
+    (default ``conn_base = 0``: persistent connections, as NCCL keeps them; -1: fresh queue pairs).
+    ``algorithm: tree`` (all-reduce only) uses :func:`tree_all_reduce` with ``chunk_bytes``."""
     if kind not in GENERATORS:
         raise ConfigError(f"unknown collective {kind!r} (allowed: {', '.join(KINDS)})", field="kind")
+    if algorithm not in ALGORITHMS or (algorithm == "tree" and kind != "allreduce"):
+        raise ConfigError(f"got {algorithm!r} for {kind} (allowed: ring; tree for allreduce)", field="algorithm")
+    gen = GENERATORS[kind]
+    if algorithm == "tree":
+        def gen(*a, **kw):
+            return tree_all_reduce(*a, chunk_bytes=chunk_bytes, **kw)
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ConfigError(f"got {repeat!r} (allowed: an integer >= 1)", field="repeat")
     op = op or kind
     recs: list[TraceRecord] = []
     nid = start_id
     for j in range(repeat):
-        part = GENERATORS[kind](ranks, size_bytes, op if repeat == 1 else f"{op}.{j}", nid, deps,
-                                layer, microbatch, gap_ps, channels=channels, conn_base=conn_base)
+        part = gen(ranks, size_bytes, op if repeat == 1 else f"{op}.{j}", nid, deps, layer, microbatch, gap_ps,
+                   channels=channels, conn_base=conn_base)
         recs.extend(part)
         nid += len(part)
         deps = last_messages(part)
