@@ -153,7 +153,8 @@ FLOWS_SALT_STREAM = "flows.5tuple"
 def queue_pair_tuple(salt: int, src: int, dst: int, uid: int) -> tuple[int, int]:
     """(UDP source port, seeded 5-tuple hash) of the queue pair numbered ``uid`` in a run.
 
-    Queue pairs are numbered in the order the engine opens them; the source port cycles through
+    Queue pairs are numbered in the order the engine opens them (:class:`ConnectionTable`: a
+    persistent connection's queue pairs are opened once and reused); the source port cycles through
     the RoCE ephemeral range 49152-65535 and the hash folds in the rest of ``uid``, so every queue
     pair of a run has its own 5-tuple hash. The one definition used by the engines and by the
     analysis-side references that place a run's own flows (:mod:`fabricsim.analysis.maxmin`).
