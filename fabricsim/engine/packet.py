@@ -400,15 +400,11 @@ class PacketEngine:
         """``st`` (on a connection) ended: start the next message posted on its connection."""
         m = st.msg
         key = (m.conn, m.src, m.dst)
-        waiting = self._conn_wait.get(key)
-        if waiting is None:
-            return
-        while waiting:
-            nxt = waiting.popleft()
-            if not nxt.done:          # (a message failed by a failed dependency never starts)
-                self._start(t, nxt)
-                return
-        del self._conn_wait[key]
+        waiting = self._conn_wait[key]      # opened when st was posted
+        if waiting:
+            self._start(t, waiting.popleft())
+        else:
+            del self._conn_wait[key]
 
     def _release_via(self, t, st: MessageState, relay: int):
         """PXN: cut the message into chunks; each goes src -> relay (NVLink, not counted as
