@@ -358,14 +358,14 @@ def rank_receive_counts(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
     return hit.sum(axis=0)
 
 
-def _tune_zipf(cfg: MoeTraceConfig, key: tuple, target: float, layer: int, measure, what: str) -> float:
+def _tune_zipf(cfg: MoeTraceConfig, key: tuple, target: float, layer: int, measure, what: str,
+               n_tok: int) -> float:
     """Bisection for the Zipf exponent whose routing gives ``measure(routing) == target``, on a seeded
-    Monte Carlo of the routing with common random numbers (about 2,000 tokens per expert on average),
-    the experts ranked in ``layer``'s popularity order. ``what`` names the target field in errors."""
+    Monte Carlo of ``n_tok`` routed tokens with common random numbers, the experts ranked in
+    ``layer``'s popularity order. ``what`` names the target field in errors."""
     key = (cfg.experts, cfg.top_k, cfg.ep_size, cfg.gpus_per_node, cfg.max_nodes_per_token, cfg.seed) + key
     if key in _TUNED:
         return _TUNED[key]
-    n_tok = int(min(max(4096, math.ceil(2000 * cfg.experts / cfg.top_k)), 65536))
     noise = _gumbel(np.random.default_rng([cfg.seed, 104729]), (n_tok, cfg.experts))
     node = _expert_node(cfg, 0)
     log_rank = np.log(_zipf_ranks(cfg, layer) + 1.0)
@@ -398,16 +398,19 @@ def _tune_zipf(cfg: MoeTraceConfig, key: tuple, target: float, layer: int, measu
 
 
 def tune_zipf_for_imbalance(cfg: MoeTraceConfig) -> float:
-    """The Zipf exponent whose routing gives the tokens-per-expert ratio ``cfg.imbalance``."""
+    """The Zipf exponent whose routing gives the tokens-per-expert ratio ``cfg.imbalance`` (about 2,000
+    tokens per expert on average in the Monte Carlo)."""
+    n_tok = int(min(max(4096, math.ceil(2000 * cfg.experts / cfg.top_k)), 65536))
     return _tune_zipf(cfg, ("expert", cfg.imbalance), float(cfg.imbalance), 0,
-                      lambda r: imbalance_of(np.bincount(r.ravel(), minlength=cfg.experts)), "imbalance")
+                      lambda r: imbalance_of(np.bincount(r.ravel(), minlength=cfg.experts)), "imbalance", n_tok)
 
 
 def tune_zipf_for_rank_imbalance(cfg: MoeTraceConfig, layer: int) -> float:
     """The Zipf exponent of ``layer`` whose routing gives the per-rank ratio ``cfg.rank_imbalance``
-    (max / mean - 1 of :func:`rank_receive_counts`)."""
+    (max / mean - 1 of :func:`rank_receive_counts`). The Monte Carlo routes 65,536 tokens: the max
+    over ranks is sensitive to which rank leads, so it needs more tokens than the per-expert figure."""
     return _tune_zipf(cfg, ("rank", cfg.copies, layer, cfg.rank_imbalance), float(cfg.rank_imbalance), layer,
-                      lambda r: imbalance_of(rank_receive_counts(cfg, r)), "rank_imbalance")
+                      lambda r: imbalance_of(rank_receive_counts(cfg, r)), "rank_imbalance", 65536)
 
 
 # --------------------------------------------------------------------------- trace
