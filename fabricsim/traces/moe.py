@@ -350,12 +350,7 @@ def rank_receive_counts(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
     """Token copies each group-local rank receives for its experts, its own tokens included: per
     ``copies: per_gpu`` the tokens with at least one expert on the rank, per ``per_expert`` the
     (token, expert) pairs on it."""
-    g = cfg.ep_size
-    if cfg.copies == "per_expert":
-        return np.bincount((routing % g).ravel(), minlength=g)
-    hit = np.zeros((routing.shape[0], g), dtype=bool)
-    hit[np.arange(routing.shape[0])[:, None], routing % g] = True
-    return hit.sum(axis=0)
+    return _hits(cfg, routing).sum(axis=0)
 
 
 def _tune_zipf(cfg: MoeTraceConfig, key: tuple, target: float, layer: int, measure, what: str,
@@ -478,14 +473,14 @@ def nodes_per_token(cfg: MoeTraceConfig, routing: np.ndarray, group: int = 0) ->
 def _hits(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
     """``h[t, d]``: copies of token t for group-local GPU d: 0/1 per ``copies: per_gpu`` (a token is
     sent once per GPU however many of its experts live there), the number of its experts on d per
-    ``per_expert``."""
+    ``per_expert``. int16 (sums accumulate in the platform integer)."""
     t, g = routing.shape[0], cfg.ep_size
+    h = np.zeros((t, g), dtype=np.int16)
+    rows = np.arange(t)[:, None].repeat(routing.shape[1], axis=1)
     if cfg.copies == "per_expert":
-        h = np.zeros((t, g), dtype=np.int64)
-        np.add.at(h, (np.arange(t)[:, None].repeat(routing.shape[1], axis=1), routing % g), 1)
-        return h
-    h = np.zeros((t, g), dtype=np.int64)
-    h[np.arange(t)[:, None], routing % g] = 1
+        np.add.at(h, (rows, routing % g), 1)
+    else:
+        h[rows, routing % g] = 1
     return h
 
 
