@@ -6,16 +6,23 @@ DeepSeek-style node-limited), then:
 
 * dispatch: one message per (src, dst) GPU pair with ``n > 0`` token copies, ``n x
   dispatch_bytes_per_token``; a token is sent once per destination GPU however many of its experts
-  live there, and nothing is sent for experts on the sender's own GPU;
+  live there (``copies: per_gpu``, DeepEP normal kernels) or once per (token, expert) pair
+  (``per_expert``, DeepEP low-latency kernels), and nothing is sent for experts on the sender's own
+  GPU;
 * combine: the reverse message ``dst -> src`` of ``n x combine_bytes_per_token``, depending on every
   dispatch message into ``dst`` of the same layer / microbatch, with the expert compute time of
   ``dst`` as its gap (token copies processed on dst x FLOPs per copy / effective GPU FLOP/s);
 * the next layer's dispatch from GPU g depends on every combine into g of the previous layer (same
   microbatch); microbatch mb + 1 starts on g after microbatch mb's last layer has returned to g.
 
+Each sender's messages of a leg are listed in the order it issues them (``send_order``: staggered
+by rank offset as NCCL and DeepEP do, random, or ascending), every message is ``collective:
+all_to_all`` on connection 0 (``connections: persistent``) or a fresh one.
+
 Options (docs/traces.md spells out every dependency): ``dispatch: hierarchical`` sends a token once
-per remote node over the scale-out network to the rail-aligned GPU, which forwards it over NVLink
-(combine mirrored: gather to the relay, one scale-out message back); ``passes: forward_backward``
+per remote node over the scale-out network to the rail-aligned GPU, which forwards it over NVLink,
+chunk by chunk as it arrives (``forward_chunk_bytes``; 0: after the whole leg) (combine mirrored:
+gather to the relay, one scale-out copy back); ``passes: forward_backward``
 appends the layers in reverse with the same routing (gradients); ``overlap: a2a_1f1b`` lets
 microbatch mb + 1's step run while mb's experts compute (two microbatches in flight).
 
