@@ -287,6 +287,10 @@ def trace_inspect(file, as_json):
     click.echo(f"per-GPU send  max {b(tm['send_bytes_max'])} mean {b(tm['send_bytes_mean'])}")
     click.echo(f"per-GPU recv  max {b(tm['recv_bytes_max'])} mean {b(tm['recv_bytes_mean'])}  skew "
                + ("n/a" if tm["recv_skew"] is None else f"{tm['recv_skew']:.3f}"))
+    ri = d["dispatch_rank_imbalance"]
+    if ri["ops"]:
+        click.echo(f"dispatch rank imbalance  max / mean - 1 of bytes received per GPU of a dispatch op: "
+                   f"mean {ri['mean']:.3f} max {ri['max']:.3f} over {ri['ops']} ops")
 
 
 @trace_group.command("validate")
@@ -323,7 +327,8 @@ def trace_convert(src, dst):
 _MOE_OPTIONS = {"preset": "model", "gpus": "gpus", "ep_size": "ep_size", "gpus_per_node": "gpus_per_node",
                 "tokens_per_gpu": "tokens_per_gpu", "layers": "layers", "microbatches": "microbatches",
                 "max_nodes": "max_nodes_per_token", "seed": "seed", "dispatch": "dispatch", "passes": "passes",
-                "overlap": "overlap"}
+                "overlap": "overlap", "send_order": "send_order", "copies": "copies", "connections": "connections",
+                "forward_chunk": "forward_chunk_bytes"}
 
 
 @trace_group.command("moe")
@@ -349,9 +354,18 @@ _MOE_OPTIONS = {"preset": "model", "gpus": "gpus", "ep_size": "ep_size", "gpus_p
 @click.option("--passes", type=str, default=None, help="forward (default) | forward_backward")
 @click.option("--overlap", type=str, default=None,
               help="none (default) | a2a_1f1b: one microbatch's all-to-all overlaps another's compute")
+@click.option("--rank-imbalance", "rank_imbalance", type=float, default=None, metavar="R",
+              help="expert popularity tuned to per-rank imbalance max / mean - 1 = R of copies received per rank")
+@click.option("--send-order", "send_order", type=str, default=None,
+              help="staggered (default: NCCL / DeepEP internode) | random | ascending")
+@click.option("--copies", type=str, default=None,
+              help="per_gpu (default: DeepEP normal kernels) | per_expert (DeepEP low-latency kernels)")
+@click.option("--connections", type=str, default=None, help="persistent (default: conn 0) | per_message (conn -1)")
+@click.option("--forward-chunk", "forward_chunk", type=str, default=None, metavar="SIZE",
+              help="hierarchical: scale-out chunk forwarded over NVLink as it arrives (default 64KiB; 0: store and forward)")
 @click.option("--seed", type=int, default=None)
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
-def trace_moe(output, config_file, zipf, imbalance, as_json, **opts):
+def trace_moe(output, config_file, zipf, imbalance, rank_imbalance, as_json, **opts):
     """Generate an MoE dispatch / combine trace (docs/traces.md, "Generating MoE traces")."""
     from .traces import trace_format, write_trace
     from .traces.moe import format_summary, generate_moe_trace, load_moe_config
@@ -373,14 +387,20 @@ def trace_moe(output, config_file, zipf, imbalance, as_json, **opts):
                 data[fld] = opts[opt]
         if data.get("max_nodes_per_token") == 0 and "max_nodes_per_token" in given:
             data["max_nodes_per_token"] = None
-        if zipf is not None and imbalance is not None:
-            raise ConfigError("give --zipf or --imbalance, not both", field="--imbalance")
+        chosen = [o for o, v in (("--zipf", zipf), ("--imbalance", imbalance), ("--rank-imbalance", rank_imbalance))
+                  if v is not None]
+        if len(chosen) > 1:
+            raise ConfigError(f"give one of --zipf, --imbalance, --rank-imbalance, not {' and '.join(chosen)}",
+                              field=chosen[-1])
         if zipf is not None:
             data.update(popularity="zipf", zipf_s=zipf)
             given.update(popularity="--zipf", zipf_s="--zipf")
         if imbalance is not None:
             data.update(popularity="imbalance", imbalance=imbalance)
             given.update(popularity="--imbalance", imbalance="--imbalance")
+        if rank_imbalance is not None:
+            data.update(popularity="rank_imbalance", rank_imbalance=rank_imbalance)
+            given.update(popularity="--rank-imbalance", rank_imbalance="--rank-imbalance")
         try:
             cfg = load_moe_config(data, source, root)
         except ConfigError as exc:

@@ -6,16 +6,23 @@ DeepSeek-style node-limited), then:
 
 * dispatch: one message per (src, dst) GPU pair with ``n > 0`` token copies, ``n x
   dispatch_bytes_per_token``; a token is sent once per destination GPU however many of its experts
-  live there, and nothing is sent for experts on the sender's own GPU;
+  live there (``copies: per_gpu``, DeepEP normal kernels) or once per (token, expert) pair
+  (``per_expert``, DeepEP low-latency kernels), and nothing is sent for experts on the sender's own
+  GPU;
 * combine: the reverse message ``dst -> src`` of ``n x combine_bytes_per_token``, depending on every
   dispatch message into ``dst`` of the same layer / microbatch, with the expert compute time of
   ``dst`` as its gap (token copies processed on dst x FLOPs per copy / effective GPU FLOP/s);
 * the next layer's dispatch from GPU g depends on every combine into g of the previous layer (same
   microbatch); microbatch mb + 1 starts on g after microbatch mb's last layer has returned to g.
 
+Each sender's messages of a leg are listed in the order it issues them (``send_order``: staggered
+by rank offset as NCCL and DeepEP do, random, or ascending), every message is ``collective:
+all_to_all`` on connection 0 (``connections: persistent``) or a fresh one.
+
 Options (docs/traces.md spells out every dependency): ``dispatch: hierarchical`` sends a token once
-per remote node over the scale-out network to the rail-aligned GPU, which forwards it over NVLink
-(combine mirrored: gather to the relay, one scale-out message back); ``passes: forward_backward``
+per remote node over the scale-out network to the rail-aligned GPU, which forwards it over NVLink,
+chunk by chunk as it arrives (``forward_chunk_bytes``; 0: after the whole leg) (combine mirrored:
+gather to the relay, one scale-out copy back); ``passes: forward_backward``
 appends the layers in reverse with the same routing (gradients); ``overlap: a2a_1f1b`` lets
 microbatch mb + 1's step run while mb's experts compute (two microbatches in flight).
 
@@ -29,7 +36,7 @@ from functools import cached_property
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
 from .schema import Trace, TraceRecord
@@ -73,11 +80,15 @@ class MoeTraceConfig(BaseModel):
     tokens_per_gpu: int = Field(4096, ge=1, description="tokens per GPU per microbatch")
     layers: int = Field(1, ge=1, description="MoE layers")
     microbatches: int = Field(1, ge=1, description="microbatches, run one after the other")
-    popularity: Literal["uniform", "zipf", "imbalance"] = Field(
-        "uniform", description="expert popularity: uniform, Zipf(zipf_s), or tuned to a target imbalance")
+    popularity: Literal["uniform", "zipf", "imbalance", "rank_imbalance"] = Field(
+        "uniform", description="expert popularity: uniform, Zipf(zipf_s), or tuned to a target per-expert "
+        "imbalance or per-rank imbalance")
     zipf_s: float = Field(1.0, ge=0, description="Zipf exponent (popularity: zipf)")
     imbalance: Optional[float] = Field(
         None, ge=0, description="target (max - mean) / mean of tokens per expert (popularity: imbalance)")
+    rank_imbalance: Optional[float] = Field(
+        None, ge=0, description="target max / mean - 1 of token copies received per rank (its own tokens included), "
+        "per EP group and layer (popularity: rank_imbalance)")
     seed: int = Field(0, ge=0, description="random seed")
     flops_per_token: Optional[float] = Field(
         None, gt=0, description="expert FLOPs per token copy [EST] (default 6 x hidden x ffn: SwiGLU forward)")
@@ -99,6 +110,32 @@ class MoeTraceConfig(BaseModel):
         None, ge=1, description="bytes per backward-combined token copy (default dispatch_bytes_per_token)")
     backward_compute_factor: float = Field(
         2.0, gt=0, description="backward expert compute / forward expert compute [EST] (data + weight gradients)")
+    send_order: Literal["staggered", "random", "ascending"] = Field(
+        "staggered", description="order of each sender's messages of a leg: staggered (peer (rank + i) mod n at "
+        "step i: NCCL p2p schedule, DeepEP internode RDMA sender), random (seeded), ascending (destination id)")
+    copies: Literal["per_gpu", "per_expert"] = Field(
+        "per_gpu", description="per_gpu: one copy per (token, destination GPU) (DeepEP normal kernels); "
+        "per_expert: one per (token, expert) pair, own-GPU experts off the network (DeepEP low-latency kernels)")
+    connections: Literal["persistent", "per_message"] = Field(
+        "persistent", description="persistent: conn 0 on every message (one set of queue pairs per peer for the "
+        "job, as DeepEP / NCCL); per_message: conn -1 (fresh queue pairs per message)")
+    forward_chunk_bytes: int = Field(
+        65536, description="hierarchical dispatch: scale-out legs are cut into chunks of this many bytes "
+        "(whole tokens, at least one) and each NVLink forward chunk waits only for the scale-out chunks it "
+        "carries [EST: 64 KiB = 8 FP8 DeepSeek-V3 tokens, DeepEP's RDMA chunk at EP 64]; 0: store and "
+        "forward (a forward waits for every scale-out message into its relay)")
+    chunks_in_flight: int = Field(
+        2, ge=1, description="hierarchical, pipelined: chunks of one leg in flight at once; chunk j waits for "
+        "chunk j - chunks_in_flight of its leg [EST]")
+
+    @field_validator("forward_chunk_bytes", mode="before")
+    @classmethod
+    def _chunk_size(cls, v):
+        from .. import units
+        try:
+            return units.parse_size(v)
+        except ValueError:
+            raise ValueError(f"got {v!r} (allowed: a size >= 0 such as 64KiB; 0 = store and forward)") from None
 
     @model_validator(mode="after")
     def _resolve(self):
@@ -146,6 +183,17 @@ class MoeTraceConfig(BaseModel):
             hi = self.experts / self.top_k - 1
             if self.imbalance >= hi:
                 raise ValueError(f"imbalance: got {self.imbalance} (allowed: < experts / top_k - 1 = {hi:g})")
+        if self.popularity == "rank_imbalance":
+            if self.rank_imbalance is None:
+                raise ValueError("rank_imbalance: required with popularity 'rank_imbalance'")
+            hi = self.rank_imbalance_limit
+            if self.rank_imbalance >= hi:
+                raise ValueError(f"rank_imbalance: got {self.rank_imbalance} (allowed: < {hi:g}, the ratio with "
+                                 "every token copy on one rank)")
+        if self.copies == "per_expert" and self.dispatch == "hierarchical":
+            raise ValueError("copies: per_expert (DeepEP low-latency kernels) sends every copy straight to its "
+                             "GPU and does not forward over NVLink (allowed: copies per_gpu with dispatch "
+                             "hierarchical, or dispatch flat)")
         if self.max_nodes_per_token is not None:
             # every node set the routing may choose must hold at least top_k experts
             counts = _node_expert_counts(self, 0)
@@ -162,6 +210,23 @@ class MoeTraceConfig(BaseModel):
     @property
     def groups(self) -> int:
         return self.gpus // self.ep_size
+
+    @property
+    def rank_imbalance_limit(self) -> float:
+        """Per-rank imbalance with every copy on one rank: received copies per rank are at most the
+        group's tokens (per_gpu) or tokens x min(top_k, experts_per_gpu) (per_expert), and the mean is
+        at least tokens x ceil(top_k / experts_per_gpu) / ep_size (per_gpu) or tokens x top_k / ep_size."""
+        g, k, epg = self.ep_size, self.top_k, self.experts_per_gpu
+        if self.copies == "per_expert":
+            return g * min(k, epg) / k - 1
+        return g / math.ceil(k / epg) - 1
+
+    @property
+    def chunk_tokens(self) -> int:
+        """Tokens per scale-out chunk (hierarchical dispatch; 0 = one chunk per leg, store and forward)."""
+        if self.forward_chunk_bytes == 0:
+            return 0
+        return max(1, self.forward_chunk_bytes // self.dispatch_bytes_per_token)
 
     def compute_ps(self, token_copies) -> np.ndarray:
         """Expert compute time (ps) for ``token_copies`` processed on one GPU."""
@@ -201,18 +266,27 @@ def _node_expert_counts(cfg: MoeTraceConfig, group: int) -> list[int]:
 def popularity_weights(cfg: MoeTraceConfig, layer: int, s: float | None = None) -> np.ndarray:
     """Normalised popularity of each expert in ``layer`` (Zipf ranks over a per-layer random order)."""
     if s is None:
-        s = _zipf_exponent(cfg)
-    ranks = np.random.default_rng([cfg.seed, 7919, layer]).permutation(cfg.experts)
-    w = 1.0 / (ranks + 1.0) ** s
+        s = zipf_exponent(cfg, layer)
+    w = 1.0 / (_zipf_ranks(cfg, layer) + 1.0) ** s
     return w / w.sum()
 
 
-def _zipf_exponent(cfg: MoeTraceConfig) -> float:
+def _zipf_ranks(cfg: MoeTraceConfig, layer: int) -> np.ndarray:
+    """Popularity rank (0 = most popular) of each expert in ``layer``: a seeded per-layer order."""
+    return np.random.default_rng([cfg.seed, 7919, layer]).permutation(cfg.experts)
+
+
+def zipf_exponent(cfg: MoeTraceConfig, layer: int = 0) -> float:
+    """The Zipf exponent of ``layer``: 0 (uniform), ``zipf_s``, or tuned to the imbalance target
+    (per-expert: one exponent for every layer; per-rank: tuned per layer, since which experts share a
+    rank depends on the layer's popularity order)."""
     if cfg.popularity == "uniform":
         return 0.0
     if cfg.popularity == "zipf":
         return cfg.zipf_s
-    return tune_zipf_for_imbalance(cfg)
+    if cfg.popularity == "imbalance":
+        return tune_zipf_for_imbalance(cfg)
+    return tune_zipf_for_rank_imbalance(cfg, layer)
 
 
 _TUNED: dict = {}
@@ -273,28 +347,33 @@ def sample_routing(cfg: MoeTraceConfig, layer: int, microbatch: int, group: int,
 
 
 def imbalance_of(counts) -> float:
-    """(max - mean) / mean of tokens per expert."""
+    """(max - mean) / mean of ``counts`` (tokens per expert, copies received per rank, ...)."""
     counts = np.asarray(counts, dtype=np.float64)
     mean = counts.mean()
     return float((counts.max() - mean) / mean) if mean > 0 else 0.0
 
 
-def tune_zipf_for_imbalance(cfg: MoeTraceConfig) -> float:
-    """The Zipf exponent whose routing gives ``cfg.imbalance`` (bisection on a seeded Monte Carlo
-    estimate with common random numbers; about 2,000 tokens per expert on average)."""
-    key = (cfg.experts, cfg.top_k, cfg.ep_size, cfg.gpus_per_node, cfg.max_nodes_per_token, cfg.seed, cfg.imbalance)
+def rank_receive_counts(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
+    """Token copies each group-local rank receives for its experts, its own tokens included: per
+    ``copies: per_gpu`` the tokens with at least one expert on the rank, per ``per_expert`` the
+    (token, expert) pairs on it."""
+    return _hits(cfg, routing).sum(axis=0)
+
+
+def _tune_zipf(cfg: MoeTraceConfig, key: tuple, target: float, layer: int, measure, what: str,
+               n_tok: int) -> float:
+    """Bisection for the Zipf exponent whose routing gives ``measure(routing) == target``, on a seeded
+    Monte Carlo of ``n_tok`` routed tokens with common random numbers, the experts ranked in
+    ``layer``'s popularity order. ``what`` names the target field in errors."""
+    key = (cfg.experts, cfg.top_k, cfg.ep_size, cfg.gpus_per_node, cfg.max_nodes_per_token, cfg.seed) + key
     if key in _TUNED:
         return _TUNED[key]
-    target = float(cfg.imbalance)
-    n_tok = int(min(max(4096, math.ceil(2000 * cfg.experts / cfg.top_k)), 65536))
     noise = _gumbel(np.random.default_rng([cfg.seed, 104729]), (n_tok, cfg.experts))
     node = _expert_node(cfg, 0)
-    ranks = np.random.default_rng([cfg.seed, 7919, 0]).permutation(cfg.experts)
+    log_rank = np.log(_zipf_ranks(cfg, layer) + 1.0)
 
     def f(s):
-        logw = -s * np.log(ranks + 1.0)
-        chosen = _route(cfg, logw, noise, node)
-        return imbalance_of(np.bincount(chosen.ravel(), minlength=cfg.experts))
+        return measure(_route(cfg, -s * log_rank, noise, node))
 
     lo, hi = 0.0, 1.0
     if f(lo) >= target:
@@ -304,7 +383,7 @@ def tune_zipf_for_imbalance(cfg: MoeTraceConfig) -> float:
         lo, hi = hi, hi * 2
         if hi > 64:
             raise ConfigError(f"got {target}: not reachable with Zipf popularity (allowed: a smaller ratio)",
-                              field="imbalance")
+                              field=what)
     for _ in range(30):
         mid = (lo + hi) / 2
         v = f(mid)
@@ -320,17 +399,41 @@ def tune_zipf_for_imbalance(cfg: MoeTraceConfig) -> float:
     return s
 
 
+def tune_zipf_for_imbalance(cfg: MoeTraceConfig) -> float:
+    """The Zipf exponent whose routing gives the tokens-per-expert ratio ``cfg.imbalance`` (about 2,000
+    tokens per expert on average in the Monte Carlo)."""
+    n_tok = int(min(max(4096, math.ceil(2000 * cfg.experts / cfg.top_k)), 65536))
+    return _tune_zipf(cfg, ("expert", cfg.imbalance), float(cfg.imbalance), 0,
+                      lambda r: imbalance_of(np.bincount(r.ravel(), minlength=cfg.experts)), "imbalance", n_tok)
+
+
+def tune_zipf_for_rank_imbalance(cfg: MoeTraceConfig, layer: int) -> float:
+    """The Zipf exponent of ``layer`` whose routing gives the per-rank ratio ``cfg.rank_imbalance``
+    (max / mean - 1 of :func:`rank_receive_counts`). The Monte Carlo routes 65,536 tokens: the max
+    over ranks is sensitive to which rank leads, so it needs more tokens than the per-expert figure."""
+    return _tune_zipf(cfg, ("rank", cfg.copies, layer, cfg.rank_imbalance), float(cfg.rank_imbalance), layer,
+                      lambda r: imbalance_of(rank_receive_counts(cfg, r)), "rank_imbalance", 65536)
+
+
 # --------------------------------------------------------------------------- trace
 
 @dataclass
 class MoeTrace:
     trace: Trace
     config: MoeTraceConfig
-    zipf_s: float
+    #: Zipf exponent of each layer (one value for every layer unless tuned per layer: rank_imbalance)
+    zipf_s_per_layer: list[float]
     #: per (layer, microbatch, group): (max - mean) / mean of tokens per expert
     imbalances: list[float] = field(default_factory=list)
+    #: per (layer, microbatch, group): max / mean - 1 of token copies received per rank (its own included)
+    rank_imbalances: list[float] = field(default_factory=list)
     max_nodes_seen: int = 0
     compute_ps: list[int] = field(default_factory=list)
+
+    @property
+    def zipf_s(self) -> float:
+        """Mean Zipf exponent over the layers."""
+        return float(np.mean(self.zipf_s_per_layer))
 
     @cached_property
     def bytes_by_phase(self) -> dict[str, int]:
@@ -347,18 +450,22 @@ class MoeTrace:
 
     def summary(self) -> dict:
         c = self.config
-        imb = self.imbalances
+        imb, rimb = self.imbalances, self.rank_imbalances
         return {
             "model": c.model, "gpus": c.gpus, "ep_size": c.ep_size, "groups": c.groups,
             "layers": c.layers, "microbatches": c.microbatches, "tokens_per_gpu": c.tokens_per_gpu,
             "experts": c.experts, "top_k": c.top_k, "max_nodes_per_token": c.max_nodes_per_token,
             "messages": len(self.trace), "bytes": sum(self.bytes_by_phase.values()),
             "dispatch_bytes": self.bytes_by_phase["dispatch"], "combine_bytes": self.bytes_by_phase["combine"],
-            "zipf_s": self.zipf_s,
+            "zipf_s": self.zipf_s, "zipf_s_min": min(self.zipf_s_per_layer), "zipf_s_max": max(self.zipf_s_per_layer),
             "imbalance_mean": float(np.mean(imb)) if imb else 0.0,
             "imbalance_max": float(np.max(imb)) if imb else 0.0,
+            "rank_imbalance_mean": float(np.mean(rimb)) if rimb else 0.0,
+            "rank_imbalance_max": float(np.max(rimb)) if rimb else 0.0,
             "max_nodes_seen": self.max_nodes_seen,
             "dispatch": c.dispatch, "passes": c.passes, "overlap": c.overlap,
+            "send_order": c.send_order, "copies": c.copies, "connections": c.connections,
+            "forward_chunk_bytes": c.forward_chunk_bytes,
             "inter_node_bytes": self.inter_node_bytes,
             "compute_ps_min": min(self.compute_ps, default=0), "compute_ps_max": max(self.compute_ps, default=0),
         }
@@ -370,13 +477,24 @@ def nodes_per_token(cfg: MoeTraceConfig, routing: np.ndarray, group: int = 0) ->
     return 1 + (np.diff(node, axis=1) != 0).sum(axis=1)
 
 
+def _hits(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
+    """``h[t, d]``: copies of token t for group-local GPU d: 0/1 per ``copies: per_gpu`` (a token is
+    sent once per GPU however many of its experts live there), the number of its experts on d per
+    ``per_expert``. int16 (sums accumulate in the platform integer)."""
+    t, g = routing.shape[0], cfg.ep_size
+    h = np.zeros((t, g), dtype=np.int16)
+    rows = np.arange(t)[:, None].repeat(routing.shape[1], axis=1)
+    if cfg.copies == "per_expert":
+        np.add.at(h, (rows, routing % g), 1)
+    else:
+        h[rows, routing % g] = 1
+    return h
+
+
 def dispatch_counts(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
-    """``n[src, dst]`` (group-local GPUs): tokens of src with at least one expert on dst, dst != src."""
+    """``n[src, dst]`` (group-local GPUs): token copies src sends to dst (flat dispatch), dst != src."""
     g = cfg.ep_size
-    t = routing.shape[0]
-    hit = np.zeros((t, g), dtype=bool)
-    hit[np.arange(t)[:, None], routing % g] = True
-    n = hit.reshape(g, cfg.tokens_per_gpu, g).sum(axis=1)
+    n = _hits(cfg, routing).reshape(g, cfg.tokens_per_gpu, g).sum(axis=1)
     np.fill_diagonal(n, 0)
     return n
 
@@ -385,45 +503,60 @@ def dispatch_counts(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
 class _Plan:
     """Aggregated messages of one (layer, microbatch, EP group) all-to-all; group-local GPU ids.
 
-    ``first[s, d]``: token copies on the leg leaving the sender s (flat: every dispatch message;
-    hierarchical: direct intra-node messages and the scale-out copy to the rail-aligned relay d);
-    ``scale_out[s, d]``: True where that leg is a hierarchical scale-out leg; ``forward[r, d]``: token
-    copies relay r forwards over NVLink to d; ``load[d]``: token copies processed on d."""
-    first: np.ndarray
-    scale_out: np.ndarray
-    forward: np.ndarray
+    ``first``: legs leaving the senders, ``(s, d, copies, chunk, scale_out)`` (flat: every dispatch
+    message; hierarchical: direct intra-node messages, and chunk ``chunk`` of the scale-out copies
+    from s to its rail-aligned relay d); ``forward``: ``(r, d, copies, chunk, senders)``, chunk
+    ``chunk`` of what relay r forwards over NVLink to d, carrying chunk ``chunk`` of the scale-out legs
+    from ``senders``; ``load[d]``: token copies processed on d; ``pipelined``: forwards wait only for
+    the chunks they carry (otherwise for every scale-out leg into the relay)."""
+    first: list
+    forward: list
     load: np.ndarray
+    pipelined: bool = False
 
 
 def _plan(cfg: MoeTraceConfig, routing: np.ndarray) -> _Plan:
     g, tpg, gpn = cfg.ep_size, cfg.tokens_per_gpu, cfg.gpus_per_node
     t = routing.shape[0]
-    hit = np.zeros((t, g), dtype=bool)
-    hit[np.arange(t)[:, None], routing % g] = True
-    full = hit.reshape(g, tpg, g).sum(axis=1)  # tokens of s with an expert on d (d == s included)
-    flat = full.copy()
-    np.fill_diagonal(flat, 0)
+    hit = _hits(cfg, routing)
+    full = hit.reshape(g, tpg, g).sum(axis=1)  # copies of s's tokens for d (d == s included)
     load = np.bincount(routing.ravel() % g, minlength=g)
     if cfg.dispatch == "flat" or g <= gpn:  # flat, or the whole group inside one node: all direct
-        return _Plan(flat, np.zeros((g, g), dtype=bool), np.zeros((g, g), dtype=np.int64), load)
+        flat = full.copy()
+        np.fill_diagonal(flat, 0)
+        return _Plan([(int(a), int(b), int(flat[a, b]), 0, False) for a, b in np.argwhere(flat > 0)], [], load)
     # hierarchical, groups of whole nodes (validated): group-local node d // gpn, rail (local index) d % gpn
     nn = g // gpn
     gpu = np.arange(g)
     node, lane = gpu // gpn, gpu % gpn
-    same = node[:, None] == node[None, :]
-    first = np.where(same, flat, 0)
-    node_hit = hit.reshape(t, nn, gpn).any(axis=2)
-    so = node_hit.reshape(g, tpg, nn).sum(axis=1)  # so[s, N]: tokens of s with an expert in node N
-    so[gpu, node] = 0
-    relay = np.arange(nn)[None, :] * gpn + lane[:, None]  # relay[s, N]: rail-aligned GPU of s in node N
-    first[gpu[:, None].repeat(nn, axis=1), relay] += so
-    scale_out = ~same & (first > 0)
-    fw = np.zeros((g, g), dtype=np.int64)
-    src, dst = np.nonzero(~same & (full > 0))
-    r = node[dst] * gpn + lane[src]
-    keep = r != dst
-    np.add.at(fw, (r[keep], dst[keep]), full[src[keep], dst[keep]])
-    return _Plan(first, scale_out, fw, load)
+    sender = np.arange(t) // tpg
+    first = [(int(a), int(b), int(full[a, b]), 0, False)
+             for a, b in np.argwhere((node[:, None] == node[None, :]) & (full > 0)) if a != b]
+    # scale-out: token t of sender s goes once to node N != node(s) if one of its experts is there;
+    # its position among s's tokens for N gives its chunk
+    so_hit = hit.reshape(t, nn, gpn).any(axis=2)
+    so_hit[np.arange(t), node[sender]] = False
+    c = cfg.chunk_tokens or tpg
+    chunk = (np.cumsum(so_hit.reshape(g, tpg, nn), axis=1).reshape(t, nn) - 1) // c
+    tok, nd = np.nonzero(so_hit)
+    s_of, j_of = sender[tok], chunk[tok, nd]
+    legs, n_legs = np.unique(np.stack([s_of, nd, j_of], axis=1), axis=0, return_counts=True)
+    first += [(int(s_), int(n_) * gpn + int(lane[s_]), int(k), int(j_), True) for (s_, n_, j_), k in zip(legs, n_legs)]
+    # forwards: copies of token t for GPU d in a remote node, other than the relay itself
+    tok, d = np.nonzero(hit)
+    s_of = sender[tok]
+    relay = node[d] * gpn + lane[s_of]
+    keep = (node[d] != node[s_of]) & (relay != d)
+    tok, d, s_of, relay = tok[keep], d[keep], s_of[keep], relay[keep]
+    j_of = chunk[tok, node[d]]
+    keys, n_fw = np.unique(np.stack([relay, d, j_of, s_of], axis=1), axis=0, return_counts=True)
+    forward: dict[tuple[int, int, int], list] = {}
+    for (r_, d_, j_, s_), k in zip(keys.tolist(), n_fw.tolist()):
+        entry = forward.setdefault((r_, d_, j_), [0, []])
+        entry[0] += k
+        entry[1].append(s_)
+    fw = [(r_, d_, k, j_, tuple(srcs)) for (r_, d_, j_), (k, srcs) in forward.items()]
+    return _Plan(first, fw, load, pipelined=cfg.chunk_tokens > 0)
 
 
 def _merge(*lists) -> tuple[int, ...]:
@@ -433,16 +566,44 @@ def _merge(*lists) -> tuple[int, ...]:
     return tuple(out)
 
 
+#: send-order streams per leg kind (random order)
+_LEGS = {"first": 0, "forward": 1, "gather": 2, "combine": 3}
+
+
+def send_order(cfg: MoeTraceConfig, legs: list, kind: str, stream: tuple) -> list:
+    """``legs`` (tuples starting ``(sender, receiver, copies, chunk)``, group-local ids) in the order
+    their senders issue them: by sender, then chunk, then the order of ``cfg.send_order``:
+
+    * ``staggered``: receiver ``(sender + i) mod ep_size`` at step i, so at every step the senders of
+      a group hit distinct receivers (NCCL's p2p schedule; DeepEP's internode RDMA sender);
+    * ``random``: a seeded random order per sender (``stream`` and ``kind`` pick the stream);
+    * ``ascending``: receiver id (every sender starts at the same receiver: a rolling incast).
+
+    A NIC serves its queue pairs round robin in the order messages are released, and messages
+    released together are released in trace order, so this order is the order on the wire."""
+    g = cfg.ep_size
+    if cfg.send_order == "random":
+        key = np.random.default_rng([cfg.seed, 5381, *stream, _LEGS[kind]]).random((g, g))
+        rank = lambda a, b: key[a, b]  # noqa: E731
+    elif cfg.send_order == "ascending":
+        rank = lambda a, b: b  # noqa: E731
+    else:
+        rank = lambda a, b: (b - a) % g  # noqa: E731
+    return sorted(legs, key=lambda x: (x[0], x[3], rank(x[0], x[1])))
+
+
 def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
     """Generate the trace of ``cfg`` (deterministic for a given config and seed)."""
-    s = _zipf_exponent(cfg)
+    zipf = [zipf_exponent(cfg, layer) for layer in range(cfg.layers)]
     g = cfg.ep_size
     records: list[TraceRecord] = []
-    out = MoeTrace(Trace(records, "<moe>"), cfg, s)
+    out = MoeTrace(Trace(records, "<moe>"), cfg, zipf)
     steps = [(layer, False) for layer in range(cfg.layers)]
     if cfg.passes == "forward_backward":
         steps += [(layer, True) for layer in reversed(range(cfg.layers))]
     overlap = cfg.overlap == "a2a_1f1b"
+    conn = 0 if cfg.connections == "persistent" else -1
+    win = cfg.chunks_in_flight
     # per (microbatch, step): first-leg dispatch ids from each global GPU, and the latest final combine
     # ids into each global GPU (a GPU with none in a step keeps its earlier ones)
     disp_from: dict[tuple[int, int], dict[int, list[int]]] = {}
@@ -452,14 +613,15 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
 
     def add(src, dst, size, op, phase, layer, mb, deps, gap) -> int:
         nonlocal next_id
-        records.append(TraceRecord(next_id, src, dst, size, op, phase, layer, mb, deps, gap, 0))
+        records.append(TraceRecord(next_id, src, dst, size, op, phase, layer, mb, deps, gap, 0,
+                                   conn=conn, collective="all_to_all"))
         next_id += 1
         return next_id - 1
 
     for mb in range(cfg.microbatches):
         plans: dict[tuple[int, int], _Plan] = {}
         for i, (layer, bwd) in enumerate(steps):
-            w = None if bwd else popularity_weights(cfg, layer, s)
+            w = None if bwd else popularity_weights(cfg, layer, zipf[layer])
             tag = ".bwd" if bwd else ""
             op_d, op_c = f"moe.l{layer}.mb{mb}{tag}.dispatch", f"moe.l{layer}.mb{mb}{tag}.combine"
             bd = cfg.backward_dispatch_bytes_per_token if bwd else cfg.dispatch_bytes_per_token
@@ -477,47 +639,77 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
             step_comb: dict[int, list[int]] = {}
             for group in range(cfg.groups):
                 base = group * g
+                stream = (mb, i, group)
                 if bwd:
                     plan = plans[(layer, group)]
                 else:
                     routing = sample_routing(cfg, layer, mb, group, weights=w)
                     out.imbalances.append(imbalance_of(np.bincount(routing.ravel(), minlength=cfg.experts)))
+                    out.rank_imbalances.append(imbalance_of(rank_receive_counts(cfg, routing)))
                     out.max_nodes_seen = max(out.max_nodes_seen, int(nodes_per_token(cfg, routing, group).max()))
                     plan = plans[(layer, group)] = _plan(cfg, routing)
                 comp = cfg.compute_ps(plan.load * (cfg.backward_compute_factor if bwd else 1.0))
                 out.compute_ps.extend(int(x) for x in comp)
                 into: dict[int, list[int]] = {d: [] for d in range(g)}      # every dispatch leg into d
                 so_into: dict[int, list[int]] = {d: [] for d in range(g)}   # scale-out legs into a relay
-                first_pairs = np.argwhere(plan.first > 0)
-                for src, dst in first_pairs:
-                    gs = base + int(src)
-                    deps = _merge(own.get(gs, ()), prev_disp.get(gs, ()), prev2_comb.get(gs, ()))
-                    k = add(gs, base + int(dst), int(plan.first[src, dst]) * bd, op_d, "dispatch", layer, mb,
-                            deps, cfg.layer_gap_ps if deps else 0)
-                    step_disp.setdefault(gs, []).append(k)
-                    into[int(dst)].append(k)
-                    if plan.scale_out[src, dst]:
-                        so_into[int(dst)].append(k)
-                fw_pairs = np.argwhere(plan.forward > 0)
-                for r, dst in fw_pairs:
-                    # the relay forwards over NVLink once the scale-out copies into it have arrived
-                    k = add(base + int(r), base + int(dst), int(plan.forward[r, dst]) * bd, op_d, "dispatch",
-                            layer, mb, tuple(so_into[int(r)]), 0)
-                    into[int(dst)].append(k)
-                gathers: dict[int, list[int]] = {d: [] for d in range(g)}
-                for r, dst in fw_pairs:
-                    # gather back to the relay after dst's expert compute
-                    k = add(base + int(dst), base + int(r), int(plan.forward[r, dst]) * bc, op_c, "combine",
-                            layer, mb, tuple(into[int(dst)]), int(comp[dst]))
-                    gathers[int(r)].append(k)
-                for src, dst in first_pairs:
-                    n = int(plan.first[src, dst]) * bc
-                    if plan.scale_out[src, dst] and gathers[int(dst)]:
-                        deps, gap = tuple(gathers[int(dst)]), 0
+                so_id: dict[tuple[int, int, int], int] = {}                 # (sender, relay, chunk) -> id
+                first = send_order(cfg, plan.first, "first", stream)
+                for src, dst, n, j, so in first:
+                    gs = base + src
+                    if j >= win:  # chunk j leaves when chunk j - win of its leg is in
+                        deps, gap = (so_id[(src, dst, j - win)],), 0
                     else:
-                        deps, gap = tuple(into[int(dst)]), int(comp[dst])
-                    k = add(base + int(dst), base + int(src), n, op_c, "combine", layer, mb, deps, gap)
-                    step_comb.setdefault(base + int(src), []).append(k)
+                        deps = _merge(own.get(gs, ()), prev_disp.get(gs, ()), prev2_comb.get(gs, ()))
+                        gap = cfg.layer_gap_ps if deps else 0
+                    k = add(gs, base + dst, n * bd, op_d, "dispatch", layer, mb, deps, gap)
+                    step_disp.setdefault(gs, []).append(k)
+                    into[dst].append(k)
+                    if so:
+                        so_into[dst].append(k)
+                        so_id[(src, dst, j)] = k
+                forward = send_order(cfg, plan.forward, "forward", stream)
+                for r, dst, n, j, senders in forward:
+                    # pipelined: the relay forwards chunk j once the scale-out chunks j it carries are in;
+                    # store and forward: once every scale-out copy into it has arrived
+                    deps = tuple(so_id[(s_, r, j)] for s_ in senders) if plan.pipelined else tuple(so_into[r])
+                    into[dst].append(add(base + r, base + dst, n * bd, op_d, "dispatch", layer, mb, deps, 0))
+                gathers: dict[int, list[int]] = {d: [] for d in range(g)}   # gathers into a relay
+                gather_id: dict[tuple[int, int, int], int] = {}             # (relay, dst, chunk) -> id
+                sent: dict[tuple[int, int], list[int]] = {}                  # (dst, relay) -> gathers, in order
+                for r, dst, n, j, senders in send_order(cfg, [(d_, r_, n_, j_, ss) for r_, d_, n_, j_, ss in forward],
+                                                         "gather", stream):
+                    r, dst = dst, r  # sorted as (sender dst, receiver relay)
+                    prior = sent.setdefault((dst, r), [])
+                    if plan.pipelined and len(prior) >= win:
+                        deps, gap = (prior[-win],), 0
+                    else:  # back to the relay after dst's expert compute
+                        deps, gap = tuple(into[dst]), int(comp[dst])
+                    k = add(base + dst, base + r, n * bc, op_c, "combine", layer, mb, deps, gap)
+                    prior.append(k)
+                    gathers[r].append(k)
+                    gather_id[(r, dst, j)] = k
+                carried: dict[tuple[int, int, int], list[int]] = {}          # (relay, sender, chunk) -> gathers
+                if plan.pipelined:
+                    for r, dst, n, j, senders in forward:
+                        for s_ in senders:
+                            carried.setdefault((r, s_, j), []).append(gather_id[(r, dst, j)])
+                back: dict[tuple[int, int, int], int] = {}
+                rev = [(d_, s_, n_, j_, so) for s_, d_, n_, j_, so in plan.first]
+                for dst, src, n, j, so in send_order(cfg, rev, "combine", stream):
+                    # dst returns results to src; scale-out legs back from a relay wait for the gathers
+                    # they carry (pipelined) or for every gather into the relay
+                    gath = carried.get((dst, src, j), []) if plan.pipelined else gathers[dst]
+                    chain = (back[(dst, src, j - win)],) if so and j >= win else ()
+                    if so and gath:
+                        deps, gap = _merge(gath, chain), 0
+                    elif chain:
+                        deps, gap = chain, 0
+                    else:
+                        deps, gap = tuple(into[dst]), int(comp[dst])
+                    k = add(base + dst, base + src, n * bc, op_c, "combine", layer, mb, deps, gap)
+                    if so:
+                        back[(dst, src, j)] = k
+                    step_comb.setdefault(base + src, []).append(k)
             prev = comb_into.get((mb, i - 1), {}) if i > 0 else (last if not overlap else {})
             for gpu, ids in prev.items():
                 step_comb.setdefault(gpu, ids)
@@ -533,12 +725,16 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
 def format_summary(d: dict, path) -> str:
     from ..units import format_size
     mn = "unlimited" if d["max_nodes_per_token"] is None else d["max_nodes_per_token"]
+    zs = f"{d['zipf_s_min']:.3f}" if d["zipf_s_min"] == d["zipf_s_max"] else \
+        f"{d['zipf_s_min']:.3f}-{d['zipf_s_max']:.3f} over layers"
     return (f"{path}: {d['model']} MoE trace, {d['gpus']} GPUs in {d['groups']} EP group(s) of {d['ep_size']}, "
             f"{d['layers']} layer(s) x {d['microbatches']} microbatch(es), {d['tokens_per_gpu']} tokens per GPU, "
             f"top-{d['top_k']} of {d['experts']} experts, max nodes per token {mn} (seen {d['max_nodes_seen']}); "
             f"{d['messages']} messages, {d['bytes']} bytes ({format_size(d['bytes'])}; dispatch "
             f"{format_size(d['dispatch_bytes'])}, combine {format_size(d['combine_bytes'])}); "
             f"tokens-per-expert imbalance (max - mean) / mean {d['imbalance_mean']:.3f} mean, "
-            f"{d['imbalance_max']:.3f} max (Zipf s = {d['zipf_s']:.3f}); expert compute gap "
+            f"{d['imbalance_max']:.3f} max (Zipf s = {zs}); per-rank imbalance (max / mean - 1 of copies "
+            f"received per rank) {d['rank_imbalance_mean']:.3f} mean, {d['rank_imbalance_max']:.3f} max; expert compute gap "
             f"{d['compute_ps_min'] / 1e6:.2f}-{d['compute_ps_max'] / 1e6:.2f} us; {d['dispatch']} dispatch "
-            f"({format_size(d['inter_node_bytes'])} between nodes), passes {d['passes']}, overlap {d['overlap']}.")
+            f"({format_size(d['inter_node_bytes'])} between nodes), passes {d['passes']}, overlap {d['overlap']}, "
+            f"send order {d['send_order']}, copies {d['copies']}, connections {d['connections']}.")

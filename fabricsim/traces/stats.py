@@ -36,6 +36,26 @@ def dependency_depth(trace: Trace) -> int:
     return max(depth.values(), default=0)
 
 
+def dispatch_rank_imbalance(trace: Trace) -> dict:
+    """Per-rank receive imbalance of every dispatch op: over the GPUs of the op (src or dst of one
+    of its phase-``dispatch`` messages), max / mean - 1 of the bytes each receives. These are bytes
+    received over the network: copies a GPU keeps for its own experts are not messages and are not in
+    it, and in hierarchical dispatch a relay's bytes include the copies it forwards."""
+    ops: dict[str, dict[int, int]] = defaultdict(dict)
+    for r in trace.records:
+        if r.phase == "dispatch":
+            rx = ops[r.op]
+            rx[r.dst] = rx.get(r.dst, 0) + r.size_bytes
+            rx.setdefault(r.src, 0)
+    per_op = {}
+    for op, rx in sorted(ops.items()):
+        mean = sum(rx.values()) / len(rx)
+        per_op[op] = max(rx.values()) / mean - 1 if mean else 0.0
+    vals = list(per_op.values())
+    return {"ops": len(vals), "mean": sum(vals) / len(vals) if vals else None,
+            "max": max(vals) if vals else None, "per_op": per_op}
+
+
 def inspect_trace(trace: Trace) -> dict:
     """Summary dict of a (checked) trace; every byte figure is payload bytes."""
     recs = trace.records
@@ -79,4 +99,5 @@ def inspect_trace(trace: Trace) -> dict:
             "recv_bytes_mean": rmean,
             "recv_skew": (rmax - rmean) / rmean if rmean else None,
         },
+        "dispatch_rank_imbalance": dispatch_rank_imbalance(trace),
     }
