@@ -27,7 +27,8 @@ def leaf_spine(traffic, routing="ecmp", seed=1, hosts_per_leaf=4, leaves=2, spin
 
 def traced_run(sc):
     """Run the packet engine with every routing choice recorded: returns (engine, outcome,
-    {message id: {(switch id, port index), ...}} for data packets, {message id: first send ps})."""
+    {message id: {(switch id, port index), ...}} for data packets, {message id: (first, last) send
+    ps of its data packets})."""
     _loaded, sim = prepare(sc)
     s = sim.scenario
     eng = ENGINES.get("packet")(sim, Recorder(s.outputs.latency_rel_error, s.outputs.timeseries_bin))
@@ -41,7 +42,8 @@ def traced_run(sc):
             if pkt.kind == DATA:
                 mid = pkt.qp.msg.msg.id
                 paths.setdefault(mid, set()).add((switch.id, port.index))
-                first[mid] = min(first.get(mid, pkt.t_tx), pkt.t_tx)
+                a, b = first.get(mid, (pkt.t_tx, pkt.t_tx))
+                first[mid] = (min(a, pkt.t_tx), max(b, pkt.t_tx))
             return port
         sw.choose = choose
     out = eng.run()
@@ -99,27 +101,30 @@ def test_ring_on_persistent_connections_keeps_every_connection_on_one_path(tmp_p
 
 
 def test_a_connection_runs_its_messages_one_at_a_time_in_posting_order(tmp_path):
-    """Three messages 0 -> 4 posted together: on one connection each starts after the previous one
-    has completed, its release time stays the posting time (the wait is in its completion time);
-    on fresh queue pairs they run side by side."""
+    """Three messages 0 -> 4 posted together: on one connection each starts sending once the
+    previous one has sent its last packet (as a queue pair works through its work requests), before
+    that one has completed; its release time stays the posting time (the wait is in its completion
+    time); on fresh queue pairs they run side by side."""
     path = tmp_path / "m.csv"
     ends = {}
     for conn in (3, -1):
         path.write_text(f"src,dst,size_bytes,conn\n0,4,65536,{conn}\n0,4,65536,{conn}\n0,4,65536,{conn}\n"
                         f"1,5,65536,{conn}\n")
-        eng, _out, _paths, first = traced_run(leaf_spine({"pattern": "csv", "path": str(path),
-                                                          "qps_per_connection": 2}))
+        eng, _out, _paths, sent = traced_run(leaf_spine({"pattern": "csv", "path": str(path),
+                                                         "qps_per_connection": 2}))
         st = eng.states
         assert all(st[i].release == 0 for i in range(4)) and all(st[i].done for i in range(4))
-        ends[conn] = (first, {i: st[i].end for i in range(4)})
+        ends[conn] = (sent, {i: st[i].end for i in range(4)})
         if conn >= 0:
             assert {len(st[i].qps) for i in range(4)} == {2}            # qps_per_connection
             assert [q.uid for q in st[0].qps] == [q.uid for q in st[2].qps]
-    first, end = ends[3]
-    assert first[1] >= end[0] and first[2] >= end[1]
-    assert first[3] < end[0]                            # another connection is not held up
-    first, end = ends[-1]
-    assert first[1] < end[0] and first[2] < end[0]
+    sent, end = ends[3]
+    for a, b in ((0, 1), (1, 2)):
+        assert sent[b][0] > sent[a][1]                  # after a's last packet left ...
+        assert sent[b][0] < end[a]                      # ... not after a completed (pipelined)
+    assert sent[3][0] < sent[0][1]                      # another connection is not held up
+    sent, end = ends[-1]
+    assert sent[1][0] < sent[0][1] and sent[2][0] < sent[0][1]
 
 
 def test_ecmp_placement_opens_queue_pairs_as_the_engine_does(tmp_path):

@@ -46,7 +46,7 @@ class MessageState:
     """Runtime state of one message, and its transport statistics (see docs/metrics.md)."""
 
     __slots__ = ("msg", "size", "release", "end", "delivered", "dropped", "injected", "pending_deps",
-                 "dependents", "done", "reason", "parent", "next_stage", "final", "qps",
+                 "dependents", "done", "reason", "parent", "next_stage", "final", "qps", "on_sent",
                  # transport statistics
                  "rtx_bytes", "dup_bytes", "rx_units", "ooo_units", "reorder_hist", "peak_hold",
                  "reorder_wait_ps", "reorder_wait_max_ps", "ecn_marked", "cnps", "acks", "naks", "naks_sent",
@@ -70,6 +70,9 @@ class MessageState:
         self.next_stage = None    # PXN: the piece to send from the relay once this one is in
         self.final = final        # delivered bytes reach the message's destination (count as goodput)
         self.qps = []
+        #: called as ``on_sent(state, t)`` by the NIC that sends the message's last new byte at ``t``
+        #: (the connection's next message may start then); None: nobody waits for it
+        self.on_sent = None
         self.rtx_bytes = {}       # cause -> payload bytes retransmitted
         self.dup_bytes = 0        # payload bytes that arrived again after being accepted
         self.rx_units = 0         # data units received (not duplicates)
@@ -343,12 +346,14 @@ class PacketEngine:
 
         Connections (``Message.conn >= 0``, docs/traces.md "Connections"): the messages of
         connection ``(conn, src, dst)`` reuse its queue pairs (:class:`ConnectionTable`) and run
-        one at a time in the order they are posted: a message posted while an earlier one is in
-        progress waits (FIFO) and starts when that one completes or fails (:meth:`message_done`).
-        Its ``release_ps`` stays the time it was posted, so the wait counts in its completion
-        time. A message only ever waits for messages posted before it, which never wait for it:
-        the rule cannot deadlock. PXN pieces (``st.parent``) are never queued: the user's
-        message holds the connection for all of its pieces."""
+        in the order they are posted, as a queue pair processes its work requests: a message posted
+        while an earlier one is still sending waits (FIFO) and starts when that one has put its
+        last new byte on the wire (:meth:`_conn_sent`; its retransmissions, if any, may follow), or
+        when it completes or fails if that comes first (:meth:`message_done`). Its ``release_ps``
+        stays the time it was posted, so the wait counts in its completion time. A message only
+        ever waits for messages posted before it, which never wait for it: the rule cannot
+        deadlock. PXN pieces (``st.parent``) are never queued: the user's message holds the
+        connection until it completes."""
         m = st.msg
         st.release = t
         if st.parent is None:   # PXN pieces are not messages of the pattern
@@ -371,6 +376,8 @@ class PacketEngine:
             if relay is not None:
                 self._release_via(t, st, relay)
                 return
+        if m.conn >= 0 and st.parent is None:
+            st.on_sent = self._conn_sent
         eligible = self.eligible_nics(m.src, m.dst)
         nvlink = eligible[0].nvlink
         for uid, sport, h, size in self.connections.open(m.src, m.dst, m.size_bytes, m.qps, m.conn):
@@ -396,8 +403,18 @@ class PacketEngine:
             for nic in nics:
                 nic.add(t, qp)
 
-    def _next_on_connection(self, st: MessageState, t: int):
-        """``st`` (on a connection) ended: start the next message posted on its connection."""
+    def _conn_sent(self, st: MessageState, t: int):
+        """The NIC sent ``st``'s last new byte, leaving the wire at ``t``: the next message posted
+        on its connection starts then."""
+        st.on_sent = None
+        self.kernel.schedule(t, self._next_on_connection, st)
+
+    def _next_on_connection(self, t: int, st: MessageState):
+        """``st`` (on a connection) has sent everything or ended: start the next message posted on
+        its connection (once per message)."""
+        if st.on_sent is False:
+            return
+        st.on_sent = False
         m = st.msg
         key = (m.conn, m.src, m.dst)
         waiting = self._conn_wait[key]      # opened when st was posted
@@ -458,7 +475,7 @@ class PacketEngine:
             self._piece_done(st, t)
             return
         if st.msg.conn >= 0:
-            self._next_on_connection(st, t)
+            self._next_on_connection(t, st)
         self.remaining -= 1
         self.recorder.on_message(st)
         if not self.remaining:

@@ -192,6 +192,8 @@ class Nic:
             ser = wire * k if k else -((-wire * PS_BITS) // port.rate)      # = port.ser_ps(wire)
             done = t + ser
             port.busy_until = done
+            if st.on_sent and st.injected == st.size:
+                st.on_sent(st, done)    # its last new byte: the connection's next message may start
             port.tx_bytes += wire
             port.tx_packets += npk
             if ser > port.peak_ps:

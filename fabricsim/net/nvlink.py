@@ -210,6 +210,9 @@ class NvlinkNic(Nic):
             k = port.ps_per_byte
             done = t + (wire * k if k else -((-wire * PS_BITS) // port.rate))
             port.busy_until = done
+            st = qp.msg
+            if st.on_sent and st.injected == st.size:
+                st.on_sent(st, done)    # its last unit: the connection's next message may start
             port.tx_bytes += wire
             port.tx_packets += npk
             if done - t > port.peak_ps:
