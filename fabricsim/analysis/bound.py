@@ -73,6 +73,7 @@ level with numpy (one step per level of the DAG), the port sweep is one sort, so
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -124,20 +125,45 @@ class LowerBound:
         self.start = np.array([m.start_ps for m in messages], dtype=np.int64)
         self.gap = np.array([m.gap_ps for m in messages], dtype=np.int64)
         fct = [fct_ps[m.id] if fct_ps is not None else model.fct(m) for m in messages]
-        us, vs = [], []
-        legs: list[tuple] = []          # (message index, group key, wire bytes, head ps, tail ps)
+        self.dep_u, self.dep_v = self._dependency_edges(messages)
+        groups: dict = {}               # (host, direction, eligible ports) -> group id
+        rates: list[int] = []           # group id -> total rate of its ports (bit/s)
+        pairs: dict = {}                # (a, b) -> hops and the two groups of a leg a -> b
+        ends: dict = {}                 # (a, b, smallest packet) -> (sending tail, receiving head)
+
+        def group(key, rate):
+            gid = groups.get(key)
+            if gid is None:
+                gid = groups[key] = len(rates)
+                rates.append(rate)
+            return gid
+
+        def pair(a, b):
+            v = pairs.get((a, b))
+            if v is None:
+                out_ports, _n, out_rate = model.ports(a, b)
+                in_ports, _n, in_rate = model.ports(b, a)
+                v = pairs[(a, b)] = (model.hops(a, b), group((a, "out", out_ports), out_rate),
+                                     group((b, "in", in_ports), in_rate))
+            return v
+
+        def head_tail(a, b, hops, p):
+            v = ends.get((a, b, p))
+            if v is None:
+                sers = [_ser(p, rate) if p else 0 for rate, _lat in hops]
+                lats = [lat for _rate, lat in hops]
+                v = ends[(a, b, p)] = (lats[0] + sum(sers[1:]) + sum(lats[1:]), sum(sers[:-1]) + sum(lats[:-1]))
+            return v
+
+        leg_msg, leg_group, leg_wire, leg_head, leg_tail = [], [], [], [], []
         slack = []
         for k, m in enumerate(messages):
-            for d in m.deps:
-                if d in self.index:
-                    us.append(self.index[d])
-                    vs.append(k)
             relay = model.relay(m)
-            route = [(m.src, m.dst, m.qps, True)] if relay is None else \
-                [(m.src, relay, 1, False), (relay, m.dst, m.qps, False)]
+            route = ((m.src, m.dst, m.qps, True),) if relay is None else \
+                ((m.src, relay, 1, False), (relay, m.dst, m.qps, False))
             packets = hops_n = 0
             for a, b, qps, exact in route:
-                hops = model.hops(a, b)
+                hops, g_out, g_in = pair(a, b)
                 full, full_wire, partial = model.packets(a, b, m.size_bytes, qps)
                 packets += full + len(partial)
                 hops_n += len(hops)
@@ -147,29 +173,33 @@ class LowerBound:
                 else:
                     wire = _fewest_packets_wire(model, a, b, m.size_bytes)
                     p = 0
-                sers = [_ser(p, rate) if p else 0 for rate, _lat in hops]
-                lats = [lat for _rate, lat in hops]
-                tail_out = lats[0] + sum(sers[1:]) + sum(lats[1:])
-                head_in = sum(sers[:-1]) + sum(lats[:-1])
-                out_ports, _n, out_rate = model.ports(a, b)
-                in_ports, _n, in_rate = model.ports(b, a)
-                legs.append((k, (a, "out", out_ports), out_rate, wire, 0, tail_out))
-                legs.append((k, (b, "in", in_ports), in_rate, wire, head_in, lats[-1]))
+                tail_out, head_in = head_tail(a, b, hops, p)
+                leg_msg += (k, k)
+                leg_group += (g_out, g_in)
+                leg_wire += (wire, wire)
+                leg_head += (0, head_in)
+                leg_tail += (tail_out, hops[-1][1])
             slack.append(cell_packets * (packets + hops_n) if cell_packets > 1 else 0)
         self.fct = np.array(fct, dtype=np.int64)
         self.f = self.fct - np.array(slack, dtype=np.int64)
-        self.dep_u = np.array(us, dtype=np.int64)
-        self.dep_v = np.array(vs, dtype=np.int64)
-        groups: dict = {}
-        self.leg_msg = np.array([x[0] for x in legs], dtype=np.int64)
-        self.leg_group = np.array([groups.setdefault(x[1], len(groups)) for x in legs], dtype=np.int64)
-        rate = np.zeros(len(groups), dtype=np.float64)
-        for x in legs:
-            rate[groups[x[1]]] = x[2]
-        self.group_rate = rate
-        self.leg_wire = np.array([x[3] for x in legs], dtype=np.int64)
-        self.leg_head = np.array([x[4] for x in legs], dtype=np.int64)
-        self.leg_tail = np.array([x[5] for x in legs], dtype=np.int64)
+        self.group_rate = np.array(rates, dtype=np.float64)
+        self.leg_msg = np.array(leg_msg, dtype=np.int64)
+        self.leg_group = np.array(leg_group, dtype=np.int64)
+        self.leg_wire = np.array(leg_wire, dtype=np.int64)
+        self.leg_head = np.array(leg_head, dtype=np.int64)
+        self.leg_tail = np.array(leg_tail, dtype=np.int64)
+
+    def _dependency_edges(self, messages):
+        """(u, v) message indices of every dependency ``u -> v`` on a message of the list."""
+        counts = np.fromiter((len(m.deps) for m in messages), dtype=np.int64, count=len(messages))
+        deps = np.fromiter(itertools.chain.from_iterable(m.deps for m in messages), dtype=np.int64,
+                           count=int(counts.sum()))
+        v = np.repeat(np.arange(len(messages), dtype=np.int64), counts)
+        order = np.argsort(self.ids, kind="stable")
+        pos = np.minimum(np.searchsorted(self.ids, deps, sorter=order), max(len(order) - 1, 0))
+        u = order[pos] if len(order) else pos
+        known = self.ids[u] == deps if len(order) else np.zeros(0, dtype=bool)
+        return u[known], v[known]
 
     def of(self, t0_ps: int, message_ids=None) -> Bound:
         """The bound of the messages ``message_ids`` (all if None) released no earlier than
