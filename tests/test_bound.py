@@ -168,3 +168,28 @@ def test_the_bound_holds_on_random_dependent_traces(case):
     c = r.collectives
     assert (c["ideal_time_ps"].astype("int64") <= c["time_ps"].astype("int64")).all(), c
     assert (c["ideal_time_ps"].astype("int64") > 0).all()
+
+
+@pytest.mark.parametrize("domain,split,pxn,ports", [
+    ("hgx8", "per_packet", True, 1), ("hgx8", "per_flow", False, 2), ("nvl36", "per_packet", True, 2),
+])
+def test_the_bound_holds_with_nvlink_pxn_and_several_ports(tmp_path, domain, split, pxn, ports):
+    """A ring all-reduce mixing NVLink steps (NVLink framing) and scale-out steps (PXN-relayed,
+    or over k of n NIC ports), then an all-to-all waiting for it."""
+    per = 8 if domain == "hgx8" else 36
+    ranks = [0, per + 1, 2, per + 3, 4, 5]
+    first = ring_all_reduce(ranks, 192 * 1024, op="ar")
+    from fabricsim.traces.collectives import last_messages
+    tr = compose([first, all_to_all(ranks, 96 * 1024, op="a2a", start_id=len(first), deps=last_messages(first))])
+    size = {"nodes": 2} if domain == "hgx8" else {"racks": 2}
+    topo = {"kind": "cluster", "domain": domain, **size, "nic": {"ports": ports, "rate": "400Gbps"}}
+    path = write_trace(tr, tmp_path / "t.parquet")
+    r = fabricsim.run({"name": "pxn", "topology": topo, "traffic": {"pattern": "trace", "path": str(path)},
+                       "routing": {"policy": "adaptive"},
+                       "nic": {"plane_split": split, "pxn": pxn, "pxn_chunk": "64KiB"}, "simulation": {"seed": 2}})
+    p = r.summary["pattern"]
+    assert r.summary["messages"]["incomplete"] == 0
+    assert 0 < p["ideal_duration_ps"] <= p["duration_ps"]
+    assert r.summary["effective_bandwidth"]["completion_time_ratio"] > 0.3
+    c = r.collectives.set_index("op")
+    assert (c["ideal_time_ps"] <= c["time_ps"]).all() and (c["ideal_time_ps"] > 0).all()
