@@ -43,13 +43,45 @@ def test_a_chain_on_an_idle_fabric_is_exactly_its_critical_path(tmp_path):
     """Three dependent messages on disjoint hosts never meet: the run takes exactly the sum of
     their ideal FCTs and gaps, and so does the bound (the former figure, from the run's own
     release times, gave the same number for any delay between the steps)."""
-    tr = records([(0, 0, 5, 300_000, (), 0, 0), (1, 6, 11, 70_000, (0,), 2_000_000, 0),
+    tr = records([(0, 0, 5, 73 * 4096, (), 0, 0), (1, 6, 11, 17 * 4096, (0,), 2_000_000, 0),
                   (2, 12, 1, 1000, (1,), 500_000, 0)])
     r = run_trace(tr, tmp_path)
     p, m = r.summary["pattern"], r.messages
     expected = int(m["ideal_fct_ps"].sum()) + 2_000_000 + 500_000
     assert p["duration_ps"] == expected
     assert p["ideal_duration_ps"] == expected
+
+
+def test_short_last_packets_overtaking_on_other_paths_stay_above_the_bound(tmp_path):
+    """Found by the property test: with spray and 2 queue pairs a 9830 B chunk (two full packets
+    and two short ones) finishes before its single-path ideal FCT (slowdown < 1), the short packets
+    overtaking the full ones between the first and the last link; a critical path of ideal FCTs
+    then exceeded the run. The bound's shortest FCT covers any path."""
+    tr = compose([ring_all_reduce([0, 1, 2, 3, 4], 49152, op="a")])
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_trace(tr, Path(folder) / "t.parquet")
+        sc = {"name": "mp", "topology": fabric(3, 2, 2),
+              "traffic": {"pattern": "trace", "path": str(path), "qps_per_message": 2},
+              "routing": {"policy": "spray"}, "simulation": {"seed": 3}}
+        r = fabricsim.run(sc)
+        loaded, sim = prepare(sc)
+    assert r.messages["slowdown"].min() < 1.0
+    p = r.summary["pattern"]
+    assert p["ideal_duration_ps"] <= p["duration_ps"]
+    assert p["ideal_duration_ps"] < int(r.messages["ideal_fct_ps"].max()) * 8    # 8 steps of a chunk
+    lb = LowerBound(IdealModel(sim), sim.messages)
+    ideal = r.messages.set_index("message_id")["ideal_fct_ps"].astype("int64")
+    assert (lb.shortest_fct_ps <= ideal.loc[lb.ids].to_numpy()).all()
+    assert (lb.shortest_fct_ps > 0.97 * ideal.loc[lb.ids].to_numpy()).all()
+
+
+def test_shortest_fct_is_the_ideal_fct_for_full_packets(tmp_path):
+    """Messages of whole MTU packets on equal-rate hops: no path can beat the single-path train."""
+    tr = records([(i, i, (i + 5) % 16, n * 4096, (), 0, 0) for i, n in enumerate((1, 2, 17, 256))])
+    r = run_trace(tr, tmp_path)
+    loaded, sim = prepare(r.scenario)
+    lb = LowerBound(IdealModel(sim), sim.messages)
+    assert list(lb.shortest_fct_ps) == list(r.messages["ideal_fct_ps"].astype("int64"))
 
 
 def test_port_load_carries_the_dependents_tail(tmp_path):

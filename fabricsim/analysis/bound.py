@@ -3,78 +3,84 @@ operation's time (``collectives.ideal_time_ps``), valid for traces with dependen
 
 Notation, for a set of messages J with origin ``t0`` (the pattern's first release; for one
 operation its first release, dependencies on messages outside the operation counting as
-satisfied then): ``f_j`` is the message's ideal FCT (:meth:`IdealModel.fct`, alone on an idle
-fabric), ``g_j`` its gap, ``s_j`` its ``start_ps``.
+satisfied then): ``g_j`` the message's gap, ``s_j`` its ``start_ps``, and per leg of its route
+(one leg ``src -> dst``; a PXN-relayed message, :meth:`IdealModel.relay`, two: ``src -> relay``,
+``relay -> dst``) the hops ``(rate_i, lat_i)`` of :meth:`IdealModel.hops`, its wire bytes ``W_j``
+and the wire size ``p_j`` of its smallest packet. Per leg, on the sending side
+``tail = lat_1 + sum_{i>=2} (ser_i(p_j) + lat_i)`` (the way of a last packet after it left the
+host) and on the receiving side ``head = sum_{i<H} (ser_i(p_j) + lat_i)`` (the way of a first
+packet to the receiver's link), ``tail = lat_H``.
 
+0. **Shortest FCT** ``f_j`` = max over legs and over the sizes ``c`` of the message's packets of
+   ``max(W_c / r_out + tail_out(c), head_in(c) + W_c / r_in + lat_H)``, ``W_c`` the wire bytes of
+   its packets of at least ``c`` bytes, ``tail(c)`` / ``head(c)`` taken with a ``c``-byte packet,
+   ``r`` the rate of the share of a side's ports one message can use (``k`` of ``n``,
+   :meth:`IdealModel.parallel_rate`). Not
+   :meth:`IdealModel.fct`: that is the exact time along *one* path, and a message whose packets
+   take several paths (spray, adaptive routing, several queue pairs) can beat it, its short last
+   packets overtaking full ones between the first and the last link (measured: slowdown 0.9935, a
+   5-rank ring of 9830 B chunks, 2 queue pairs, spray). ``f_j <= ideal_fct_j``, equal for a
+   message of full packets on equal-rate hops, short of it by about one short packet's
+   serialisation otherwise.
 1. **Earliest start and finish.** ``ES_j = max(s_j, t0, max over deps d in J of EF_d + g_j)``,
    ``EF_j = ES_j + f_j``. The *critical path* is ``max_j EF_j - t0``.
-2. **Delivery tail.** ``q_j = max(0, max over dependents k of j in J of g_k + f_k + q_k)``: after
-   ``j`` completes, its longest chain of dependents still needs ``q_j``.
-3. **Port load with release heads and delivery tails.** A message loads two *port groups*: its
-   sender's eligible ports towards the destination and the receiver's ports towards the sender
-   (``(host, direction, eligible port set)``, :meth:`IdealModel.ports`; total rate ``R``); a
-   PXN-relayed message (:meth:`IdealModel.relay`) loads the groups of both legs, sender -> relay
-   and relay -> destination. For a group and a threshold ``tau`` (each ``ES`` of its messages),
-   with ``J_tau`` its messages of ``ES >= tau`` and ``W`` their wire bytes, the bound is
-   ``tau + min head_j + W / R + min (tail_j + q_j)`` (mins over ``J_tau``), less ``t0``.
-   ``head``/``tail`` along the leg's path of hops ``(rate_i, lat_i)``, ``p_j`` the wire size of the
-   message's smallest packet: sending side ``head = 0``,
-   ``tail = lat_1 + sum_{i>=2} (ser_i(p_j) + lat_i)``; receiving side
-   ``head = sum_{i<H} (ser_i(p_j) + lat_i)``, ``tail = lat_H``.
+2. **Delivery tail.** ``q_j = max(0, max over dependents k of j in J of g_k + f_k + q_k)``.
+3. **Port load with release heads and delivery tails.** A leg loads two *port groups*: its
+   sending host's eligible ports towards the other end and the receiving host's ports back
+   (``(host, direction, eligible port set)``, :meth:`IdealModel.ports`; total rate ``R``). For a
+   group and a threshold ``tau`` (each ``ES`` of its messages), with ``J_tau`` its messages of
+   ``ES >= tau`` and ``W`` their wire bytes: ``tau + min head + W / R + min (tail + q) - t0``
+   (mins over ``J_tau``; ``head = 0`` on the sending side).
 
 The bound is the larger of 1 and 3 (:class:`Bound`). Without dependencies ``ES_j = s_j``, ``q = 0``
 and 3 at the group's first ``tau`` is the former per-host figure (a host's wire bytes at line
-rate plus its smallest latency): the new figure is at least that, except that the tail now
-uses the smallest packet (the former pipeline latency ``f_j - w_j / rate`` assumed a full-size
-last packet, which a multi-queue-pair message with short packets can beat by one packet time).
+rate plus its smallest latency), the tail taken with the smallest packet.
 
 **Why each term bounds any schedule of the packet engine** (times absolute; the makespan is the
 last completion less ``t0``):
 
+- ``f_j``: a message released at ``r`` puts ``W_j`` wire bytes (first transmissions, headers
+  and NVLink framing as the engine frames them; retransmissions, control packets and INT only
+  add) through at most ``k`` of its host's ports. Its packets of at least ``c`` bytes are all out
+  no earlier than ``r + W_c / r_out``, and the last of them still has every later hop to be
+  stored, serialised and forwarded (``tail(c)``); on the receiving side none of them reaches the
+  last link before a ``c``-byte packet could make its way there (``head(c)``), and that link must
+  then carry ``W_c``. No single path is assumed, so every routing policy is covered.
 - The engine releases a message at ``s_j``, or once its last dependency completed at
   ``max(end_d + g_j, s_j)`` (later with ``simulation.compute: gpu``), and never before ``t0``,
-  the first release of the set. A message released at ``r`` ends no earlier than ``r + f_j``:
-  ``f_j`` is the exact idle store-and-forward time of its packets (queueing, pausing, pacing,
-  retransmission and sharing only delay them; a PXN message's ``f_j`` is already the larger of its
-  two legs, each a lower bound). By induction along the dependency order ``release_j >= ES_j``
+  the first release of the set. By induction along the dependency order ``release_j >= ES_j``
   and ``end_j >= EF_j``, so the makespan is at least the critical path, and a chain of
   dependents after ``j`` finishes no earlier than ``end_j + q_j``.
 - Every message of ``J_tau`` is released at or after ``tau``, so its bytes cross the group's
   links after ``tau``: a host sends a message only on its eligible ports (the engine's
-  ``eligible_nics``, the same first hops), and on the receiving side the bytes arrive over the
-  links from the receiver's first-hop switches towards the sender (shortest paths are
-  symmetric in every built topology). The links carry at most ``R`` bit/s together, so the last
-  byte of ``J_tau`` is on them no earlier than ``tau + W / R`` (``W``: the first transmissions'
-  wire bytes, counted as the engine frames them, NVLink framing included; retransmissions,
-  control packets and INT bytes only add). On the receiving side nothing of ``J_tau`` reaches the
-  last link before its first packet has been stored and forwarded over the other hops
-  (``head``). The message owning that last byte completes at least ``tail`` later (the rest of
-  its path for that packet, at least ``p_j``) and its dependents ``q_j`` after that. Mins over
-  ``J_tau`` make the figure independent of which message is last; any subset of a group's
-  messages gives a valid figure, so ties in ``ES`` need no care.
-- Several ports (``k`` of ``n`` usable by one message): ``R`` is the rate of all ``n``, which no
-  split can exceed. PXN legs: their wire bytes are counted for the fewest packets any chunking can
-  have (``size + header x ceil(size / payload per header)``), their smallest packet as 0 bytes
-  (a chunk's last packet can be tiny), and each leg's head and tail ignore the other leg, so they
-  are smaller than the truth.
-- ``cell_packets > 1``: a cell of ``k`` MTU packets is serialised as one unit and stored before it
-  is forwarded, so on an idle path it arrives no earlier than its last packet would in the packet
-  train, except that its serialisation is rounded up to a picosecond once instead of once per
-  packet (rates such as 900 Gbit/s, where a byte is not a whole number of ps). The critical path
-  therefore uses ``f_j - k x (packets_j + hops_j)`` ps with cells (the largest accumulated
-  rounding along the train's recursion; nanoseconds on a millisecond pattern); ``ideal_fct_ps``
-  itself stays packet-exact so the cell error shows in ``slowdown``.
+  ``eligible_nics``, the same first hops), and the bytes arrive over the links from the
+  receiver's first-hop switches towards the sender (shortest paths are symmetric in every built
+  topology). The links carry at most ``R`` bit/s together, so the last byte of ``J_tau`` is on
+  them no earlier than ``tau + head + W / R``; the message owning it completes at least ``tail``
+  later and its dependents ``q_j`` after that. Mins over ``J_tau`` make the figure independent
+  of which message is last; any subset of a group's messages gives a valid figure, so ties in
+  ``ES`` need no care. ``R`` is the rate of all ``n`` ports, which no plane split can exceed.
+- PXN legs: the engine moves a relayed message as chunks, several at once, each on its own queue
+  pairs; a leg counts the fewest packets any chunking can have
+  (``size + header x ceil(size / payload per header)``), its smallest packet as 0 bytes, any ``k``
+  of ``n`` ports, and ignores the other leg, so its figures are smaller than the truth.
+- ``cell_packets > 1``: a cell of several MTU packets of one queue pair has their wire bytes
+  and is serialised, stored and forwarded as one unit, at least as long as any packet in it, so
+  ``W_c / r``, ``head(c)`` and ``tail(c)`` hold as they are: no correction (unlike
+  ``ideal_fct_ps``, which stays packet-exact so the cell error shows in ``slowdown``, and which a
+  cell train can beat by rounding its serialisation to a picosecond once per cell).
 
-Assumption inherited from :class:`IdealModel`: equal-cost paths between two hosts have the same
-hop rates and latencies (the references follow one shortest path).
+Assumption inherited from :class:`IdealModel`: the equal-cost paths between two hosts have the
+same first and last links' rates and the hops of one shortest path's latencies (true of the
+built topologies; the port-share rate assumes a host's eligible ports have equal rates).
 
-Cost: per message a few path look-ups (cached per host pair); the dependency passes go level by
-level with numpy (one step per level of the DAG), the port sweep is one sort, so ~O(M log M).
+Cost: per message a few cached look-ups; the dependency passes go level by level with numpy
+(one step per level of the DAG), the port sweep is one sort, so ~O(M log M + E).
 """
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,19 +118,13 @@ class LowerBound:
         The run's idle-fabric references.
     messages:
         The pattern's messages.
-    fct_ps:
-        Message id -> ideal FCT, if already computed (else :meth:`IdealModel.fct` is called).
-    cell_packets:
-        ``simulation.cell_packets`` (see the module docstring).
     """
 
-    def __init__(self, model: IdealModel, messages: Sequence, fct_ps: Mapping[int, int] | None = None,
-                 cell_packets: int = 1):
+    def __init__(self, model: IdealModel, messages: Sequence):
         self.ids = np.array([m.id for m in messages], dtype=np.int64)
         self.index = {int(i): k for k, i in enumerate(self.ids)}
         self.start = np.array([m.start_ps for m in messages], dtype=np.int64)
         self.gap = np.array([m.gap_ps for m in messages], dtype=np.int64)
-        fct = [fct_ps[m.id] if fct_ps is not None else model.fct(m) for m in messages]
         self.dep_u, self.dep_v = self._dependency_edges(messages)
         groups: dict = {}               # (host, direction, eligible ports) -> group id
         rates: list[int] = []           # group id -> total rate of its ports (bit/s)
@@ -141,11 +141,18 @@ class LowerBound:
         def pair(a, b):
             v = pairs.get((a, b))
             if v is None:
-                out_ports, _n, out_rate = model.ports(a, b)
-                in_ports, _n, in_rate = model.ports(b, a)
+                out_ports, n_out, out_rate = model.ports(a, b)
+                in_ports, n_in, in_rate = model.ports(b, a)
                 v = pairs[(a, b)] = (model.hops(a, b), group((a, "out", out_ports), out_rate),
-                                     group((b, "in", in_ports), in_rate))
+                                     group((b, "in", in_ports), in_rate), (n_out, out_rate), (n_in, in_rate))
             return v
+
+        def one_message_ser(wire, qps, ports):
+            """Floor of the time ``wire`` bytes take through the share of a side's ``n`` ports one
+            message can use (``k`` of ``n``, :meth:`IdealModel.parallel_rate`)."""
+            n, rate = ports
+            k = n if qps is None else model.split.parallel(qps, n)
+            return wire * PS_BITS * n // (rate * k)
 
         def head_tail(a, b, hops, p):
             v = ends.get((a, b, p))
@@ -156,32 +163,37 @@ class LowerBound:
             return v
 
         leg_msg, leg_group, leg_wire, leg_head, leg_tail = [], [], [], [], []
-        slack = []
+        min_fct = []
         for k, m in enumerate(messages):
             relay = model.relay(m)
+            # a PXN leg moves several chunks at once, each its own queue pairs: any k of n ports
             route = ((m.src, m.dst, m.qps, True),) if relay is None else \
-                ((m.src, relay, 1, False), (relay, m.dst, m.qps, False))
-            packets = hops_n = 0
+                ((m.src, relay, None, False), (relay, m.dst, None, False))
+            phi = 0
             for a, b, qps, exact in route:
-                hops, g_out, g_in = pair(a, b)
-                full, full_wire, partial = model.packets(a, b, m.size_bytes, qps)
-                packets += full + len(partial)
-                hops_n += len(hops)
+                hops, g_out, g_in, side_out, side_in = pair(a, b)
                 if exact:
-                    wire = full * full_wire + sum(partial)
-                    p = min(partial) if partial else full_wire
+                    full, full_wire, partial = model.packets(a, b, m.size_bytes, m.qps)
+                    sizes = dict.fromkeys(sorted(([full_wire] if full else []) + partial, reverse=True))
+                    # packet size c -> wire bytes of the message's packets of at least c bytes
+                    classes = [(c, (full * full_wire if full and full_wire >= c else 0)
+                                + sum(x for x in partial if x >= c)) for c in sizes]
                 else:
-                    wire = _fewest_packets_wire(model, a, b, m.size_bytes)
-                    p = 0
+                    classes = [(0, _fewest_packets_wire(model, a, b, m.size_bytes))]
+                p, wire = classes[-1]          # the smallest packet; all the wire bytes
+                for c, w in classes:
+                    tail_out, head_in = head_tail(a, b, hops, c)
+                    phi = max(phi, one_message_ser(w, qps, side_out) + tail_out,
+                              head_in + one_message_ser(w, qps, side_in) + hops[-1][1])
                 tail_out, head_in = head_tail(a, b, hops, p)
                 leg_msg += (k, k)
                 leg_group += (g_out, g_in)
                 leg_wire += (wire, wire)
                 leg_head += (0, head_in)
                 leg_tail += (tail_out, hops[-1][1])
-            slack.append(cell_packets * (packets + hops_n) if cell_packets > 1 else 0)
-        self.fct = np.array(fct, dtype=np.int64)
-        self.f = self.fct - np.array(slack, dtype=np.int64)
+            min_fct.append(phi)
+        #: per message, the shortest completion time any routing can give it alone (module docstring)
+        self.shortest_fct_ps = np.array(min_fct, dtype=np.int64)
         self.group_rate = np.array(rates, dtype=np.float64)
         self.leg_msg = np.array(leg_msg, dtype=np.int64)
         self.leg_group = np.array(leg_group, dtype=np.int64)
@@ -255,7 +267,7 @@ class LowerBound:
             dep = inmax[frontier] != _NONE
             fr = frontier[dep]
             es[fr] = np.maximum(es[fr], inmax[fr] + self.gap[fr])
-            ef[frontier] = es[frontier] + self.f[frontier]
+            ef[frontier] = es[frontier] + self.shortest_fct_ps[frontier]
             pos = self._out_edges(frontier, ptr)
             if not len(pos):
                 break
@@ -274,7 +286,7 @@ class LowerBound:
             pos = self._out_edges(frontier, ptr)
             if len(pos):
                 uu, vv = u[pos], v[pos]
-                np.maximum.at(q, uu, self.gap[vv] + self.f[vv] + q[vv])
+                np.maximum.at(q, uu, self.gap[vv] + self.shortest_fct_ps[vv] + q[vv])
         return q
 
     def _port(self, sel, es, q) -> int:

@@ -193,7 +193,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     goodput_bps = delivered * 8 * PS_PER_S / span
     # ideal duration: the dependency-aware lower bound (critical path and port load with
     # release heads and delivery tails; fabricsim/analysis/bound.py)
-    bound = LowerBound(model, sim.messages, ideal_by_id, simcfg.cell_packets)
+    bound = LowerBound(model, sim.messages)
     ideal_pattern = bound.of(t0).duration_ps if len(released) else None
     all_active, all_active_why, window, min_window = _all_active(sim, model, recorder, all_done, sender_capacity)
 
