@@ -39,6 +39,15 @@ def records(rows):
                                           start_ps=start) for i, s, d, n, deps, gap, start in rows], "<test>"))
 
 
+def test_docstring_examples():
+    import doctest
+
+    import fabricsim.analysis.bound as bound
+    import fabricsim.analysis.ideal as ideal
+    for mod in (bound, ideal):
+        assert doctest.testmod(mod).failed == 0, mod.__name__
+
+
 def test_a_chain_on_an_idle_fabric_is_exactly_its_critical_path(tmp_path):
     """Three dependent messages on disjoint hosts never meet: the run takes exactly the sum of
     their ideal FCTs and gaps, and so does the bound (the former figure, from the run's own

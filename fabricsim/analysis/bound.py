@@ -86,7 +86,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .ideal import IdealModel, _ser
+from .ideal import IdealModel, ser_ps
 
 PS_BITS = 8 * 10**12
 _NONE = np.iinfo(np.int64).min
@@ -118,6 +118,18 @@ class LowerBound:
         The run's idle-fabric references.
     messages:
         The pattern's messages.
+
+    Examples
+    --------
+    A permutation of 64 KiB messages (16 full packets each, no dependencies): the critical path is
+    the longest ideal FCT, and each host's one message makes the port term no larger.
+
+    >>> from fabricsim.api import prepare
+    >>> _, sim = prepare({"name": "doc", "traffic": {"pattern": "permutation", "message_size": "64KiB"}})
+    >>> model = IdealModel(sim)
+    >>> b = LowerBound(model, sim.messages).of(0)
+    >>> b.critical_path_ps == max(model.fct(m) for m in sim.messages) == b.duration_ps >= b.port_ps
+    True
     """
 
     def __init__(self, model: IdealModel, messages: Sequence):
@@ -157,7 +169,7 @@ class LowerBound:
         def head_tail(a, b, hops, p):
             v = ends.get((a, b, p))
             if v is None:
-                sers = [_ser(p, rate) if p else 0 for rate, _lat in hops]
+                sers = [ser_ps(p, rate) if p else 0 for rate, _lat in hops]
                 lats = [lat for _rate, lat in hops]
                 v = ends[(a, b, p)] = (lats[0] + sum(sers[1:]) + sum(lats[1:]), sum(sers[:-1]) + sum(lats[:-1]))
             return v
