@@ -12,10 +12,11 @@ host) and on the receiving side ``head = sum_{i<H} (ser_i(p_j) + lat_i)`` (the w
 packet to the receiver's link), ``tail = lat_H``.
 
 0. **Shortest FCT** ``f_j`` = max over legs and over the sizes ``c`` of the message's packets of
-   ``max(W_c / r_out + tail_out(c), head_in(c) + W_c / r_in + lat_H)``, ``W_c`` the wire bytes of
-   its packets of at least ``c`` bytes, ``tail(c)`` / ``head(c)`` taken with a ``c``-byte packet,
-   ``r`` the rate of the share of a side's ports one message can use (``k`` of ``n``,
-   :meth:`IdealModel.parallel_rate`). Not
+   ``max(B_c / r_out + tail_out(c), head_in(c) + B_c / r_in + lat_H)``: of its ``N_c`` packets of
+   at least ``c`` bytes one of the ``k`` ports a message can use (of a side's ``n``,
+   :meth:`IdealModel.parallel_rate`) carries at least ``ceil(N_c / k)``, ``B_c`` the bytes of the
+   smallest that many, ``r`` one port's rate; ``tail(c)`` / ``head(c)`` taken with a ``c``-byte
+   packet. Not
    :meth:`IdealModel.fct`: that is the exact time along *one* path, and a message whose packets
    take several paths (spray, adaptive routing, several queue pairs) can beat it, its short last
    packets overtaking full ones between the first and the last link (measured: slowdown 0.9935, a
@@ -41,11 +42,13 @@ last completion less ``t0``):
 
 - ``f_j``: a message released at ``r`` puts ``W_j`` wire bytes (first transmissions, headers
   and NVLink framing as the engine frames them; retransmissions, control packets and INT only
-  add) through at most ``k`` of its host's ports. Its packets of at least ``c`` bytes are all out
-  no earlier than ``r + W_c / r_out``, and the last of them still has every later hop to be
+  add) through at most ``k`` of its host's ports. Of its packets of at least ``c`` bytes one port
+  carries ``ceil(N_c / k)`` or more, out no earlier than ``r + B_c / r_out``, and the last of
+  them still has every later hop to be
   stored, serialised and forwarded (``tail(c)``); on the receiving side none of them reaches the
-  last link before a ``c``-byte packet could make its way there (``head(c)``), and that link must
-  then carry ``W_c``. No single path is assumed, so every routing policy is covered.
+  last link before a ``c``-byte packet could make its way there (``head(c)``), and the busiest
+  of the receiver's links must then carry ``B_c``. No single path is assumed, so every routing
+  policy is covered.
 - The engine releases a message at ``s_j``, or once its last dependency completed at
   ``max(end_d + g_j, s_j)`` (later with ``simulation.compute: gpu``), and never before ``t0``,
   the first release of the set. By induction along the dependency order ``release_j >= ES_j``
@@ -66,7 +69,8 @@ last completion less ``t0``):
   of ``n`` ports, and ignores the other leg, so its figures are smaller than the truth.
 - ``cell_packets > 1``: a cell of several MTU packets of one queue pair has their wire bytes
   and is serialised, stored and forwarded as one unit, at least as long as any packet in it, so
-  ``W_c / r``, ``head(c)`` and ``tail(c)`` hold as they are: no correction (unlike
+  ``B_c / r``, ``head(c)`` and ``tail(c)`` hold as they are (packets counted inside cells;
+  serialisation times floored over a port's bytes, never rounded per packet): no correction (unlike
   ``ideal_fct_ps``, which stays packet-exact so the cell error shows in ``slowdown``, and which a
   cell train can beat by rounding its serialisation to a picosecond once per cell).
 
@@ -159,12 +163,23 @@ class LowerBound:
                                      group((b, "in", in_ports), in_rate), (n_out, out_rate), (n_in, in_rate))
             return v
 
-        def one_message_ser(wire, qps, ports):
-            """Floor of the time ``wire`` bytes take through the share of a side's ``n`` ports one
-            message can use (``k`` of ``n``, :meth:`IdealModel.parallel_rate`)."""
-            n, rate = ports
-            k = n if qps is None else model.split.parallel(qps, n)
-            return wire * PS_BITS * n // (rate * k)
+        def busiest_port_ps(units, c, qps, side):
+            """Floor of the time the busiest of the ports one message can use (``k`` of the side's
+            ``n``, :meth:`IdealModel.parallel_rate`) needs for its share of the message's packets
+            of at least ``c`` bytes: at least ``ceil(N_c / k)`` of them, the smallest ones.
+            ``units`` [(wire bytes, count)] ascending; ``qps`` None: any chunking, bytes only."""
+            n, rate = side
+            if qps is None:
+                return units[0][0] * PS_BITS // rate
+            k = model.split.parallel(qps, n)
+            left = -(-sum(cnt for size, cnt in units if size >= c) // k)
+            total = 0
+            for size, cnt in units:
+                if size >= c and left:
+                    take = min(cnt, left)
+                    total += take * size
+                    left -= take
+            return total * PS_BITS * n // rate
 
         def head_tail(a, b, hops, p):
             v = ends.get((a, b, p))
@@ -186,17 +201,20 @@ class LowerBound:
                 hops, g_out, g_in, side_out, side_in = pair(a, b)
                 if exact:
                     full, full_wire, partial = model.packets(a, b, m.size_bytes, m.qps)
-                    sizes = dict.fromkeys(sorted(([full_wire] if full else []) + partial, reverse=True))
-                    # packet size c -> wire bytes of the message's packets of at least c bytes
-                    classes = [(c, (full * full_wire if full and full_wire >= c else 0)
-                                + sum(x for x in partial if x >= c)) for c in sizes]
+                    counts: dict = {}
+                    for size, cnt in ([(full_wire, full)] if full else []) + [(x, 1) for x in partial]:
+                        counts[size] = counts.get(size, 0) + cnt
+                    units = sorted(counts.items())
+                    wire = sum(size * cnt for size, cnt in units)
+                    sizes = [size for size, _cnt in units]
                 else:
-                    classes = [(0, _fewest_packets_wire(model, a, b, m.size_bytes))]
-                p, wire = classes[-1]          # the smallest packet; all the wire bytes
-                for c, w in classes:
+                    wire = _fewest_packets_wire(model, a, b, m.size_bytes)
+                    units, sizes = [(wire, 1)], [0]
+                p = sizes[0]                   # the smallest packet
+                for c in sizes:
                     tail_out, head_in = head_tail(a, b, hops, c)
-                    phi = max(phi, one_message_ser(w, qps, side_out) + tail_out,
-                              head_in + one_message_ser(w, qps, side_in) + hops[-1][1])
+                    phi = max(phi, busiest_port_ps(units, c, qps, side_out) + tail_out,
+                              head_in + busiest_port_ps(units, c, qps, side_in) + hops[-1][1])
                 tail_out, head_in = head_tail(a, b, hops, p)
                 leg_msg += (k, k)
                 leg_group += (g_out, g_in)
