@@ -19,7 +19,7 @@ import pandas as pd
 
 from .errors import ConfigError
 
-__all__ = ["compare", "summarize", "t_critical", "ALIASES", "DEFAULT_METRICS"]
+__all__ = ["compare", "summarize", "t_critical", "ALIASES", "DEFAULT_METRICS", "OP_METRICS"]
 
 #: short names accepted as vary keys
 ALIASES = {
@@ -36,6 +36,13 @@ DEFAULT_METRICS = [
     "drops", "retransmitted_bytes", "out_of_order_fraction", "peak_queue_bytes", "pfc_pause_events",
     "wall_time_s",
 ]
+
+#: per-operation metrics, present when runs have a collectives table (summary.collectives.by_kind):
+#: ``<key>_time_us``, ``<key>_algbw_gbps``, ``<key>_busbw_gbps`` for each key (a collective kind, or
+#: the MoE phase dispatch / combine, or ``other``); means over the run's completed operations
+OP_METRICS = {"time_us": ("time_mean_ps", 1e6), "algbw_gbps": ("algbw_mean_bps", 1e9),
+              "busbw_gbps": ("busbw_mean_bps", 1e9)}
+_OP_METRIC = re.compile(r"^[a-z0-9_]+_(" + "|".join(OP_METRICS) + r")$")
 
 # two-sided 95 % Student t critical values, degrees of freedom 1..30; the normal value beyond
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -54,13 +61,25 @@ def _us(ps):
     return None if ps is None else ps / 1e6
 
 
+def op_metrics_of(summary: dict) -> dict:
+    """The per-operation metrics (:data:`OP_METRICS`) of a run, one set per key of
+    ``summary.collectives.by_kind`` (empty without a collectives table)."""
+    out = {}
+    for key, agg in summary.get("collectives", {}).get("by_kind", {}).items():
+        for name, (field, scale) in OP_METRICS.items():
+            v = agg.get(field)
+            out[f"{key}_{name}"] = None if v is None else v / scale
+    return out
+
+
 def metrics_of(summary: dict) -> dict:
-    """Every metric :func:`compare` can report, from a run's summary."""
+    """Every metric :func:`compare` can report, from a run's summary (per-operation metrics
+    included when the run has them, :func:`op_metrics_of`)."""
     eb = summary["effective_bandwidth"]
     fct = summary["fct"]
     lat = summary["packet_latency"]
     has_lat = bool(lat.get("count"))
-    return {
+    return {**op_metrics_of(summary), **{
         "goodput_fraction": eb["goodput_fraction"],
         "completion_time_ratio": eb["completion_time_ratio"],
         "slowdown_p99": summary["slowdown"]["p99"],
@@ -81,7 +100,7 @@ def metrics_of(summary: dict) -> dict:
         "completed": summary["messages"]["completed"],
         "messages": summary["messages"]["total"],
         "status": summary["run"]["status"],
-    }
+    }}
 
 
 def _value_text(value) -> str:
@@ -216,7 +235,10 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         ``summary.csv``, with ``effective_bandwidth.png`` (bars per combination, error bars over
         seeds).
     metrics:
-        Metric columns (default :data:`DEFAULT_METRICS`).
+        Metric columns (default :data:`DEFAULT_METRICS`, then the per-operation metrics
+        (:data:`OP_METRICS`) of every kind any run has, in the order first seen; a run without
+        that kind has NaN there). Per-operation names such as ``allreduce_busbw_gbps`` may be
+        listed too.
     progress:
         Optional callable ``(i, n, name, seed)`` called before each run.
 
@@ -232,8 +254,10 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     from .api import run
     from .config import LoadedScenario
 
+    add_op_metrics = metrics is None
     metrics = list(DEFAULT_METRICS if metrics is None else metrics)
-    unknown = [m for m in metrics if m not in DEFAULT_METRICS + ["completed", "messages", "status"]]
+    unknown = [m for m in metrics if m not in DEFAULT_METRICS + ["completed", "messages", "status"]
+               and not _OP_METRIC.match(m)]
     if unknown:
         raise ConfigError(f"unknown metric {unknown[0]!r} (allowed: {', '.join(DEFAULT_METRICS)})",
                           field="metrics")
@@ -257,8 +281,13 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
             m = metrics_of(res.summary)
             row = dict(zip(keys, combo))
             row["seed"] = seed
-            row.update({k: m[k] for k in metrics})
+            row.update({k: m.get(k) for k in metrics})
+            if add_op_metrics:
+                row.update(op_metrics_of(res.summary))
             rows.append(row)
+    if add_op_metrics:
+        seen = dict.fromkeys(k for r in rows for k in r if _OP_METRIC.match(k) and k not in metrics)
+        metrics += list(seen)
     df = pd.DataFrame(rows, columns=keys + ["seed"] + metrics)
     for c in metrics:
         if c != "status":

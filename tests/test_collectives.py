@@ -29,8 +29,13 @@ def test_algorithm_and_bus_bandwidth_follow_their_definitions(tmp_path):
     assert x["ranks"] == 2 and x["messages"] == 2 and x["size_bytes"] == 2 * S
     t = max(m.loc[0, "end_ps"], m.loc[1, "end_ps"]) - min(m.loc[0, "release_ps"], m.loc[1, "release_ps"])
     assert x["time_ps"] == t
-    assert x["algbw_bps"] == pytest.approx((2 * S / 2) * 8e12 / t)
-    assert x["busbw_bps"] == pytest.approx(x["algbw_bps"] / 2)
+    # an untagged dispatch follows the nccl-tests all-to-all convention: each of the n = 2 ranks
+    # sends S to the other, so its buffer (own chunk included) is 2 S: algbw = 2 S / t and
+    # busbw = algbw (n - 1) / n = S / t, the bytes a rank sends over the time (before v2 the table
+    # divided the bytes by n for algbw and had busbw = algbw / 2, half the nccl-tests figures)
+    assert x["collective"] == "all_to_all" and x["collective_bytes"] == 2 * S
+    assert x["algbw_bps"] == pytest.approx(2 * S * 8e12 / t)
+    assert x["busbw_bps"] == pytest.approx(S * 8e12 / t)
     # op y starts 1us after x's last message finished (its dependencies) and is one message
     y = c.loc["y"]
     assert y["first_release_ps"] == max(m.loc[0, "end_ps"], m.loc[1, "end_ps"]) + 1_000_000

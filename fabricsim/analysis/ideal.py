@@ -18,8 +18,16 @@ from ..net.nvlink import nvlink_wire_bytes
 PS_BITS = 8 * 10**12
 
 
-def _ser(nbytes, rate):
-    return -((-nbytes * PS_BITS) // rate)
+def ser_ps(nbytes: int, rate_bps: int) -> int:
+    """Serialisation time of ``nbytes`` at ``rate_bps`` in ps, rounded up (as the engine's ports).
+
+    >>> ser_ps(4178, 400 * 10**9)
+    83560
+    """
+    return -((-nbytes * PS_BITS) // rate_bps)
+
+
+_ser = ser_ps
 
 
 def message_packets(size: int, qps: int, mtu: int, header: int,
@@ -146,10 +154,27 @@ class IdealModel:
         """Idle base RTT of the flow ``src -> dst`` (:func:`base_rtt_ps` with one MTU packet)."""
         return base_rtt_ps(self.topo, self.paths, src, dst, self.mtu + self.header, self.ack_size)
 
+    def packets(self, src: int, dst: int, size: int, qps: int) -> tuple[int, int, list[int]]:
+        """(number of full units, wire bytes of one full unit, wire bytes of each partial one) of
+        ``size`` bytes split over ``qps`` queue pairs from ``src`` to ``dst``, framed as the engine
+        frames them (:meth:`framing`)."""
+        unit, hdr, pp = self.framing(src, dst)
+        full, partial = message_packets(size, qps, unit, hdr, pp)
+        return full, unit + hdr if pp is None else nvlink_wire_bytes(unit, pp, hdr), partial
+
     def wire_bytes(self, msg) -> int:
-        unit, hdr, pp = self.framing(msg.src, msg.dst)
-        full, partial = message_packets(msg.size_bytes, msg.qps, unit, hdr, pp)
-        return full * (unit + hdr if pp is None else nvlink_wire_bytes(unit, pp, hdr)) + sum(partial)
+        """Wire bytes of ``msg`` (first transmissions, every header included)."""
+        full, full_wire, partial = self.packets(msg.src, msg.dst, msg.size_bytes, msg.qps)
+        return full * full_wire + sum(partial)
+
+    def hops(self, src: int, dst: int) -> list[tuple[int, int]]:
+        """[(rate_bps, latency_ps)] of the one shortest path ``src -> dst`` the references use
+        (:func:`path_hops`, cached)."""
+        key = (src, dst)
+        hops = self._hops.get(key)
+        if hops is None:
+            hops = self._hops[key] = path_hops(self.topo, self.paths, src, dst)
+        return hops
 
     def relay(self, msg) -> int | None:
         """The PXN relay GPU of ``msg`` (``nic.pxn``), as the engine chooses it, or None."""
@@ -169,14 +194,9 @@ class IdealModel:
                    self._train(relay, msg.dst, msg.size_bytes, msg.qps))
 
     def _train(self, src: int, dst: int, size: int, qps: int) -> int:
-        key = (src, dst)
-        hops = self._hops.get(key)
-        if hops is None:
-            hops = self._hops[key] = path_hops(self.topo, self.paths, src, dst)
-        unit, hdr, pp = self.framing(src, dst)
-        full, partial = message_packets(size, qps, unit, hdr, pp)
+        full, full_wire, partial = self.packets(src, dst, size, qps)
         k = self.split.parallel(qps, self.ports(src, dst)[1])
         if k > 1:
             full = -(-full // k)
             partial = sorted(partial, reverse=True)[:-(-len(partial) // k)]
-        return train_time(hops, full, unit + hdr if pp is None else nvlink_wire_bytes(unit, pp, hdr), partial)
+        return train_time(self.hops(src, dst), full, full_wire, partial)

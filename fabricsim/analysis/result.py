@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .collectives import add_tag_columns, collectives_table
+from .bound import LowerBound
+from .collectives import add_tag_columns, collectives_summary, collectives_table
 from .ideal import IdealModel
 from .recorder import ALL_MESSAGE_COLUMNS, hist_percentile
 
@@ -178,11 +179,8 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     # capacity a sender can use: the union of its ports towards its destinations
     # (with PXN, a relayed message's payload enters the fabric from the relay GPU's ports)
     used_ports: dict[int, set] = {}
-    relays = {}                       # message id -> PXN relay GPU (relayed messages only)
     for m in sim.messages:
         relay = model.relay(m)
-        if relay is not None:
-            relays[m.id] = relay
         host = m.src if relay is None else relay
         used_ports.setdefault(host, set()).update(model.ports(host, m.dst)[0])
     g = topo.graph
@@ -193,31 +191,10 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     if not all_done:
         span = max(outcome.end_ps - t0, 1)
     goodput_bps = delivered * 8 * PS_PER_S / span
-    # ideal duration: per-message ideal from its release, and per-host endpoint bound: a host's
-    # messages that share a set of ports (NIC planes, NVLink links) are serialised on those ports
-    ideal_pattern = None
-    if len(released):
-        per_msg = max(int(r.release_ps) - t0 + int(r.ideal_fct_ps) for r in released.itertuples())
-        load: dict[tuple, list] = {}   # (host, direction, port set) -> [wire bytes, rate, min overhead]
-        for m in sim.messages:
-            w = model.wire_bytes(m)
-            relay = relays.get(m.id)
-            if relay is None:
-                legs = (((m.src, "out"), model.ports(m.src, m.dst)), ((m.dst, "in"), model.ports(m.dst, m.src)))
-            else:
-                # PXN: src -> relay over NVLink, then relay -> dst over the relay's ports; its
-                # ideal FCT is only a lower bound on either leg, so no latency is added (o = 0)
-                legs = (((m.src, "out"), model.ports(m.src, relay)), ((relay, "in"), model.ports(relay, m.src)),
-                        ((relay, "out"), model.ports(relay, m.dst)), ((m.dst, "in"), model.ports(m.dst, relay)))
-            # the pipeline latency of a message: its ideal FCT less its serialisation at the rate
-            # it uses alone (k of its n eligible ports; not the ports' total rate)
-            o = ideal_by_id[m.id] - w * 8 * PS_PER_S // model.parallel_rate(m) if relay is None else 0
-            for key, (ports, _n, rate) in legs:
-                entry = load.setdefault(key + (ports,), [0, rate, None])
-                entry[0] += w
-                entry[2] = o if entry[2] is None else min(entry[2], o)
-        host_bound = max(w * 8 * PS_PER_S // rate + o for w, rate, o in load.values())
-        ideal_pattern = max(per_msg, host_bound)
+    # ideal duration: the dependency-aware lower bound (critical path and port load with
+    # release heads and delivery tails; fabricsim/analysis/bound.py)
+    bound = LowerBound(model, sim.messages)
+    ideal_pattern = bound.of(t0).duration_ps if len(released) else None
     all_active, all_active_why, window, min_window = _all_active(sim, model, recorder, all_done, sender_capacity)
 
     lat = recorder.latency
@@ -317,12 +294,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     link_ts = link_timeseries(outcome)
     if outcome.link_samples_truncated:
         summary["run"]["link_timeseries_truncated"] = True
-    collectives = collectives_table(msgs)
+    collectives = collectives_table(msgs, bound)
     if len(collectives):
-        t = collectives["time_ps"].dropna().astype("int64")
-        summary["collectives"] = {"operations": int(len(collectives)),
-                                  "time_p50_ps": float(t.median()) if len(t) else None,
-                                  "time_max_ps": int(t.max()) if len(t) else None}
+        summary["collectives"] = collectives_summary(collectives)
     nics = nic_table(msgs, recorder.hists, outcome)
     return Result(summary=summary, messages=msgs, links=links, latency=lat.table(), goodput=goodput,
                   scenario=sc.model_dump(mode="json"), collectives=collectives, link_timeseries=link_ts,

@@ -1,0 +1,236 @@
+"""The dependency-aware lower bound (fabricsim/analysis/bound.py): ``pattern.ideal_duration_ps``
+and the per-operation ``ideal_time_ps`` are lower bounds for traces with dependencies, and tight
+where they should be."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fabricsim
+from fabricsim.api import prepare
+from fabricsim.analysis.bound import LowerBound
+from fabricsim.analysis.ideal import IdealModel
+from fabricsim.traces import write_trace
+from fabricsim.traces.collectives import all_to_all, compose, ring_all_gather, ring_all_reduce, ring_reduce_scatter
+from fabricsim.traces.moe import MoeTraceConfig, generate_moe_trace
+from fabricsim.traces.schema import Trace, TraceRecord, check_trace
+
+RING16 = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15]   # every step crosses leaves
+
+
+def fabric(hosts_per_leaf=4, leaves=4, spines=4):
+    return {"kind": "leaf_spine", "hosts_per_leaf": hosts_per_leaf, "leaves": leaves, "spines": spines}
+
+
+def run_trace(trace, folder, topology=None, routing="adaptive", **sim):
+    path = write_trace(trace, Path(folder) / "t.parquet")
+    sc = {"name": "bound", "topology": topology or fabric(), "traffic": {"pattern": "trace", "path": str(path)},
+          "routing": {"policy": routing}, "simulation": {"seed": 1, "time_limit": "50ms", **sim}}
+    return fabricsim.run(sc)
+
+
+def records(rows):
+    """TraceRecords from (id, src, dst, size, deps, gap, start) tuples, op = "op<id // 10>"."""
+    return check_trace(Trace([TraceRecord(i, s, d, n, f"op{i // 10}", "other", deps=tuple(deps), gap_ps=gap,
+                                          start_ps=start) for i, s, d, n, deps, gap, start in rows], "<test>"))
+
+
+def test_docstring_examples():
+    import doctest
+
+    import fabricsim.analysis.bound as bound
+    import fabricsim.analysis.ideal as ideal
+    for mod in (bound, ideal):
+        assert doctest.testmod(mod).failed == 0, mod.__name__
+
+
+def test_a_chain_on_an_idle_fabric_is_exactly_its_critical_path(tmp_path):
+    """Three dependent messages on disjoint hosts never meet: the run takes exactly the sum of
+    their ideal FCTs and gaps, and so does the bound (the former figure, from the run's own
+    release times, gave the same number for any delay between the steps)."""
+    tr = records([(0, 0, 5, 73 * 4096, (), 0, 0), (1, 6, 11, 17 * 4096, (0,), 2_000_000, 0),
+                  (2, 12, 1, 1000, (1,), 500_000, 0)])
+    r = run_trace(tr, tmp_path)
+    p, m = r.summary["pattern"], r.messages
+    expected = int(m["ideal_fct_ps"].sum()) + 2_000_000 + 500_000
+    assert p["duration_ps"] == expected
+    assert p["ideal_duration_ps"] == expected
+
+
+def test_short_last_packets_overtaking_on_other_paths_stay_above_the_bound(tmp_path):
+    """Found by the property test: with spray and 2 queue pairs a 9830 B chunk (two full packets
+    and two short ones) finishes before its single-path ideal FCT (slowdown < 1), the short packets
+    overtaking the full ones between the first and the last link; a critical path of ideal FCTs
+    then exceeded the run. The bound's shortest FCT covers any path."""
+    tr = compose([ring_all_reduce([0, 1, 2, 3, 4], 49152, op="a")])
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_trace(tr, Path(folder) / "t.parquet")
+        sc = {"name": "mp", "topology": fabric(3, 2, 2),
+              "traffic": {"pattern": "trace", "path": str(path), "qps_per_message": 2},
+              "routing": {"policy": "spray"}, "simulation": {"seed": 3}}
+        r = fabricsim.run(sc)
+        loaded, sim = prepare(sc)
+    assert r.messages["slowdown"].min() < 1.0
+    p = r.summary["pattern"]
+    assert p["ideal_duration_ps"] <= p["duration_ps"]
+    assert p["ideal_duration_ps"] < int(r.messages["ideal_fct_ps"].max()) * 8    # 8 steps of a chunk
+    lb = LowerBound(IdealModel(sim), sim.messages)
+    ideal = r.messages.set_index("message_id")["ideal_fct_ps"].astype("int64")
+    assert (lb.shortest_fct_ps <= ideal.loc[lb.ids].to_numpy()).all()
+    assert (lb.shortest_fct_ps > 0.97 * ideal.loc[lb.ids].to_numpy()).all()
+
+
+def test_shortest_fct_is_the_ideal_fct_for_full_packets(tmp_path):
+    """Messages of whole MTU packets on equal-rate hops: no path can beat the single-path train."""
+    tr = records([(i, i, (i + 5) % 16, n * 4096, (), 0, 0) for i, n in enumerate((1, 2, 17, 256))])
+    r = run_trace(tr, tmp_path)
+    loaded, sim = prepare(r.scenario)
+    lb = LowerBound(IdealModel(sim), sim.messages)
+    assert list(lb.shortest_fct_ps) == list(r.messages["ideal_fct_ps"].astype("int64"))
+
+
+def test_port_load_carries_the_dependents_tail(tmp_path):
+    """Host 0 sends two 1 MiB messages at once; each has a dependent elsewhere 3 us later. The
+    critical path is one message + gap + dependent; the bound adds the second message's bytes on
+    host 0's port before the tails: close to what the run takes."""
+    S = 2**20
+    tr = records([(0, 0, 5, S, (), 0, 0), (1, 0, 9, S, (), 0, 0),
+                  (2, 6, 10, S, (0,), 3_000_000, 0), (3, 11, 14, S, (1,), 3_000_000, 0)])
+    r = run_trace(tr, tmp_path)
+    loaded, sim = prepare(r.scenario)
+    b = LowerBound(IdealModel(sim), sim.messages).of(int(r.summary["pattern"]["first_release_ps"]))
+    assert b.port_ps > 1.3 * b.critical_path_ps
+    assert r.summary["pattern"]["ideal_duration_ps"] == b.duration_ps == b.port_ps
+    assert 0.95 < r.summary["effective_bandwidth"]["completion_time_ratio"] <= 1.0
+
+
+def test_release_heads_on_the_receiving_side(tmp_path):
+    """Four senders start one after another into host 0 after a first message: the receiving
+    port must carry every byte released after each start, after the first packet's way there."""
+    S = 512 * 1024
+    tr = records([(0, 1, 0, S, (), 0, 0)] + [(i, 4 * i, 0, S, (0,), 0, 0) for i in (1, 2, 3)])
+    r = run_trace(tr, tmp_path)
+    loaded, sim = prepare(r.scenario)
+    b = LowerBound(IdealModel(sim), sim.messages).of(0)
+    # after message 0, three messages of S into one 400G port
+    assert b.port_ps > b.critical_path_ps
+    assert r.summary["pattern"]["duration_ps"] >= r.summary["pattern"]["ideal_duration_ps"] == b.duration_ps
+    assert r.summary["effective_bandwidth"]["completion_time_ratio"] > 0.9
+
+
+def test_ring_all_reduce_ecmp_vs_adaptive_completion_ratios_follow_goodput(tmp_path):
+    """16-rank ring all-reduce (8 MiB) whose every step crosses leaves: ECMP collides, adaptive
+    routing does not. The bound depends on the trace and the fabric only, not on the routing, so
+    the two completion ratios stand as their durations do, exactly as the goodput fractions
+    (same bytes, same capacity): the ratio of ratios equals the ratio of goodputs to rounding.
+    The former figure (each run's own release times) gave about 1.0 for both."""
+    tr = compose([ring_all_reduce(RING16, 8 * 2**20)])
+    res = {p: run_trace(tr, tmp_path, routing=p) for p in ("ecmp", "adaptive")}
+    eb = {p: r.summary["effective_bandwidth"] for p, r in res.items()}
+    ideal = {p: r.summary["pattern"]["ideal_duration_ps"] for p, r in res.items()}
+    assert ideal["ecmp"] == ideal["adaptive"]
+    cr = {p: e["completion_time_ratio"] for p, e in eb.items()}
+    gp = {p: e["goodput_fraction"] for p, e in eb.items()}
+    assert cr["ecmp"] / cr["adaptive"] == pytest.approx(gp["ecmp"] / gp["adaptive"], rel=1e-6)
+    assert cr["ecmp"] < 0.75 * cr["adaptive"]
+    assert cr["adaptive"] <= 1.0
+    # the bound is a critical path here: 2 (n - 1) steps of a 512 KiB chunk
+    chunk = res["adaptive"].messages["ideal_fct_ps"].min()
+    assert ideal["adaptive"] >= 30 * chunk
+
+
+# ----------------------------------------------------------------------------- property test
+SIZES = [1000, 8192, 65536, 200_000]
+
+
+@st.composite
+def dag(draw, hosts):
+    n = draw(st.integers(2, 9))
+    rows = []
+    for i in range(n):
+        s = draw(st.integers(0, hosts - 1))
+        d = draw(st.integers(0, hosts - 2))
+        d = d + 1 if d >= s else d
+        deps = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
+        rows.append((i, s, d, draw(st.sampled_from(SIZES)), deps,
+                     draw(st.sampled_from([0, 0, 1_000_000])), draw(st.sampled_from([0, 0, 3_000_000]))))
+    return records(rows)
+
+
+@st.composite
+def collective(draw, hosts):
+    ranks = draw(st.permutations(range(hosts)))[:draw(st.integers(3, min(5, hosts)))]
+    gen = draw(st.sampled_from([ring_all_reduce, ring_all_gather, ring_reduce_scatter, all_to_all]))
+    size = draw(st.sampled_from([48 * 1024, 160 * 1024]))
+    first = gen(ranks, size, op="a", gap_ps=draw(st.sampled_from([0, 1_000_000])))
+    parts = [first]
+    if draw(st.booleans()):     # a second one waiting for the first, on other ranks' order
+        from fabricsim.traces.collectives import last_messages
+        parts.append(ring_all_reduce(list(reversed(ranks)), size, op="b", start_id=len(first),
+                                     deps=last_messages(first)))
+    return compose(parts)
+
+
+@st.composite
+def moe(draw, hosts):
+    cfg = MoeTraceConfig(model="gpt-oss-20b", ep_size=4, gpus=4, gpus_per_node=2,
+                         tokens_per_gpu=draw(st.sampled_from([8, 24])), layers=draw(st.integers(1, 2)),
+                         seed=draw(st.integers(0, 50)))
+    return generate_moe_trace(cfg).trace
+
+
+@st.composite
+def cases(draw):
+    hpl = draw(st.integers(2, 3))
+    topo = fabric(hpl, 2, draw(st.integers(1, 2)))
+    hosts = 2 * hpl
+    trace = draw(st.one_of(dag(hosts), collective(hosts), moe(hosts)))
+    return topo, trace, draw(st.sampled_from(["ecmp", "spray", "adaptive", "flowlet"])), \
+        draw(st.sampled_from([1, 1, 2])), draw(st.sampled_from([1, 2]))
+
+
+@settings(max_examples=120, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases())
+def test_the_bound_holds_on_random_dependent_traces(case):
+    topo, trace, routing, cell, qps = case
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_trace(trace, Path(folder) / "t.parquet")
+        r = fabricsim.run({"name": "prop", "topology": topo,
+                           "traffic": {"pattern": "trace", "path": str(path), "qps_per_message": qps},
+                           "routing": {"policy": routing}, "simulation": {"seed": 3, "cell_packets": cell}})
+    p = r.summary["pattern"]
+    assert r.summary["messages"]["incomplete"] == 0
+    assert p["ideal_duration_ps"] is not None and 0 < p["ideal_duration_ps"] <= p["duration_ps"], (case, p)
+    c = r.collectives
+    assert (c["ideal_time_ps"].astype("int64") <= c["time_ps"].astype("int64")).all(), c
+    assert (c["ideal_time_ps"].astype("int64") > 0).all()
+
+
+@pytest.mark.parametrize("domain,split,pxn,ports", [
+    ("hgx8", "per_packet", True, 1), ("hgx8", "per_flow", False, 2), ("nvl36", "per_packet", True, 2),
+])
+def test_the_bound_holds_with_nvlink_pxn_and_several_ports(tmp_path, domain, split, pxn, ports):
+    """A ring all-reduce mixing NVLink steps (NVLink framing) and scale-out steps (PXN-relayed,
+    or over k of n NIC ports), then an all-to-all waiting for it."""
+    per = 8 if domain == "hgx8" else 36
+    ranks = [0, per + 1, 2, per + 3, 4, 5]
+    first = ring_all_reduce(ranks, 192 * 1024, op="ar")
+    from fabricsim.traces.collectives import last_messages
+    tr = compose([first, all_to_all(ranks, 96 * 1024, op="a2a", start_id=len(first), deps=last_messages(first))])
+    size = {"nodes": 2} if domain == "hgx8" else {"racks": 2}
+    topo = {"kind": "cluster", "domain": domain, **size, "nic": {"ports": ports, "rate": "400Gbps"}}
+    path = write_trace(tr, tmp_path / "t.parquet")
+    r = fabricsim.run({"name": "pxn", "topology": topo, "traffic": {"pattern": "trace", "path": str(path)},
+                       "routing": {"policy": "adaptive"},
+                       "nic": {"plane_split": split, "pxn": pxn, "pxn_chunk": "64KiB"}, "simulation": {"seed": 2}})
+    p = r.summary["pattern"]
+    assert r.summary["messages"]["incomplete"] == 0
+    assert 0 < p["ideal_duration_ps"] <= p["duration_ps"]
+    assert r.summary["effective_bandwidth"]["completion_time_ratio"] > 0.3
+    c = r.collectives.set_index("op")
+    assert (c["ideal_time_ps"] <= c["time_ps"]).all() and (c["ideal_time_ps"] > 0).all()
