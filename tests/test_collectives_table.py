@@ -66,8 +66,9 @@ def test_ring_collective_bandwidths_are_the_nccl_tests_ones(tmp_path, gen, kind,
 def test_untagged_operations_follow_the_documented_conventions(tmp_path):
     """No collective tag: phase dispatch -> all-to-all (S = bytes sent / (n - 1)); phase other ->
     busbw = algbw = bytes per rank / t. Summary keys: the phase for dispatch, else ``other``."""
-    recs = ring_all_reduce(RANKS, S, op="plain")
-    disp = [dataclasses.replace(r, id=r.id + 100, op="d", phase="dispatch", deps=()) for r in
+    untag = dict(collective="", collective_bytes=0)     # the generators tag their records
+    recs = [dataclasses.replace(r, **untag) for r in ring_all_reduce(RANKS, S, op="plain")]
+    disp = [dataclasses.replace(r, id=r.id + 100, op="d", phase="dispatch", deps=(), **untag) for r in
             ring_all_gather([4, 5, 6, 7], S)[:4]]
     r = run(tmp_path, recs + disp)
     c = r.collectives.set_index("op")
