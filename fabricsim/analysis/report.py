@@ -24,7 +24,8 @@ DEFINITIONS = {
     "effective_bandwidth.completion_time_ratio": "ideal / actual duration of the whole pattern (1.0 = ideal fabric)",
     "effective_bandwidth.goodput_while_all_active_fraction": "goodput while every flow is running, over sender "
                                                              "capacity",
-    "pattern.ideal_duration_ps": "lower bound on the pattern's duration on an idle non-blocking fabric",
+    "pattern.ideal_duration_ps": "lower bound on the pattern's duration: the dependency critical path with each "
+                                 "message at its shortest time, and each host's port capacity (analysis/bound.py)",
     "fct (message completion time)": "end_ps - release_ps of a message: last payload byte arrival minus hand-off "
                                      "to the source NIC; percentiles over completed messages",
     "slowdown": "fct / ideal fct of the same message alone on an idle fabric (1.0 = no interference)",
@@ -38,7 +39,9 @@ DEFINITIONS = {
     "links.utilisation": "tx_bytes * 8 / (rate_bps * run end time) of a directed link",
     "links.peak_queue_bytes": "largest egress backlog seen at an enqueue",
     "collectives.time_ps": "per traced operation: last completion minus first release of its messages",
-    "algbw / busbw": "operation bytes per rank over its time; busbw = algbw * (n-1)/n (nccl-tests all-to-all)",
+    "collectives.ideal_time_ps": "per traced operation: the lower bound of its messages alone (analysis/bound.py)",
+    "algbw / busbw": "nccl-tests: algbw = S / time (S = buffer bytes per rank), busbw = algbw x the kind's factor "
+                     "(allreduce 2(n-1)/n; reduce_scatter, all_gather, all_to_all (n-1)/n); docs/metrics.md",
 }
 
 _CSS = """
