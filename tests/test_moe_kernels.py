@@ -145,6 +145,64 @@ def _pair_bytes(recs) -> Counter:
     return c
 
 
+PIPELINED = [dict(hidden_size=64, experts=16, top_k=4, ep_size=16, gpus=16, gpus_per_node=4, tokens_per_gpu=32,
+                  dispatch_bytes_per_token=128, combine_bytes_per_token=128, seed=3, dispatch="hierarchical",
+                  forward_chunk_bytes=fc, chunks_in_flight=w) for fc, w in ((256, 2), (128, 4), (384, 1))]
+
+
+@pytest.mark.parametrize("kw", PIPELINED)
+def test_pipelined_forwards_never_carry_more_than_has_arrived(kw):
+    """A relay forwards to d only token copies that have reached it: for every (relay, d), the bytes
+    of its forward chunks up to chunk j are at most the bytes of the scale-out chunks into the relay
+    those forwards depend on (every forwarded copy to d is a distinct arrived token; copies are the
+    same size), so a forward that waited on too little fails this."""
+    recs = generate_moe_trace(MoeTraceConfig(model="custom", **kw)).trace.records
+    by_id = {r.id: r for r in recs}
+    gpn = kw["gpus_per_node"]
+    scale_out = {r.id for r in recs if r.phase == "dispatch" and r.src // gpn != r.dst // gpn}
+    fwd = defaultdict(list)
+    for r in recs:
+        if r.phase == "dispatch" and r.src // gpn == r.dst // gpn and r.deps and set(r.deps) <= scale_out:
+            fwd[(r.src, r.dst)].append(r)
+    assert fwd
+    for (relay, d), chunks in fwd.items():
+        arrived, sent = set(), 0
+        for f in chunks:
+            assert all(by_id[x].dst == relay for x in f.deps)
+            arrived |= set(f.deps)
+            sent += f.size_bytes
+            assert sent <= sum(by_id[x].size_bytes for x in arrived), (relay, d, f.id)
+
+
+@pytest.mark.parametrize("kw", PIPELINED)
+def test_every_result_waits_for_the_dispatch_it_answers(kw):
+    """Causality of the pipelined combine: the j-th scale-out result chunk relay -> s depends
+    (transitively) on the j-th scale-out dispatch chunk s -> relay, and every combine message
+    waits at least its sender's expert compute after some dispatch into it (a result chunk whose
+    tokens' experts are all on the relay once skipped both)."""
+    recs = generate_moe_trace(MoeTraceConfig(model="custom", **kw)).trace.records
+    gpn = kw["gpus_per_node"]
+    g = nx.DiGraph()
+    g.add_nodes_from(r.id for r in recs)
+    g.add_edges_from((d, r.id) for r in recs for d in r.deps)
+    out_legs, back_legs = defaultdict(list), defaultdict(list)
+    for r in recs:
+        if r.src // gpn != r.dst // gpn:
+            (out_legs if r.phase == "dispatch" else back_legs)[(r.src, r.dst)].append(r.id)
+    checked = 0
+    for (relay, s_), backs in back_legs.items():
+        outs = out_legs[(s_, relay)]
+        assert len(outs) == len(backs)
+        for j, b in enumerate(backs):
+            assert outs[j] in nx.ancestors(g, b), (s_, relay, j)
+            checked += 1
+    assert checked
+    disp_ids = {r.id for r in recs if r.phase == "dispatch"}
+    for r in recs:
+        if r.phase == "combine":
+            assert nx.ancestors(g, r.id) & disp_ids
+
+
 def test_pipelined_forwarding_makes_dispatch_insensitive_to_top_k(tmp_path):
     # 4 HGX nodes of 8 GPUs (NVLink inside, one 400G NIC per GPU), EP32 DeepSeek-V3 shape, 128 tokens per
     # GPU, node-limited to 2 nodes so the scale-out bytes per GPU stay fixed while top-k grows (more NVLink
@@ -221,6 +279,7 @@ def test_new_options_are_deterministic(kw):
     (["--copies", "per_expert", "--dispatch", "hierarchical"], "--copies"),
     (["--copies", "per_token"], "--copies"),
     (["--rank-imbalance", "100"], "--rank-imbalance"),
+    (["--dispatch", "hierarchical", "--forward-chunk", "1"], "--forward-chunk"),     # less than one token
 ])
 def test_bad_values_give_one_line_and_exit_2(tmp_path, runner, args, option):
     res = runner.invoke(main, ["trace", "moe", "-o", str(tmp_path / "x.parquet"), "--gpus", "16", "--ep-size", "16",

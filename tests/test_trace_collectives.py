@@ -172,7 +172,8 @@ def test_cli_happy_path_and_bad_ranks(tmp_path, runner):
                       (["--ranks", "0-3", "--size", "lots"], "--size"), (["--ranks", "0-3", "--kind", "ring"], "--kind"),
                       (["--ranks", "0-3", "--repeat", "0"], "--repeat"), (["--ranks", "0-3", "--gap", "5"], "--gap"),
                       (["--ranks", "0-3", "--channels", "0"], "--channels"),
-                      (["--ranks", "0-3", "--conn-base", "-2"], "--conn-base")):
+                      (["--ranks", "0-3", "--conn-base", "-2"], "--conn-base"),
+                      (["--ranks", "0-3", "--algorithm", "tree", "--tree-chunk", "1"], "--tree-chunk")):
         base = {"--kind": "allreduce", "--size": "1MiB"}
         argv = ["trace", "collective", "-o", str(tmp_path / "bad.parquet")] + args
         for k, v in base.items():

@@ -40,6 +40,9 @@ from dataclasses import replace
 from ..errors import ConfigError
 from .schema import Trace, TraceRecord, check_trace
 
+#: most pipeline chunks a tree all-reduce cuts one channel's part into (each gives 2 (n - 1) messages)
+MAX_TREE_CHUNKS = 65536
+
 KINDS = ("allreduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv")
 #: all-reduce algorithms (``sequence(algorithm=...)``, ``--algorithm``)
 ALGORITHMS = ("ring", "tree")
@@ -216,6 +219,10 @@ def tree_all_reduce(ranks, size_bytes: int, op: str = "allreduce", start_id: int
     if size_bytes < channels:
         raise ConfigError(f"{size_bytes} B over {channels} channels leaves empty channels "
                           f"(allowed: at least {channels} B)", field="size")
+    pieces = -(-size_bytes // channels // chunk_bytes)
+    if pieces > MAX_TREE_CHUNKS:
+        raise ConfigError(f"{chunk_bytes} B chunks cut each channel's {size_bytes // channels} B into {pieces} "
+                          f"pipeline chunks (allowed: at most {MAX_TREE_CHUNKS}; a larger chunk)", field="chunk")
     recs: list[TraceRecord] = []
     nid = start_id
 

@@ -83,7 +83,7 @@ class MoeTraceConfig(BaseModel):
     popularity: Literal["uniform", "zipf", "imbalance", "rank_imbalance"] = Field(
         "uniform", description="expert popularity: uniform, Zipf(zipf_s), or tuned to a target per-expert "
         "imbalance or per-rank imbalance")
-    zipf_s: float = Field(1.0, ge=0, description="Zipf exponent (popularity: zipf)")
+    zipf_s: float = Field(1.0, ge=0, allow_inf_nan=False, description="Zipf exponent (popularity: zipf)")
     imbalance: Optional[float] = Field(
         None, ge=0, description="target (max - mean) / mean of tokens per expert (popularity: imbalance)")
     rank_imbalance: Optional[float] = Field(
@@ -186,10 +186,16 @@ class MoeTraceConfig(BaseModel):
         if self.popularity == "rank_imbalance":
             if self.rank_imbalance is None:
                 raise ValueError("rank_imbalance: required with popularity 'rank_imbalance'")
+            if self.ep_size < 2:
+                raise ValueError("rank_imbalance: needs ep_size >= 2 (one rank has no imbalance)")
             hi = self.rank_imbalance_limit
             if self.rank_imbalance >= hi:
                 raise ValueError(f"rank_imbalance: got {self.rank_imbalance} (allowed: < {hi:g}, the ratio with "
                                  "every token copy on one rank)")
+        if 0 < self.forward_chunk_bytes < self.dispatch_bytes_per_token:
+            raise ValueError(f"forward_chunk_bytes: got {self.forward_chunk_bytes} B, less than one token copy "
+                             f"(allowed: 0 for store and forward, or >= dispatch_bytes_per_token = "
+                             f"{self.dispatch_bytes_per_token} B)")
         if self.copies == "per_expert" and self.dispatch == "hierarchical":
             raise ValueError("copies: per_expert (DeepEP low-latency kernels) sends every copy straight to its "
                              "GPU and does not forward over NVLink (allowed: copies per_gpu with dispatch "
@@ -226,7 +232,7 @@ class MoeTraceConfig(BaseModel):
         """Tokens per scale-out chunk (hierarchical dispatch; 0 = one chunk per leg, store and forward)."""
         if self.forward_chunk_bytes == 0:
             return 0
-        return max(1, self.forward_chunk_bytes // self.dispatch_bytes_per_token)
+        return self.forward_chunk_bytes // self.dispatch_bytes_per_token
 
     def compute_ps(self, token_copies) -> np.ndarray:
         """Expert compute time (ps) for ``token_copies`` processed on one GPU."""
@@ -382,8 +388,8 @@ def _tune_zipf(cfg: MoeTraceConfig, key: tuple, target: float, layer: int, measu
     while f(hi) < target:
         lo, hi = hi, hi * 2
         if hi > 64:
-            raise ConfigError(f"got {target}: not reachable with Zipf popularity (allowed: a smaller ratio)",
-                              field=what)
+            raise ConfigError(f"got {target}: not reachable with Zipf popularity (allowed: below about "
+                              f"{f(64.0):.3g}, the ratio at Zipf s = 64)", field=what)
     for _ in range(30):
         mid = (lo + hi) / 2
         v = f(mid)
@@ -699,12 +705,13 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
                     # dst returns results to src; scale-out legs back from a relay wait for the gathers
                     # they carry (pipelined) or for every gather into the relay
                     gath = carried.get((dst, src, j), []) if plan.pipelined else gathers[dst]
-                    chain = (back[(dst, src, j - win)],) if so and j >= win else ()
                     if so and gath:
+                        chain = (back[(dst, src, j - win)],) if j >= win else ()
                         deps, gap = _merge(gath, chain), 0
-                    elif chain:
-                        deps, gap = chain, 0
                     else:
+                        # results computed on dst itself (direct legs, and scale-out chunks whose
+                        # tokens have every expert on the relay): after dst's compute; the
+                        # connection sends them in order
                         deps, gap = tuple(into[dst]), int(comp[dst])
                     k = add(base + dst, base + src, n * bc, op_c, "combine", layer, mb, deps, gap)
                     if so:
