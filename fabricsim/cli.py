@@ -477,7 +477,8 @@ def trace_collective(output, kind, ranks, size, gap, repeat, op, channels, conn_
     total = sum(r.size_bytes for r in trace.records)
     conns = (f"connections {conn_base}..{conn_base + channels - 1}" if conn_base >= 0
              else "fresh queue pairs per message")
-    click.echo(f"{output}: {kind} ({algorithm}) x{repeat} over {len(rank_list)} ranks, {channels} channel(s) ({conns}), "
+    algo = f" ({algorithm})" if kind in ("allreduce", "reduce_scatter", "all_gather") else ""
+    click.echo(f"{output}: {kind}{algo} x{repeat} over {len(rank_list)} ranks, {channels} channel(s) ({conns}), "
                f"{len(trace)} messages, {total} B ({format_size(total)}) sent")
 
 

@@ -247,7 +247,7 @@ def test_all_to_all_is_staggered_and_sendrecv_splits_over_channels():
 def test_compose_keeps_connections_and_collective_columns_when_renumbering():
     a = ring_all_reduce([0, 1, 2], 300, channels=2, conn_base=0)
     b = ring_all_gather([4, 5, 6], 30, conn_base=7)        # ids clash with a
-    t = compose([a, b])
+    t = compose([a, b], connections="shared")              # separate connections: see below
     assert [r.id for r in t.records] == list(range(len(a) + len(b)))
     for old, new in zip(a + b, t.records):
         assert (new.conn, new.collective, new.collective_bytes, new.size_bytes, new.src) == \
@@ -300,3 +300,23 @@ def test_double_binary_tree_all_reduce_reduces_up_and_broadcasts_down(n, tmp_pat
             assert m.loc[r.id, "release_ps"] >= m.loc[d, "end_ps"]
     with pytest.raises(ConfigError):
         sequence("all_gather", [0, 1, 2], 900, algorithm="tree")
+
+
+def test_compose_keeps_communicators_on_connections_of_their_own():
+    """An EP all-to-all (conn 0 on every message) and a DP all-reduce on 2 channels (conn 0, 1)
+    composed together: by default the all-reduce's connections are shifted past the MoE's, so no
+    (conn, src, dst) is shared; ``connections="shared"`` keeps them (and then they collide)."""
+    from fabricsim.traces.moe import MoeTraceConfig, generate_moe_trace
+    moe = generate_moe_trace(MoeTraceConfig(model="custom", hidden_size=64, experts=8, top_k=2, ep_size=8,
+                                            tokens_per_gpu=8, seed=1)).trace.records
+    ar = sequence("allreduce", list(range(8)), 64 * 1024, channels=2)
+    assert {r.conn for r in moe} == {0} and {r.conn for r in ar} == {0, 1}
+
+    def keys(recs):
+        return {(r.conn, r.src, r.dst) for r in recs}
+    sep = compose([moe, ar]).records
+    assert {r.conn for r in sep[len(moe):]} == {1, 2} and not keys(sep[:len(moe)]) & keys(sep[len(moe):])
+    shared = compose([moe, ar], connections="shared").records
+    assert keys(shared[:len(moe)]) & keys(shared[len(moe):])
+    with pytest.raises(ConfigError):
+        compose([moe], connections="mixed")

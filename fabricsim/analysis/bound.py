@@ -74,9 +74,11 @@ last completion less ``t0``):
   ``ideal_fct_ps``, which stays packet-exact so the cell error shows in ``slowdown``, and which a
   cell train can beat by rounding its serialisation to a picosecond once per cell).
 
-Assumption inherited from :class:`IdealModel`: the equal-cost paths between two hosts have the
-same first and last links' rates and the hops of one shortest path's latencies (true of the
-built topologies; the port-share rate assumes a host's eligible ports have equal rates).
+Latencies and serialisation times per hop are the fastest of any shortest path's at that hop
+(:meth:`IdealModel.fastest_hops`), so heads and tails bound every path from below, and the
+receiving side counts the receiver's links the sending links reach (a dual-homed receiver can take
+one queue pair over both). Assumption left: a host's eligible ports have equal rates (the
+port-share rate). A run that beats the bound anyway gets a warning in ``summary.warnings``.
 
 Cost: per message a few cached look-ups; the dependency passes go level by level with numpy
 (one step per level of the DAG), the port sweep is one sort, so ~O(M log M + E).
@@ -154,24 +156,60 @@ class LowerBound:
                 rates.append(rate)
             return gid
 
+        reach_cache: dict = {}
+
+        def receiver_links(s, b):
+            """Links into host ``b`` that a packet handed to switch ``s`` may arrive by (every
+            shortest path from ``s``)."""
+            v = reach_cache.get((s, b))
+            if v is None:
+                seen, stack, last = {s}, [s], set()
+                while stack:
+                    x = stack.pop()
+                    nh = model.paths.next_hops(x, b)
+                    if nh == [b]:
+                        last.add(x)
+                        continue
+                    for y in nh:
+                        if y not in seen:
+                            seen.add(y)
+                            stack.append(y)
+                g = model.topo.graph
+                v = reach_cache[(s, b)] = sum(len(g.get_edge_data(x, b)) for x in last)
+            return v
+
         def pair(a, b):
             v = pairs.get((a, b))
             if v is None:
                 out_ports, n_out, out_rate = model.ports(a, b)
                 in_ports, n_in, in_rate = model.ports(b, a)
-                v = pairs[(a, b)] = (model.hops(a, b), group((a, "out", out_ports), out_rate),
-                                     group((b, "in", in_ports), in_rate), (n_out, out_rate), (n_in, in_rate))
+                g = model.topo.graph
+                # receiver links reachable through each of the sender's eligible links, largest first
+                reach = sorted((receiver_links(s, b) for s in out_ports for _ in g.get_edge_data(a, s)), reverse=True)
+
+                def k_out(qps, n_out=n_out):
+                    return model.split.parallel(qps, n_out)
+
+                def k_in(qps, n_in=n_in, reach=reach):
+                    # the receiver's links a message can arrive by: those its k sending links reach
+                    # (a plane split limits the sender, not the receiver: a dual-homed receiver can
+                    # take one queue pair over both its links)
+                    return max(1, min(n_in, sum(reach[:k_out(qps)])))
+                v = pairs[(a, b)] = (model.fastest_hops(a, b), group((a, "out", out_ports), out_rate),
+                                     group((b, "in", in_ports), in_rate), (n_out, out_rate, k_out),
+                                     (n_in, in_rate, k_in))
             return v
 
         def busiest_port_ps(units, c, qps, side):
             """Floor of the time the busiest of the ports one message can use (``k`` of the side's
-            ``n``, :meth:`IdealModel.parallel_rate`) needs for its share of the message's packets
+            ``n``: on the sending side :meth:`IdealModel.parallel_rate`'s share, on the receiving
+            side the receiver links those ``k`` reach) needs for its share of the message's packets
             of at least ``c`` bytes: at least ``ceil(N_c / k)`` of them, the smallest ones.
             ``units`` [(wire bytes, count)] ascending; ``qps`` None: any chunking, bytes only."""
-            n, rate = side
+            n, rate, ports_used = side
             if qps is None:
                 return units[0][0] * PS_BITS // rate
-            k = model.split.parallel(qps, n)
+            k = ports_used(qps)
             left = -(-sum(cnt for size, cnt in units if size >= c) // k)
             total = 0
             for size, cnt in units:

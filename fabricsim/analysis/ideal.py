@@ -60,6 +60,30 @@ def path_hops(topo, paths, src, dst):
     return hops
 
 
+def fastest_hops(topo, paths, src, dst):
+    """[(rate_bps, latency_ps)] per hop of src -> dst, each the fastest over every shortest path:
+    the largest rate and the smallest latency (propagation plus the next switch's forwarding) of
+    any link at that hop. Equal to :func:`path_hops` when the equal-cost paths look alike (every
+    built topology); never above any path's, so sums over it bound every path from below."""
+    g = topo.graph
+    level = {src}
+    hops = []
+    while level != {dst}:
+        nxt, rate, lat = set(), 0, None
+        for a in level:
+            for b in (paths.first_hops(src, dst) if a == src else paths.next_hops(a, dst)):
+                nxt.add(b)
+                fwd = g.nodes[b].get("switch_latency_ps", 0) if g.nodes[b]["type"] == "switch" else 0
+                for e in g.get_edge_data(a, b).values():
+                    rate = max(rate, e["rate_bps"])
+                    lat = e["delay_ps"] + fwd if lat is None else min(lat, e["delay_ps"] + fwd)
+        if not nxt:
+            raise ValueError(f"no route from {src} to {dst}")
+        hops.append((rate, lat))
+        level = nxt
+    return hops
+
+
 def train_time(hops, full: int, full_wire: int, partial: list[int]) -> int:
     """Arrival of the last bit at the last hop for ``full`` packets of ``full_wire`` bytes then
     the ``partial`` packets, starting at 0 on an idle path."""
@@ -109,6 +133,7 @@ class IdealModel:
         self.pxn = bool(sc.nic.params is not None and sc.nic.params.pxn)
         self.split = SPLITS.get(sc.nic.name)(sc.nic.params, None)
         self._hops: dict = {}
+        self._fastest: dict = {}
         self._ports: dict = {}
         self._framing: dict = {}
 
@@ -174,6 +199,15 @@ class IdealModel:
         hops = self._hops.get(key)
         if hops is None:
             hops = self._hops[key] = path_hops(self.topo, self.paths, src, dst)
+        return hops
+
+    def fastest_hops(self, src: int, dst: int) -> list[tuple[int, int]]:
+        """Per hop of ``src -> dst`` the fastest link of any shortest path (:func:`fastest_hops`,
+        cached): what the lower bound's latencies use."""
+        key = (src, dst)
+        hops = self._fastest.get(key)
+        if hops is None:
+            hops = self._fastest[key] = fastest_hops(self.topo, self.paths, src, dst)
         return hops
 
     def relay(self, msg) -> int | None:

@@ -181,6 +181,7 @@ def ecmp_fluid_reference(source, overrides=()) -> dict:
         latency = ideal.fct(m) - alone
         msg_end[m.id] = max(msg_end.get(m.id, 0.0), e + latency)
     duration = max(msg_end.values())
-    ideal_duration = max(ideal.fct(m) for m in sim.messages)
+    from .bound import LowerBound
+    ideal_duration = LowerBound(ideal, sim.messages).of(min(m.start_ps for m in sim.messages)).duration_ps
     return {"duration_ps": duration, "ideal_duration_ps": ideal_duration,
             "completion_time_ratio": ideal_duration / duration, "flows": len(placed)}

@@ -297,6 +297,18 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     collectives = collectives_table(msgs, bound)
     if len(collectives):
         summary["collectives"] = collectives_summary(collectives)
+    # the bound rests on the equal-cost paths of a host pair looking alike (analysis/bound.py); a
+    # topology that breaks that (explicit links of unequal delay side by side) can beat it: say so
+    beaten = []
+    if duration and ideal_pattern and ideal_pattern > duration:
+        beaten.append(f"the pattern ({ideal_pattern} > {duration} ps)")
+    if len(collectives):
+        over = collectives[collectives["ideal_time_ps"].astype("Float64") > collectives["time_ps"].astype("Float64")]
+        beaten += [f"op {op}" for op in over["op"].head(3)] + (["..."] if len(over) > 3 else [])
+    if beaten:
+        summary["warnings"].append("the run beat its lower bound for " + ", ".join(beaten) + ": the topology "
+                                   "breaks the bound's assumption that equal-cost paths have equal latencies and "
+                                   "rates (docs/metrics.md, 'The lower bound'); completion ratios above 1 follow")
     nics = nic_table(msgs, recorder.hists, outcome)
     return Result(summary=summary, messages=msgs, links=links, latency=lat.table(), goodput=goodput,
                   scenario=sc.model_dump(mode="json"), collectives=collectives, link_timeseries=link_ts,

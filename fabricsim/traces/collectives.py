@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..errors import ConfigError
-from .schema import Trace, TraceRecord, check_trace
+from .schema import INT64_MAX, Trace, TraceRecord, check_trace
 
 #: most pipeline chunks a tree all-reduce cuts one channel's part into (each gives 2 (n - 1) messages)
 MAX_TREE_CHUNKS = 65536
@@ -53,9 +53,10 @@ Deps = "Sequence[int] | Mapping[int, Sequence[int]]"
 
 
 def chunk_sizes(size_bytes: int, n: int) -> list[int]:
-    """``n`` chunk sizes summing exactly to ``size_bytes``; the first ``size_bytes % n`` one byte larger."""
-    q, r = divmod(size_bytes, n)
-    return [q + (1 if c < r else 0) for c in range(n)]
+    """``n`` chunk sizes summing exactly to ``size_bytes``; the first ``size_bytes % n`` one byte larger
+    (the same split as the queue-pair split, :func:`fabricsim.net.packet.split_bytes`)."""
+    from ..net.packet import split_bytes
+    return split_bytes(size_bytes, n)
 
 
 def _check(ranks, size_bytes: int, min_ranks: int = 2, max_ranks: int | None = None) -> list[int]:
@@ -75,9 +76,9 @@ def _check(ranks, size_bytes: int, min_ranks: int = 2, max_ranks: int | None = N
 def _check_channels(channels, conn_base) -> None:
     if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
         raise ConfigError(f"got {channels!r} (allowed: an integer 1..{MAX_CHANNELS})", field="channels")
-    if isinstance(conn_base, bool) or not isinstance(conn_base, int) or conn_base < -1:
-        raise ConfigError(f"got {conn_base!r} (allowed: an integer >= 0, or -1 for fresh queue pairs)",
-                          field="conn-base")
+    if isinstance(conn_base, bool) or not isinstance(conn_base, int) or not -1 <= conn_base <= INT64_MAX - channels:
+        raise ConfigError(f"got {conn_base!r} (allowed: an integer 0..{INT64_MAX - channels}, or -1 for fresh "
+                          "queue pairs)", field="conn-base")
 
 
 def _conn(conn_base: int, channel: int) -> int:
@@ -358,15 +359,31 @@ def sequence(kind: str, ranks, size_bytes: int, repeat: int = 1, op: str | None 
     return recs
 
 
-def compose(parts: Sequence[Sequence[TraceRecord]], source: str = "<collectives>") -> Trace:
+def compose(parts: Sequence[Sequence[TraceRecord]], source: str = "<collectives>",
+            connections: str = "separate") -> Trace:
     """One checked :class:`Trace` of several record lists, in order.
 
     If the ids are already unique across ``parts`` they are kept (deps may then point into other
     parts). Otherwise every part is renumbered to consecutive ids after the previous part; a dep on
     an id of the same part follows the renumbering, a dep on an id not in the part refers to the
     latest earlier part that has that id.
+
+    ``connections``: ``"separate"`` (default) gives each part connections of its own, as separate
+    communicators (an EP all-to-all and a DP all-reduce) have their own queue pairs: the ``conn``
+    values >= 0 of a part are shifted past every earlier part's; ``"shared"`` keeps them as they
+    are (parts that are steps of one communicator).
     """
+    if connections not in ("separate", "shared"):
+        raise ConfigError(f"got {connections!r} (allowed: separate, shared)", field="connections")
     parts = [list(p) for p in parts]
+    if connections == "separate":
+        shifted, base = [], 0
+        for p in parts:
+            conns = [r.conn for r in p if r.conn >= 0]
+            shifted.append([replace(r, conn=r.conn + base) if r.conn >= 0 and base else r for r in p])
+            if conns:
+                base += max(conns) + 1
+        parts = shifted
     ids = [r.id for p in parts for r in p]
     if len(set(ids)) == len(ids):
         records = [r for p in parts for r in p]

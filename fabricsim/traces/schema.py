@@ -46,6 +46,8 @@ COLUMNS: dict[str, tuple[str, object]] = {
     "collective": ("collective", ""),
     "collective_bytes": ("int", 0),
 }
+#: the largest integer a trace column holds (Parquet int64)
+INT64_MAX = 2**63 - 1
 REQUIRED_COLUMNS = tuple(c for c, (_, d) in COLUMNS.items() if d is REQUIRED)
 
 
@@ -159,6 +161,8 @@ def coerce_row(raw: dict, err) -> TraceRecord:
                 vals[col] = _to_int(v)
             except (ValueError, TypeError):
                 raise err(col, f"expected an integer, got {v!r}") from None
+            if abs(vals[col]) > INT64_MAX:
+                raise err(col, f"got {vals[col]} (allowed: at most {INT64_MAX}, a 64-bit integer)")
         elif kind == "deps":
             try:
                 vals[col] = _to_deps(v)
