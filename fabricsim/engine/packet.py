@@ -46,7 +46,7 @@ class MessageState:
     """Runtime state of one message, and its transport statistics (see docs/metrics.md)."""
 
     __slots__ = ("msg", "size", "release", "end", "delivered", "dropped", "injected", "pending_deps",
-                 "dependents", "done", "reason", "parent", "next_stage", "final", "qps", "on_sent",
+                 "dependents", "done", "reason", "parent", "next_stage", "final", "qps", "on_sent", "deferred",
                  # transport statistics
                  "rtx_bytes", "dup_bytes", "rx_units", "ooo_units", "reorder_hist", "peak_hold",
                  "reorder_wait_ps", "reorder_wait_max_ps", "ecn_marked", "cnps", "acks", "naks", "naks_sent",
@@ -73,6 +73,7 @@ class MessageState:
         #: called as ``on_sent(state, t)`` by the NIC that sends the message's last new byte at ``t``
         #: (the connection's next message may start then); None: nobody waits for it
         self.on_sent = None
+        self.deferred = False     # all in, its completion waits for earlier messages on its connection
         self.rtx_bytes = {}       # cause -> payload bytes retransmitted
         self.dup_bytes = 0        # payload bytes that arrived again after being accepted
         self.rx_units = 0         # data units received (not duplicates)
@@ -226,6 +227,7 @@ class PacketEngine:
         self._salt = streams.u64(FLOWS_SALT_STREAM)
         self.connections = ConnectionTable(self._salt)   # queue-pair uids and 5-tuples (net/packet.py)
         self._conn_wait: dict = {}   # (conn, src, dst) -> messages posted behind the one in progress
+        self._conn_open: dict = {}   # (conn, src, dst) -> started messages not yet completed, in order
         self.remaining = len(self.states)
         self._rtt: dict = {}
         self._final_links = None
@@ -371,6 +373,8 @@ class PacketEngine:
         """Split a message over its queue pairs and put them on the source NIC ports (or relay it:
         PXN)."""
         m = st.msg
+        if m.conn >= 0 and st.parent is None:
+            self._conn_open.setdefault((m.conn, m.src, m.dst), deque()).append(st)
         if self.pxn and st.parent is None:
             relay = self.sim.paths.pxn_relay(m.src, m.dst)
             if relay is not None:
@@ -467,6 +471,28 @@ class PacketEngine:
     def message_done(self, st: MessageState, t: int):
         if st.done:
             return
+        m = st.msg
+        if m.conn >= 0 and st.parent is None:
+            # a queue pair completes its work requests in order: a message whose bytes are all in
+            # before an earlier one on its connection has completed waits for it (and completes
+            # then, with it); the connection's next message may start regardless (on_sent)
+            self._next_on_connection(t, st)
+            key = (m.conn, m.src, m.dst)
+            q = self._conn_open[key]
+            if q[0] is not st:
+                st.deferred = True
+                return
+            q.popleft()
+            self._finish(st, t)
+            while q and q[0].deferred:
+                self._finish(q.popleft(), t)
+            if not q:
+                del self._conn_open[key]
+            return
+        self._finish(st, t)
+
+    def _finish(self, st: MessageState, t: int):
+        """``st`` completed (or failed) at ``t``: record it, release its dependents."""
         st.done = True
         st.end = t
         if t > self._last_t:
@@ -474,8 +500,6 @@ class PacketEngine:
         if st.parent is not None:
             self._piece_done(st, t)
             return
-        if st.msg.conn >= 0:
-            self._next_on_connection(t, st)
         self.remaining -= 1
         self.recorder.on_message(st)
         if not self.remaining:
