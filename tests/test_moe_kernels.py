@@ -206,8 +206,8 @@ def test_every_result_waits_for_the_dispatch_it_answers(kw):
 def test_pipelined_forwarding_makes_dispatch_insensitive_to_top_k(tmp_path):
     # 4 HGX nodes of 8 GPUs (NVLink inside, one 400G NIC per GPU), EP32 DeepSeek-V3 shape, 128 tokens per
     # GPU, node-limited to 2 nodes so the scale-out bytes per GPU stay fixed while top-k grows (more NVLink
-    # forwarding). Measured: pipelined 35.75 us (top-8) -> 35.66 us (top-13); store and forward 39.98 us ->
-    # 41.91 us, 17.5 % slower than pipelined at top-13.
+    # forwarding). Measured: pipelined 34.79 us (top-8) -> 34.43 us (top-13); store and forward 39.98 us ->
+    # 41.91 us, 21.7 % slower than pipelined at top-13 (re-measured with the connection order rule).
     topo = {"kind": "cluster", "domain": "hgx8", "nodes": 4, "nic": {"ports": 1, "rate": "400Gbps"}}
     t, scale_out = {}, {}
     for k in (8, 13):
