@@ -244,3 +244,31 @@ def test_a_connection_completes_its_messages_in_order_under_losses(tmp_path):
         assert ends == sorted(ends), (s, ends)
         waited += sum(st[i].deferred for i in ids)
     assert waited > 0          # some message had all its bytes before its predecessor completed
+
+
+def test_a_persistent_queue_pair_keeps_its_rtt_estimators(tmp_path):
+    """Adaptive retransmission: a persistent queue pair keeps one RTT estimator for its messages:
+    the first message's ACKs (which return after it completed and the second started) feed the
+    estimate the second message's timer uses; a fresh queue pair's stays cold (srtt = 0) until its
+    own ACKs."""
+    rows = ["id,src,dst,size_bytes,conn,deps", "0,0,4,65536,{c},", "1,0,4,65536,{c},0"]
+    seen = {}
+    for conn in (0, -1):
+        path = tmp_path / f"m{conn}.csv"
+        path.write_text("\n".join(r.format(c=conn) for r in rows) + "\n")
+        sc = leaf_spine({"pattern": "csv", "path": str(path)})
+        sc["receiver"] = {"model": "ddp", "rto_mode": "adaptive"}
+        _loaded, sim = prepare(sc)
+        s = sim.scenario
+        eng = ENGINES.get("packet")(sim, Recorder(s.outputs.latency_rel_error, s.outputs.timeseries_bin))
+        inner = eng._start
+        starts = {}
+
+        def start(t, st, inner=inner):
+            inner(t, st)
+            starts[st.msg.id] = st
+        eng._start = start
+        assert eng.run().status == "complete"
+        seen[conn] = [q.srtt for q in starts[1].qps]
+    assert seen[0][0] > 0                               # warm: fed by the first message's ACKs
+    assert seen[-1] == [0]                              # fresh queue pair: no sample of its own yet

@@ -228,6 +228,7 @@ class PacketEngine:
         self.connections = ConnectionTable(self._salt)   # queue-pair uids and 5-tuples (net/packet.py)
         self._conn_wait: dict = {}   # (conn, src, dst) -> messages posted behind the one in progress
         self._conn_open: dict = {}   # (conn, src, dst) -> started messages not yet completed, in order
+        self._conn_qp: dict = {}     # queue-pair uid of a connection -> its latest QueuePair (RTT estimators)
         self.remaining = len(self.states)
         self._rtt: dict = {}
         self._final_links = None
@@ -394,6 +395,14 @@ class PacketEngine:
                 qp.sent_done = True           # nothing for the sender's timers or ACK processing
             else:
                 qp = QueuePair(uid, st, m.src, m.dst, sport, h, size, self.mtu)
+                if m.conn >= 0:
+                    # a persistent queue pair keeps one RTT estimator for all its messages: the
+                    # next one takes it over, and late ACKs of earlier ones feed it (Sender._rtt_sample)
+                    prev = self._conn_qp.get(uid)
+                    if prev is not None:
+                        qp.srtt, qp.rttvar = prev.srtt, prev.rttvar
+                        prev.heir = qp
+                    self._conn_qp[uid] = qp
                 nics = qp.nics = self.split.ports(qp, eligible)
                 flow = qp.flow = Flow(uid, sum(n.port.rate for n in nics), self.base_rtt(m.src, m.dst), self.mtu)
                 self.cc.start(flow, t)

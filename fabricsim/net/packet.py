@@ -29,7 +29,7 @@ class QueuePair:
         # sender
         "una", "high", "rtx", "sacked", "lost", "resent", "reo", "outstanding", "out_bytes", "rack_t", "next_ok",
         "nics", "nicmask", "flow", "rto_at", "rto_armed", "timeouts", "goback_t", "gb_cause", "sent_done",
-        "srtt", "rttvar", "rto_draws", "rto_u", "probed", "reo_t",
+        "srtt", "rttvar", "rto_draws", "rto_u", "probed", "reo_t", "heir",
         # receiver
         "r_cum", "r_max", "r_maxt", "r_set", "r_hold", "r_arr", "r_unacked", "r_ce", "r_last_cnp", "r_nak", "r_port",
         "r_tack", "r_tsent", "r_tel", "r_acks", "r_last_rx",
@@ -67,6 +67,7 @@ class QueuePair:
         self.sent_done = False
         self.srtt = 0           # smoothed RTT (ps; 0 = no sample yet), RFC 6298, adaptive timeouts only
         self.rttvar = 0         # RTT variation (ps)
+        self.heir = None        # persistent connection: this queue pair's state for the next message
         self.rto_draws = 0      # adaptive timeouts: counter of random draws (counter-based jitter)
         self.rto_u = 0          # adaptive timeouts: the current draw, uniform in [0, 2**24)
         self.probed = None      # adaptive timeouts: PSNs resent as timeout probes (set), not yet D-SACKed

@@ -120,7 +120,10 @@ class Sender:
         qp.rto_u = mix64(mix64(self.salt ^ qp.uid) ^ qp.rto_draws) & 0xFFFFFF
 
     def _rtt_sample(self, qp, r: int):
-        """RFC 6298 smoothed RTT and variation (integer ps, gains 1/8 and 1/4)."""
+        """RFC 6298 smoothed RTT and variation (integer ps, gains 1/8 and 1/4). On a persistent
+        connection the estimator is the queue pair's latest message's (``qp.heir``)."""
+        while qp.heir is not None:
+            qp = qp.heir
         if not qp.srtt:
             qp.srtt = r
             qp.rttvar = r >> 1
