@@ -3,6 +3,7 @@ connection's queue pairs (same uids, same 5-tuples, hence the same ECMP paths), 
 per connection, and the ECMP fluid placement numbers queue pairs exactly as the engine does."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 import fabricsim
@@ -272,3 +273,35 @@ def test_a_persistent_queue_pair_keeps_its_rtt_estimators(tmp_path):
         seen[conn] = [q.srtt for q in starts[1].qps]
     assert seen[0][0] > 0                               # warm: fed by the first message's ACKs
     assert seen[-1] == [0]                              # fresh queue pair: no sample of its own yet
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_a_connection_whose_queue_pair_gives_up_flushes_the_messages_behind_it(tmp_path, seed):
+    """A reliable-connection queue pair that hits its retry limit goes to the error state: that
+    message fails with ``retry_exceeded`` when it gives up, and every later message on the
+    connection (started, all in but waiting to complete, or not yet started) fails with
+    ``connection_error`` then; none of them completes. Messages before it are not affected."""
+    rows = ["id,src,dst,size_bytes,conn"] + [f"{(s - 1) * 4 + k},{s},0,131072,0" for s in range(1, 8) for k in range(4)]
+    path = tmp_path / "m.csv"
+    path.write_text("\n".join(rows) + "\n")
+    sc = leaf_spine({"pattern": "csv", "path": str(path), "qps_per_connection": 2}, spines=2, seed=seed)
+    sc["topology"]["buffer"] = {"mode": "per_port", "size": "64KiB"}
+    sc["receiver"] = {"model": "go_back_n", "retry_limit": 1}
+    sc["congestion_control"] = {"algorithm": "none"}
+    res = fabricsim.run(sc)
+    m = res.messages.set_index("message_id")
+    assert res.summary["conservation"]["holds"]
+    failed_conns = 0
+    for s in range(1, 8):
+        ids = [(s - 1) * 4 + k for k in range(4)]
+        reasons = [m.loc[i, "incomplete_reason"] or "" for i in ids]
+        if "retry_exceeded" not in reasons:
+            assert all(m.loc[i, "completed"] for i in ids)
+            continue
+        failed_conns += 1
+        first = reasons.index("retry_exceeded")
+        assert all(m.loc[i, "completed"] for i in ids[:first])
+        assert reasons[first + 1:] == ["connection_error"] * (3 - first)
+        t_fail = m.loc[ids[first], "end_ps"]
+        assert all(pd.isna(m.loc[i, "end_ps"]) or m.loc[i, "end_ps"] == t_fail for i in ids[first + 1:])
+    assert failed_conns

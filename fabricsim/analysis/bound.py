@@ -77,8 +77,9 @@ last completion less ``t0``):
 Latencies and serialisation times per hop are the fastest of any shortest path's at that hop
 (:meth:`IdealModel.fastest_hops`), so heads and tails bound every path from below, and the
 receiving side counts the receiver's links the sending links reach (a dual-homed receiver can take
-one queue pair over both). Assumption left: a host's eligible ports have equal rates (the
-port-share rate). A run that beats the bound anyway gets a warning in ``summary.warnings``.
+one queue pair over both); a side's busiest port is taken at the rate of its fastest port (hosts
+whose ports have unequal rates). A run that beats the bound anyway gets a warning in
+``summary.warnings`` (an error under ``FABRICSIM_CHECK_BOUND=1``, which the test suite sets).
 
 Cost: per message a few cached look-ups; the dependency passes go level by level with numpy
 (one step per level of the DAG), the port sweep is one sort, so ~O(M log M + E).
@@ -156,27 +157,28 @@ class LowerBound:
                 rates.append(rate)
             return gid
 
-        reach_cache: dict = {}
+        last_cache: dict = {}           # (switch, destination's attachments) -> last switches
 
         def receiver_links(s, b):
             """Links into host ``b`` that a packet handed to switch ``s`` may arrive by (every
-            shortest path from ``s``)."""
-            v = reach_cache.get((s, b))
-            if v is None:
-                seen, stack, last = {s}, [s], set()
+            shortest path from ``s``); the switch part is shared by hosts of one attachment set."""
+            key = (s, model.paths.attachments(b))
+            last = last_cache.get(key)
+            if last is None:
+                seen, stack, found = {s}, [s], set()
                 while stack:
                     x = stack.pop()
                     nh = model.paths.next_hops(x, b)
                     if nh == [b]:
-                        last.add(x)
+                        found.add(x)
                         continue
                     for y in nh:
                         if y not in seen:
                             seen.add(y)
                             stack.append(y)
-                g = model.topo.graph
-                v = reach_cache[(s, b)] = sum(len(g.get_edge_data(x, b)) for x in last)
-            return v
+                last = last_cache[key] = found
+            g = model.topo.graph
+            return sum(len(g.get_edge_data(x, b)) for x in last)
 
         def pair(a, b):
             v = pairs.get((a, b))
@@ -195,20 +197,24 @@ class LowerBound:
                     # (a plane split limits the sender, not the receiver: a dual-homed receiver can
                     # take one queue pair over both its links)
                     return max(1, min(n_in, sum(reach[:k_out(qps)])))
+                # the fastest single port of each side (hosts with ports of unequal rates)
+                top_out = max(e["rate_bps"] for s in out_ports for e in g.get_edge_data(a, s).values())
+                top_in = max(e["rate_bps"] for s in in_ports for e in g.get_edge_data(b, s).values())
                 v = pairs[(a, b)] = (model.fastest_hops(a, b), group((a, "out", out_ports), out_rate),
-                                     group((b, "in", in_ports), in_rate), (n_out, out_rate, k_out),
-                                     (n_in, in_rate, k_in))
+                                     group((b, "in", in_ports), in_rate), (out_rate, top_out, k_out),
+                                     (in_rate, top_in, k_in))
             return v
 
         def busiest_port_ps(units, c, qps, side):
             """Floor of the time the busiest of the ports one message can use (``k`` of the side's
             ``n``: on the sending side :meth:`IdealModel.parallel_rate`'s share, on the receiving
             side the receiver links those ``k`` reach) needs for its share of the message's packets
-            of at least ``c`` bytes: at least ``ceil(N_c / k)`` of them, the smallest ones.
+            of at least ``c`` bytes: at least ``ceil(N_c / k)`` of them, the smallest ones, at the
+            side's fastest port rate (every port's, when they are equal).
             ``units`` [(wire bytes, count)] ascending; ``qps`` None: any chunking, bytes only."""
-            n, rate, ports_used = side
-            if qps is None:
-                return units[0][0] * PS_BITS // rate
+            total_rate, rate, ports_used = side
+            if qps is None:                      # all of the side's ports at once
+                return units[0][0] * PS_BITS // total_rate
             k = ports_used(qps)
             left = -(-sum(cnt for size, cnt in units if size >= c) // k)
             total = 0
@@ -217,7 +223,7 @@ class LowerBound:
                     take = min(cnt, left)
                     total += take * size
                     left -= take
-            return total * PS_BITS * n // rate
+            return total * PS_BITS // rate
 
         def head_tail(a, b, hops, p):
             v = ends.get((a, b, p))

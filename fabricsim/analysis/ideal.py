@@ -60,30 +60,6 @@ def path_hops(topo, paths, src, dst):
     return hops
 
 
-def fastest_hops(topo, paths, src, dst):
-    """[(rate_bps, latency_ps)] per hop of src -> dst, each the fastest over every shortest path:
-    the largest rate and the smallest latency (propagation plus the next switch's forwarding) of
-    any link at that hop. Equal to :func:`path_hops` when the equal-cost paths look alike (every
-    built topology); never above any path's, so sums over it bound every path from below."""
-    g = topo.graph
-    level = {src}
-    hops = []
-    while level != {dst}:
-        nxt, rate, lat = set(), 0, None
-        for a in level:
-            for b in (paths.first_hops(src, dst) if a == src else paths.next_hops(a, dst)):
-                nxt.add(b)
-                fwd = g.nodes[b].get("switch_latency_ps", 0) if g.nodes[b]["type"] == "switch" else 0
-                for e in g.get_edge_data(a, b).values():
-                    rate = max(rate, e["rate_bps"])
-                    lat = e["delay_ps"] + fwd if lat is None else min(lat, e["delay_ps"] + fwd)
-        if not nxt:
-            raise ValueError(f"no route from {src} to {dst}")
-        hops.append((rate, lat))
-        level = nxt
-    return hops
-
-
 def train_time(hops, full: int, full_wire: int, partial: list[int]) -> int:
     """Arrival of the last bit at the last hop for ``full`` packets of ``full_wire`` bytes then
     the ``partial`` packets, starting at 0 on an idle path."""
@@ -134,6 +110,7 @@ class IdealModel:
         self.split = SPLITS.get(sc.nic.name)(sc.nic.params, None)
         self._hops: dict = {}
         self._fastest: dict = {}
+        self._inner: dict = {}
         self._ports: dict = {}
         self._framing: dict = {}
 
@@ -202,13 +179,56 @@ class IdealModel:
         return hops
 
     def fastest_hops(self, src: int, dst: int) -> list[tuple[int, int]]:
-        """Per hop of ``src -> dst`` the fastest link of any shortest path (:func:`fastest_hops`,
-        cached): what the lower bound's latencies use."""
+        """[(rate_bps, latency_ps)] per hop of ``src -> dst``, each the fastest over every shortest
+        path: the largest rate and the smallest latency (propagation plus the next switch's
+        forwarding) of any link at that hop. Equal to :meth:`hops` when the equal-cost paths look
+        alike (every built topology); never above any path's, so sums over it bound every path
+        from below (what the lower bound's heads and tails use). The switch-to-switch part depends
+        on ``dst`` only through its attachment switches and is cached per (first hops, attachments):
+        per leaf pair, not per host pair."""
         key = (src, dst)
         hops = self._fastest.get(key)
         if hops is None:
-            hops = self._fastest[key] = fastest_hops(self.topo, self.paths, src, dst)
+            paths = self.paths
+            first = paths.first_hops(src, dst)
+            if not first:
+                raise ValueError(f"no route from {src} to {dst}")
+            ikey = (frozenset(first), paths.attachments(dst))
+            inner = self._inner.get(ikey)
+            if inner is None:
+                inner = self._inner[ikey] = self._switch_levels(first, dst)
+            levels, last = inner
+            hops = self._fastest[key] = [self._fastest_link(src, first)] + levels + [self._fastest_link(last, [dst])]
         return hops
+
+    def _fastest_link(self, sources, targets) -> tuple[int, int]:
+        """(largest rate, smallest latency incl. the target switch's forwarding) over the links
+        from ``sources`` (a node or an iterable of nodes) to ``targets``."""
+        g = self.topo.graph
+        rate, lat = 0, None
+        for a in ([sources] if isinstance(sources, int) else sources):
+            for b in targets:
+                data = g.get_edge_data(a, b)
+                if not data:
+                    continue
+                fwd = g.nodes[b].get("switch_latency_ps", 0) if g.nodes[b]["type"] == "switch" else 0
+                for e in data.values():
+                    rate = max(rate, e["rate_bps"])
+                    lat = e["delay_ps"] + fwd if lat is None else min(lat, e["delay_ps"] + fwd)
+        return rate, lat
+
+    def _switch_levels(self, first, dst):
+        """The fastest link per switch-to-switch hop from the level ``first`` to the switches
+        attached to ``dst``, and that last level."""
+        level, levels = sorted(first), []
+        while True:
+            nxt = sorted({b for a in level for b in self.paths.next_hops(a, dst)})
+            if nxt == [dst]:
+                return levels, level
+            if not nxt:
+                raise ValueError(f"no route to {dst}")
+            levels.append(self._fastest_link(level, nxt))
+            level = nxt
 
     def relay(self, msg) -> int | None:
         """The PXN relay GPU of ``msg`` (``nic.pxn``), as the engine chooses it, or None."""

@@ -22,6 +22,7 @@ message completes when its last byte arrives. Everything leaving the domain keep
 from __future__ import annotations
 
 import gc
+import itertools
 from collections import deque
 
 from ..analysis.ideal import base_rtt_ps
@@ -40,6 +41,9 @@ from ..net.switch import Switch
 from ..traffic.message import Message
 from .interface import ENGINES, RunOutcome, SimulationInput
 from .kernel import make_kernel
+
+#: incomplete reason of a message flushed because an earlier one on its connection gave up
+CONNECTION_ERROR = "connection_error"
 
 
 class MessageState:
@@ -229,6 +233,7 @@ class PacketEngine:
         self._conn_wait: dict = {}   # (conn, src, dst) -> messages posted behind the one in progress
         self._conn_open: dict = {}   # (conn, src, dst) -> started messages not yet completed, in order
         self._conn_qp: dict = {}     # queue-pair uid of a connection -> its latest QueuePair (RTT estimators)
+        self._conn_err: set = set()  # connections whose queue pair gave up: later messages are flushed
         self.remaining = len(self.states)
         self._rtt: dict = {}
         self._final_links = None
@@ -332,15 +337,20 @@ class PacketEngine:
     def fail_qp(self, qp, t, reason: str):
         """A queue pair gave up (retry limit): its message fails with ``reason``."""
         st = qp.msg
+        self._stop(st)
+        if st.done:
+            return
+        st.reason = reason
+        self.message_done(st, t)
+
+    @staticmethod
+    def _stop(st: MessageState):
+        """Stop every queue pair of ``st``: nothing more is sent or resent for it."""
         for q in st.qps:
             q.sent_done = True
             q.flow.active = False
             q.rtx.clear()
             q.seq = q.npsn
-        if st.done:
-            return
-        st.reason = reason
-        self.message_done(st, t)
 
     # ------------------------------------------------------------------ message lifecycle
     def release(self, t, st: MessageState):
@@ -363,6 +373,10 @@ class PacketEngine:
             self.recorder.on_release(st, t)
             if m.conn >= 0:
                 key = (m.conn, m.src, m.dst)
+                if key in self._conn_err:       # the connection is in error: flushed at once
+                    st.reason = CONNECTION_ERROR
+                    self._finish(st, t)
+                    return
                 waiting = self._conn_wait.get(key)
                 if waiting is not None:
                     waiting.append(st)
@@ -430,7 +444,9 @@ class PacketEngine:
         st.on_sent = False
         m = st.msg
         key = (m.conn, m.src, m.dst)
-        waiting = self._conn_wait[key]      # opened when st was posted
+        waiting = self._conn_wait.get(key)  # opened when st was posted; gone once flushed
+        if waiting is None:
+            return
         if waiting:
             self._start(t, waiting.popleft())
         else:
@@ -488,6 +504,25 @@ class PacketEngine:
             self._next_on_connection(t, st)
             key = (m.conn, m.src, m.dst)
             q = self._conn_open[key]
+            if st.reason:
+                # a queue pair that gave up goes to the error state: it reports this message's
+                # error now, and every later work request on it, started or not, completes with an
+                # error too (flushed); messages before it run on
+                later = list(itertools.islice(q, q.index(st) + 1, None))
+                for _ in range(len(later) + 1):
+                    q.pop()
+                self._finish(st, t)
+                self._conn_err.add(key)
+                flushed = later + list(self._conn_wait.pop(key, ()))
+                for x in flushed:
+                    self._stop(x)
+                    x.on_sent = False
+                    if not x.done:
+                        x.reason = CONNECTION_ERROR
+                        self._finish(x, t)
+                if not q:
+                    self._conn_open.pop(key, None)
+                return
             if q[0] is not st:
                 st.deferred = True
                 return
@@ -580,7 +615,7 @@ class PacketEngine:
         """Run to the last message completion (or the time limit, an interruption, a stall).
 
         Status: ``complete`` when every message completed; ``incomplete`` when every message
-        ended but some failed (``retry_exceeded``, ``dependency_incomplete``); ``time_limit``,
+        ended but some failed (``retry_exceeded``, ``dependency_incomplete``, ``connection_error``); ``time_limit``,
         ``interrupted`` or ``stalled`` (nothing left to do, messages unfinished) otherwise. The
         end-of-run byte and packet balance (:meth:`conservation`) is checked before returning;
         a failure raises :class:`~fabricsim.errors.SimulationError`.

@@ -94,14 +94,15 @@ class Sender:
         if not self.adaptive:
             return self.rto_low if len(qp.outstanding) <= self.rto_low_units else self.rto_high
         base = self.rto_min
-        if not qp.srtt:
+        est = qp if qp.heir is None else self._estimator(qp)
+        if not est.srtt:
             # no RTT sample yet: twice the idle round trip (TLP's 2 x srtt, with the idle RTT as
             # the guess), so the first ACK is not probed for before it can be back
             f = 2 * qp.flow.base_rtt_ps
             if f > base:
                 base = f
         elif self.rto_k:
-            f = qp.srtt + self.rto_k * qp.rttvar
+            f = est.srtt + self.rto_k * est.rttvar
             if f > base:
                 base = f
         if self.ack_wait_bytes and qp.high < qp.npsn:
@@ -119,11 +120,22 @@ class Sender:
         qp.rto_draws += 1
         qp.rto_u = mix64(mix64(self.salt ^ qp.uid) ^ qp.rto_draws) & 0xFFFFFF
 
+    @staticmethod
+    def _estimator(qp):
+        """The queue pair holding ``qp``'s RTT estimator: on a persistent connection its latest
+        message's (``heir`` chain, compressed as it is walked)."""
+        last = qp
+        while last.heir is not None:
+            last = last.heir
+        while qp.heir is not None and qp.heir is not last:
+            qp.heir, qp = last, qp.heir
+        return last
+
     def _rtt_sample(self, qp, r: int):
         """RFC 6298 smoothed RTT and variation (integer ps, gains 1/8 and 1/4). On a persistent
         connection the estimator is the queue pair's latest message's (``qp.heir``)."""
-        while qp.heir is not None:
-            qp = qp.heir
+        if qp.heir is not None:
+            qp = self._estimator(qp)
         if not qp.srtt:
             qp.srtt = r
             qp.rttvar = r >> 1

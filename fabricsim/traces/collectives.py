@@ -371,7 +371,9 @@ def compose(parts: Sequence[Sequence[TraceRecord]], source: str = "<collectives>
     ``connections``: ``"separate"`` (default) gives each part connections of its own, as separate
     communicators (an EP all-to-all and a DP all-reduce) have their own queue pairs: the ``conn``
     values >= 0 of a part are shifted past every earlier part's; ``"shared"`` keeps them as they
-    are (parts that are steps of one communicator).
+    are, for parts that are steps of one communicator (per-layer gradient all-reduces of one DP
+    group: with "separate" each would open new queue pairs, new ECMP paths and a cold RTT
+    estimate).
     """
     if connections not in ("separate", "shared"):
         raise ConfigError(f"got {connections!r} (allowed: separate, shared)", field="connections")
@@ -382,6 +384,10 @@ def compose(parts: Sequence[Sequence[TraceRecord]], source: str = "<collectives>
             conns = [r.conn for r in p if r.conn >= 0]
             shifted.append([replace(r, conn=r.conn + base) if r.conn >= 0 and base else r for r in p])
             if conns:
+                if base + max(conns) > INT64_MAX:
+                    raise ConfigError(f"shifting a part's connections past the earlier parts' gives conn "
+                                      f"{base + max(conns)} (allowed: at most {INT64_MAX}; smaller conn ids, "
+                                      "or connections='shared')", field="connections")
                 base += max(conns) + 1
         parts = shifted
     ids = [r.id for p in parts for r in p]
