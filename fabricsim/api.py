@@ -28,16 +28,30 @@ from .traffic import generate
 __all__ = ["load_scenario", "prepare", "run", "Result", "Scenario"]
 
 
-def prepare(source, overrides=(), seed: int | None = None) -> tuple[LoadedScenario, SimulationInput]:
+def prepare(source, overrides=(), seed: int | None = None,
+            topologies: dict | None = None) -> tuple[LoadedScenario, SimulationInput]:
     """Validate a scenario and build everything a run needs (topology, paths, messages).
 
     All input errors are raised here, as :class:`~fabricsim.errors.ConfigError`, before any
-    output is written.
+    output is written. ``topologies``: a dict kept by the caller across calls (``compare`` keeps
+    one for all its runs): a topology section already built (the same settings, relative to the
+    same scenario file) is reused with its paths instead of being built again; builds are
+    deterministic and engines never change a topology.
     """
     loaded = source if isinstance(source, LoadedScenario) else load_scenario(source, overrides, seed)
     sc = loaded.scenario
+    key = None
+    if topologies is not None:
+        import json
+        key = (str(loaded.source), json.dumps(sc.topology.model_dump(mode="json"), sort_keys=True))
     try:
-        topo: Topology = build_topology(sc.topology, source=loaded.source, resolve=loaded.resolve_path)
+        built = topologies.get(key) if key is not None else None
+        if built is None:
+            topo: Topology = build_topology(sc.topology, source=loaded.source, resolve=loaded.resolve_path)
+            built = (topo, EqualCostPaths(topo))
+            if key is not None:
+                topologies[key] = built
+        topo = built[0]
         streams = RandomStreams(sc.simulation.seed)
         messages = generate(sc.traffic, topo, streams, source=loaded.source, resolve=loaded.resolve_path)
     except ConfigError as exc:
@@ -46,13 +60,14 @@ def prepare(source, overrides=(), seed: int | None = None) -> tuple[LoadedScenar
             from .config.scenario import locate, parse_overrides
             locate(exc, source, overrides=parse_overrides(list(overrides)))
         raise
-    paths = EqualCostPaths(topo)
-    return loaded, SimulationInput(scenario=sc, topology=topo, paths=paths, messages=messages, streams=streams)
+    return loaded, SimulationInput(scenario=sc, topology=topo, paths=built[1], messages=messages, streams=streams)
 
 
 def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | None = None,
-        progress: bool = False) -> Result:
-    """Run a scenario (YAML path, dict, :class:`Scenario` or :class:`LoadedScenario`).
+        progress: bool = False, topologies: dict | None = None) -> Result:
+    """Run a scenario (YAML path, dict, :class:`Scenario`, :class:`LoadedScenario`, or the
+    :class:`~fabricsim.engine.SimulationInput` :func:`prepare` returned: then nothing is built
+    again and ``overrides`` / ``seed`` must be empty).
 
     Parameters
     ----------
@@ -64,8 +79,16 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
         Replaces ``simulation.seed``.
     progress:
         Show a progress bar in simulated time.
+    topologies:
+        Topologies already built, reused (see :func:`prepare`).
     """
-    loaded, sim = prepare(source, overrides, seed)
+    if isinstance(source, SimulationInput):
+        if overrides or seed is not None:
+            raise ConfigError("a prepared simulation takes no overrides or seed (allowed: pass them to prepare())",
+                              field="overrides")
+        sim = source
+    else:
+        _loaded, sim = prepare(source, overrides, seed, topologies)
     sc = sim.scenario
     folder = None
     stream = None

@@ -81,12 +81,12 @@ def run(scenario, output, seed, sets, quiet, as_json, report):
     """Simulate SCENARIO and write a results folder."""
     from .api import prepare, run as api_run
     try:
-        loaded, _ = prepare(scenario, sets, seed)  # every input error surfaces before any output
+        loaded, sim = prepare(scenario, sets, seed)  # every input error surfaces before any output
         sc = loaded.scenario
         out = Path(output or sc.outputs.dir or Path("results") / sc.name)
         if out.exists() and not out.is_dir():
             raise ConfigError("exists and is not a folder", source=str(out), field="--output")
-        result = api_run(loaded, output_dir=out, progress=not quiet)
+        result = api_run(sim, output_dir=out, progress=not quiet)   # built once
     except FabricsimError as exc:
         _fail(exc, scenario, list(sets) + ([f"simulation.seed={seed}"] if seed is not None else []))
     if report:

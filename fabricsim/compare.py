@@ -141,7 +141,7 @@ def _combo_name(keys, combo) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", "_".join(parts)) or "base"
 
 
-def _plan(scenario, vary: dict, seeds):
+def _plan(scenario, vary: dict, seeds, topologies: dict | None = None):
     """Validate everything -> (base LoadedScenario, keys, dotted paths, combos, seeds).
 
     Raises :class:`ConfigError` naming the ``--vary`` item at fault before anything runs."""
@@ -190,7 +190,7 @@ def _plan(scenario, vary: dict, seeds):
     for combo in combos:
         overrides = [f"{p}={_value_text(v)}" for p, v in zip(dotted, combo)]
         try:
-            prepare(source, overrides)
+            prepare(source, overrides, topologies=topologies)
         except FabricsimError as exc:
             if not isinstance(exc, ConfigError):
                 raise
@@ -261,7 +261,8 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     if unknown:
         raise ConfigError(f"unknown metric {unknown[0]!r} (allowed: {', '.join(DEFAULT_METRICS)})",
                           field="metrics")
-    base, keys, dotted, combos, seed_list = _plan(scenario, vary or {}, seeds)
+    topologies: dict = {}           # each topology built once for validation and every run
+    base, keys, dotted, combos, seed_list = _plan(scenario, vary or {}, seeds, topologies)
     source = scenario.scenario if isinstance(scenario, LoadedScenario) else scenario
     out = Path(output_dir) if output_dir is not None else None
     if out is not None and out.exists() and not out.is_dir():
@@ -277,7 +278,7 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
             if progress is not None:
                 progress(i, total, name, seed)
             run_dir = out / name / f"seed{seed}" if out is not None else None
-            res = run(source, output_dir=run_dir, overrides=overrides, seed=seed)
+            res = run(source, output_dir=run_dir, overrides=overrides, seed=seed, topologies=topologies)
             m = metrics_of(res.summary)
             row = dict(zip(keys, combo))
             row["seed"] = seed

@@ -138,3 +138,37 @@ def test_cli_bad_vary_exits_2_with_one_line(item, named, write, runner, tmp_path
     assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0]
     assert not out.exists()
     assert not (tmp_path / "results").exists()
+
+
+def test_run_and_compare_build_each_topology_once(monkeypatch, tmp_path):
+    """`fabricsim run` builds the topology once (it used to build it for validation and again for
+    the run), and `compare` once for all its validations and runs of one topology section (it built
+    it per combination and per run); a varied topology is built once per value. Results equal
+    separate runs."""
+    import fabricsim.api as api
+    from click.testing import CliRunner
+    from fabricsim.cli import main
+    calls = []
+    inner = api.build_topology
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return inner(*args, **kwargs)
+    monkeypatch.setattr(api, "build_topology", counted)
+    sc = {"name": "once", "topology": {"hosts_per_leaf": 2, "leaves": 2, "spines": 2},
+          "traffic": {"pattern": "permutation", "message_size": "64KiB"}}
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    assert CliRunner().invoke(main, ["run", str(path), "-q", "-o", str(tmp_path / "r")]).exit_code == 0
+    assert len(calls) == 1
+    calls.clear()
+    df = fabricsim.compare(sc, vary={"routing": ["ecmp", "spray"]}, seeds=3)
+    assert len(df) == 6 and len(calls) == 1
+    calls.clear()
+    df2 = fabricsim.compare(sc, vary={"topology.spines": [2, 4], "routing": ["ecmp", "spray"]}, seeds=2)
+    assert len(calls) == 2
+    for row in df.itertuples():
+        alone = fabricsim.run(dict(sc, routing={"policy": row.routing}), seed=row.seed)
+        assert alone.summary["effective_bandwidth"]["goodput_fraction"] == pytest.approx(row.goodput_fraction, rel=0, abs=0)
+    assert len(df2) == 8
