@@ -42,7 +42,15 @@ DEFAULT_METRICS = [
 #: the MoE phase dispatch / combine, or ``other``); means over the run's completed operations
 OP_METRICS = {"time_us": ("time_mean_ps", 1e6), "algbw_gbps": ("algbw_mean_bps", 1e9),
               "busbw_gbps": ("busbw_mean_bps", 1e9)}
-_OP_METRIC = re.compile(r"^[a-z0-9_]+_(" + "|".join(OP_METRICS) + r")$")
+
+def _op_keys() -> list[str]:
+    """Every key ``summary.collectives.by_kind`` can have (:func:`~fabricsim.analysis.collectives.summary_key`)."""
+    from .analysis.collectives import MOE_PHASES
+    from .traces.schema import COLLECTIVES
+    return [c for c in COLLECTIVES if c] + list(MOE_PHASES) + ["other"]
+
+
+_OP_METRIC = re.compile(r"^(" + "|".join(_op_keys()) + r")_(" + "|".join(OP_METRICS) + r")$")
 
 # two-sided 95 % Student t critical values, degrees of freedom 1..30; the normal value beyond
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -259,7 +267,8 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     unknown = [m for m in metrics if m not in DEFAULT_METRICS + ["completed", "messages", "status"]
                and not _OP_METRIC.match(m)]
     if unknown:
-        raise ConfigError(f"unknown metric {unknown[0]!r} (allowed: {', '.join(DEFAULT_METRICS)})",
+        raise ConfigError(f"unknown metric {unknown[0]!r} (allowed: {', '.join(DEFAULT_METRICS)}; per operation "
+                          f"KEY_{{{','.join(OP_METRICS)}}} with KEY one of {', '.join(_op_keys())})",
                           field="metrics")
     topologies: dict = {}           # each topology built once for validation and every run
     base, keys, dotted, combos, seed_list = _plan(scenario, vary or {}, seeds, topologies)

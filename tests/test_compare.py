@@ -172,3 +172,9 @@ def test_run_and_compare_build_each_topology_once(monkeypatch, tmp_path):
         alone = fabricsim.run(dict(sc, routing={"policy": row.routing}), seed=row.seed)
         assert alone.summary["effective_bandwidth"]["goodput_fraction"] == pytest.approx(row.goodput_fraction, rel=0, abs=0)
     assert len(df2) == 8
+
+
+def test_a_misspelled_per_operation_metric_is_an_error_naming_the_keys():
+    with pytest.raises(ConfigError) as e:
+        fabricsim.compare({"name": "x"}, metrics=["allreduse_time_us"])
+    assert e.value.field == "metrics" and "allreduce" in str(e.value) and "dispatch" in str(e.value)

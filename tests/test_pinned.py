@@ -119,3 +119,21 @@ def test_pinned_flows_never_move_and_pins_are_balanced_per_direction():
     ctrl = [n for i, n in pol.pins_per_port(control=True).items()
             if eng.sim.topology.graph.nodes[eng.ports[i].owner]["name"].startswith("leaf")]
     assert sorted(set(ctrl)) == [3]
+
+
+def test_asking_pinned_for_weights_pins_nothing():
+    """weights() for a flow not yet pinned answers with the port the rule would pick now, and
+    leaves the pins and the per-port counts as they were (a fluid engine may ask freely)."""
+    eng, _out = run_engine(scenario("pinned", message_size="64KiB", qps=1))
+    pol = eng.routing
+    before = (dict(pol.pins_per_port()), dict(pol.pins_per_port(control=True)))
+    qp = next(q for st in eng.states.values() for q in st.qps)
+    sw = eng.switches[qp.nics[0].port.peer]
+    ports = sw.lookup(qp.dst)[1]
+
+    class Fresh:                        # a queue pair the policy has never seen
+        uid, hash = 10**6, qp.hash ^ 0x5A5A
+    w = pol.weights(sw, ports, Fresh)
+    assert sum(w) == 1 and w.count(1.0) == 1
+    assert (dict(pol.pins_per_port()), dict(pol.pins_per_port(control=True))) == before
+    assert pol.weights(sw, ports, Fresh) == w          # and asking again gives the same answer

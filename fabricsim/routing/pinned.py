@@ -21,9 +21,8 @@ two heavy flows and two idle ones count alike. The order in which flows first re
 decides their pins, so unlike ``ecmp`` the choice depends on event order (it is deterministic:
 events at equal times run in scheduling order).
 
-``weights()`` is one-hot at the pinned port; asked about a flow not yet pinned, it pins it by the
-same rule (so a fluid model asking first and a packet run agree on the result when both place
-flows in the same order).
+``weights()`` is one-hot at the pinned port; asked about a flow not yet pinned, it answers with the
+port the rule would pin it to now, without pinning it (asking changes nothing).
 """
 from __future__ import annotations
 
@@ -54,14 +53,17 @@ class Pinned(RoutingPolicy):
         port = self._pins.get(key)
         if port is not None:
             return port
+        port = self._pins[key] = self._least_pinned(switch, ports, qp, control)
+        self._count[(control, port.index)] = self._count.get((control, port.index), 0) + 1
+        return port
+
+    def _least_pinned(self, switch, ports, qp, control: bool):
+        """The candidate with the fewest flows of the direction pinned so far (ties: salted hash)."""
         count = self._count
         loads = [count.get((control, p.index), 0) for p in ports]
         least = min(loads)
         tied = [p for p, n in zip(ports, loads) if n == least]
-        port = tied[0] if len(tied) == 1 else tied[ecmp_index(qp.hash, self._salt, switch.id, len(tied), control)]
-        self._pins[key] = port
-        count[(control, port.index)] = least + 1
-        return port
+        return tied[0] if len(tied) == 1 else tied[ecmp_index(qp.hash, self._salt, switch.id, len(tied), control)]
 
     def pins_per_port(self, control: bool = False) -> dict[int, int]:
         """Port index -> flows of one direction (data, or control with ``control=True``) pinned to
@@ -72,6 +74,7 @@ class Pinned(RoutingPolicy):
         return self.pin(switch, ports, pkt.qp, pkt.kind != DATA)
 
     def weights(self, switch, ports, qp, control: bool = False) -> list[float]:
-        """One-hot at the flow's pinned port."""
-        port = self.pin(switch, ports, qp, control)
+        """One-hot at the flow's pinned port (or where it would be pinned now; nothing is pinned)."""
+        port = self._pins.get((qp.uid << 25) | (control << 24) | switch.id) or \
+            self._least_pinned(switch, ports, qp, control)
         return [1.0 if p is port else 0.0 for p in ports]
