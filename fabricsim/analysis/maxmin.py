@@ -114,7 +114,7 @@ def ecmp_placement(sim) -> list[tuple[object, int, list]]:
     Single-port hosts only (leaf-spine fabrics); messages must start together and have no
     dependencies (the release order then is the message order).
     """
-    from ..net.packet import FLOWS_SALT_STREAM, ConnectionTable
+    from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
     from ..routing.ecmp import SALT_STREAM, ecmp_index
     topo, paths = sim.topology, sim.paths
     parallel: dict = {}

@@ -34,7 +34,8 @@ from ..net.lossless import LosslessPort, LosslessSwitch, Pfc
 from ..errors import SimulationError
 from ..net.nic import Nic
 from ..net.nvlink import NvlinkNic, NvlinkPort, NvlinkRx, NvlinkSwitch
-from ..net.packet import DATA, FLOWS_SALT_STREAM, ConnectionTable, QueuePair
+from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
+from ..net.packet import DATA, QueuePair
 from ..net.port import Port
 from ..net.sender import Sender
 from ..net.switch import Switch

@@ -1,5 +1,5 @@
 """``per_flow``: a queue pair stays on one port, chosen by its seeded 5-tuple hash."""
-from ..net.packet import mix64
+from ..flows.identity import mix64
 from .base import SPLITS, PlaneSplit
 
 

@@ -19,7 +19,8 @@ packet (through a per-(queue pair, direction, switch) cache) and an analysis-sid
 """
 from __future__ import annotations
 
-from ..net.packet import DATA, MASK64, mix64
+from ..flows.identity import MASK64, mix64
+from ..net.packet import DATA
 from .base import ROUTING, RoutingPolicy
 
 #: name of the random stream the per-run ECMP salt is drawn from

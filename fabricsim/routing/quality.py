@@ -38,7 +38,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from ..config.types import PositiveSize, PositiveTime
-from ..net.packet import mix64
+from ..flows.identity import mix64
 from .base import PolicyParams
 
 PS_BITS = 8 * 10**12          # bits per byte x ps per second

@@ -55,7 +55,7 @@ Deps = "Sequence[int] | Mapping[int, Sequence[int]]"
 def chunk_sizes(size_bytes: int, n: int) -> list[int]:
     """``n`` chunk sizes summing exactly to ``size_bytes``; the first ``size_bytes % n`` one byte larger
     (the same split as the queue-pair split, :func:`fabricsim.net.packet.split_bytes`)."""
-    from ..net.packet import split_bytes
+    from ..flows.identity import split_bytes
     return split_bytes(size_bytes, n)
 
 

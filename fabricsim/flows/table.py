@@ -1,0 +1,193 @@
+"""The message table: a run's traffic as columns, with row views.
+
+An 8,192-GPU all-to-all is 67 million messages; as :class:`~fabricsim.traffic.message.Message`
+objects that is about 18 GB. :class:`MessageTable` holds the same traffic as numpy columns (a
+column whose value is the same for every row is stored once and broadcast), dependencies in
+compressed sparse rows, and tags as per-column arrays. It is a ``Sequence`` of ``Message``: code
+written for a list of messages (``len``, iteration, indexing) works unchanged and builds each row
+view on demand, while an engine or an analysis that needs speed reads the columns.
+
+>>> from fabricsim.flows.message import Message
+>>> t = MessageTable.from_messages([Message(0, 0, 1, 100), Message(1, 1, 0, 50, deps=(0,), gap_ps=7)])
+>>> len(t), int(t.size_bytes.sum()), t[1].deps, t[1].gap_ps
+(2, 150, (0,), 7)
+>>> t.deps_of(1).tolist(), t.dependents_of(0).tolist()
+([0], [1])
+>>> [m.dst for m in t]
+[1, 0]
+>>> u = MessageTable.from_columns(src=[0, 1], dst=[1, 0], size_bytes=4096)   # a broadcast column
+>>> u.size_bytes.tolist(), u.id.tolist(), u[0]
+([4096, 4096], [0, 1], Message(id=0, src=0, dst=1, size_bytes=4096, start_ps=0, qps=1, deps=(), gap_ps=0, tags={}, conn=-1))
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .message import Message
+
+#: integer columns of a message, in :class:`~fabricsim.traffic.message.Message` field order
+COLUMNS = ("id", "src", "dst", "size_bytes", "start_ps", "qps", "gap_ps", "conn")
+#: default of each column when a table is built without it (``id``: the row number)
+DEFAULTS = {"start_ps": 0, "qps": 1, "gap_ps": 0, "conn": -1}
+
+
+def _column(values, n: int, name: str) -> np.ndarray:
+    """``values`` as an int64 column of length ``n``: a scalar is broadcast (stored once)."""
+    a = np.asarray(values)
+    if a.ndim == 0:
+        return np.broadcast_to(a.astype(np.int64), (n,))
+    if a.shape != (n,):
+        raise ValueError(f"column {name} has {a.shape[0] if a.ndim else 1} values for {n} messages")
+    if a.dtype != np.int64:
+        if a.size and not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"column {name} must hold integers, got {a.dtype}")
+        a = a.astype(np.int64)
+    return a
+
+
+class MessageTable(Sequence):
+    """A run's messages as columns (see the module doc).
+
+    Attributes
+    ----------
+    id, src, dst, size_bytes, start_ps, qps, gap_ps, conn : numpy.ndarray
+        int64 columns, one value per message (read-only views when broadcast).
+    dep_ptr, dep_ids : numpy.ndarray
+        Dependencies in CSR form: message ``i`` depends on the messages whose *ids* are
+        ``dep_ids[dep_ptr[i]:dep_ptr[i + 1]]``.
+    tags : dict[str, numpy.ndarray]
+        Per-message labels (``op``, ``phase``, ...): object arrays with ``None`` where a message
+        has no such tag.
+    """
+
+    __slots__ = COLUMNS + ("dep_ptr", "dep_ids", "tags", "_row_of", "_dependents")
+
+    def __init__(self, columns: dict, dep_ptr=None, dep_ids=None, tags: dict | None = None):
+        n = len(np.asarray(columns["src"]))
+        for name in COLUMNS:
+            if name == "id" and "id" not in columns:
+                value = np.arange(n, dtype=np.int64)
+            else:
+                value = columns.get(name, DEFAULTS.get(name))
+                if value is None:
+                    raise ValueError(f"column {name} is required")
+            setattr(self, name, _column(value, n, name))
+        if dep_ptr is None:
+            self.dep_ptr = np.zeros(n + 1, dtype=np.int64)
+            self.dep_ids = np.zeros(0, dtype=np.int64)
+        else:
+            self.dep_ptr = np.asarray(dep_ptr, dtype=np.int64)
+            self.dep_ids = np.asarray(dep_ids, dtype=np.int64)
+            if self.dep_ptr.shape != (n + 1,) or self.dep_ptr[0] != 0 or self.dep_ptr[-1] != len(self.dep_ids):
+                raise ValueError("dep_ptr must have one entry per message plus one, from 0 to len(dep_ids)")
+        self.tags = {k: np.asarray(v, dtype=object) for k, v in (tags or {}).items()}
+        for k, v in self.tags.items():
+            if v.shape != (n,):
+                raise ValueError(f"tag column {k} has {len(v)} values for {n} messages")
+        self._row_of = None
+        self._dependents = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_columns(cls, deps: Sequence | None = None, tags: dict | None = None, **columns) -> "MessageTable":
+        """A table from column values (arrays, or scalars broadcast to every row); ``deps`` an
+        optional sequence of per-message id sequences."""
+        ptr = ids = None
+        if deps is not None:
+            lens = np.fromiter((len(d) for d in deps), dtype=np.int64, count=len(deps))
+            ptr = np.zeros(len(lens) + 1, dtype=np.int64)
+            np.cumsum(lens, out=ptr[1:])
+            ids = np.fromiter((x for d in deps for x in d), dtype=np.int64, count=int(ptr[-1]))
+        return cls(columns, ptr, ids, tags)
+
+    @classmethod
+    def from_messages(cls, messages: Sequence) -> "MessageTable":
+        """A table holding the same messages as ``messages`` (a list of ``Message``, or a table)."""
+        if isinstance(messages, MessageTable):
+            return messages
+        n = len(messages)
+        cols = {name: np.fromiter((getattr(m, name) for m in messages), dtype=np.int64, count=n)
+                for name in COLUMNS}
+        keys: dict = {}
+        for m in messages:
+            for k in m.tags:
+                keys.setdefault(k, None)
+        tags = {k: [m.tags.get(k) for m in messages] for k in keys}
+        return cls.from_columns(deps=[m.deps for m in messages], tags=tags, **cols)
+
+    # ------------------------------------------------------------------ sequence of Message
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"message row {i} out of range (0..{n - 1})")
+        tags = {k: v[i] for k, v in self.tags.items() if v[i] is not None}
+        return Message(int(self.id[i]), int(self.src[i]), int(self.dst[i]), int(self.size_bytes[i]),
+                       int(self.start_ps[i]), int(self.qps[i]), tuple(int(x) for x in self.deps_of(i)),
+                       int(self.gap_ps[i]), tags, int(self.conn[i]))
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        return f"<MessageTable {len(self)} messages, {int(self.dep_ptr[-1])} dependency edges>"
+
+    # ------------------------------------------------------------------ columnar questions
+    def deps_of(self, i: int) -> np.ndarray:
+        """Ids of the messages row ``i`` depends on."""
+        return self.dep_ids[self.dep_ptr[i]:self.dep_ptr[i + 1]]
+
+    def row_of(self, ids) -> np.ndarray:
+        """Row numbers of message ids (raises ``KeyError`` for an id not in the table)."""
+        if self._row_of is None:
+            order = np.argsort(self.id, kind="stable")
+            self._row_of = (self.id[order], order)
+        sorted_ids, order = self._row_of
+        ids = np.asarray(ids, dtype=np.int64)
+        pos = np.searchsorted(sorted_ids, ids)
+        pos_c = np.minimum(pos, max(len(sorted_ids) - 1, 0))
+        if len(sorted_ids) == 0 or np.any(sorted_ids[pos_c] != ids):
+            bad = ids[(pos >= len(sorted_ids)) | (sorted_ids[pos_c] != ids)] if len(sorted_ids) else ids
+            raise KeyError(f"message id {int(np.ravel(bad)[0])} is not in the table")
+        return order[pos_c]
+
+    def dep_rows(self) -> np.ndarray:
+        """``dep_ids`` as row numbers (same CSR layout as ``dep_ptr``)."""
+        return self.row_of(self.dep_ids) if len(self.dep_ids) else np.zeros(0, dtype=np.int64)
+
+    def dependents_of(self, i: int) -> np.ndarray:
+        """Rows that depend on row ``i`` (the reverse CSR, built once)."""
+        if self._dependents is None:
+            n = len(self)
+            rows = self.dep_rows()
+            owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.dep_ptr))
+            order = np.argsort(rows, kind="stable")
+            counts = np.bincount(rows, minlength=n) if len(rows) else np.zeros(n, dtype=np.int64)
+            ptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(counts, out=ptr[1:])
+            self._dependents = (ptr, owner[order])
+        ptr, idx = self._dependents
+        return idx[ptr[i]:ptr[i + 1]]
+
+    def dependents(self) -> tuple[np.ndarray, np.ndarray]:
+        """The reverse dependency CSR ``(ptr, rows)``: rows depending on row ``i`` are
+        ``rows[ptr[i]:ptr[i + 1]]``."""
+        self.dependents_of(0) if len(self) else None
+        return self._dependents if self._dependents is not None else (np.zeros(1, np.int64), np.zeros(0, np.int64))
+
+    def nbytes(self) -> int:
+        """Memory held by the columns (broadcast columns count once)."""
+        total = 0
+        for name in COLUMNS:
+            a = getattr(self, name)
+            total += a.base.nbytes if (a.base is not None and a.strides == (0,)) else a.nbytes
+        return total + self.dep_ptr.nbytes + self.dep_ids.nbytes + sum(v.nbytes for v in self.tags.values())
