@@ -18,6 +18,7 @@ TRANSPORT_COLUMNS = ["retransmitted_bytes", "rtx_sack_bytes", "rtx_timeout_bytes
                      "reorder_delay_mean_ps", "reorder_delay_max_ps", "ecn_marked_packets", "cnps", "naks",
                      "reorder_overflow_bytes", "discarded_out_of_order_bytes"]
 ALL_MESSAGE_COLUMNS = MESSAGE_COLUMNS + TRANSPORT_COLUMNS
+NO_TRANSPORT = (None,) * len(TRANSPORT_COLUMNS)
 
 
 def hist_percentile(hist: dict, q: float) -> int:
@@ -107,7 +108,8 @@ class Recorder:
         end = st.end if completed else None
         row = (m.id, m.src, m.dst, m.size_bytes, m.qps, m.start_ps, st.release, end,
                (end - st.release) if completed else None, st.delivered, st.dropped, completed, st.reason)
-        return row + transport_row(st)
+        # an engine that models no transport (the flow engine) leaves those columns empty (NA)
+        return row + (transport_row(st) if hasattr(st, "rtx_bytes") else NO_TRANSPORT)
 
     def refresh(self):
         """Rebuild every row from its message's counters as they are now (called at the run's

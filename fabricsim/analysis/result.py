@@ -14,7 +14,7 @@ from ..errors import SimulationError
 from .bound import LowerBound
 from .collectives import add_tag_columns, collectives_summary, collectives_table
 from .ideal import IdealModel
-from .recorder import ALL_MESSAGE_COLUMNS, hist_percentile
+from .recorder import ALL_MESSAGE_COLUMNS, TRANSPORT_COLUMNS, hist_percentile
 
 PS_PER_S = 10**12
 #: environment variable: "1" makes a run that beats its lower bound an error (the test suite sets it)
@@ -165,8 +165,22 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     msgs = add_tag_columns(msgs, by_id)
     done = msgs[msgs["completed"]]
 
-    # links
+    # links: the declared columns (engine/interface.py); those the engine does not model are NA
+    from ..engine.interface import LINK_COLUMNS, REQUIRED_LINK_COLUMNS
     links = pd.DataFrame(outcome.links)
+    not_modelled = dict(getattr(outcome, "not_modelled", {}) or {})
+    if len(links):
+        missing = [c for c in REQUIRED_LINK_COLUMNS if c not in links.columns]
+        if missing:
+            raise SimulationError(f"engine {simcfg.engine!r} reported links without {', '.join(missing)}")
+        for col in LINK_COLUMNS:
+            if col not in links.columns:
+                links[col] = pd.array([None] * len(links), dtype="Int64")
+        links = links[list(LINK_COLUMNS) + [c for c in links.columns if c not in LINK_COLUMNS]]
+    if not_modelled.get("transport"):
+        for col in TRANSPORT_COLUMNS:
+            msgs[col] = msgs[col].astype("Float64" if col in ("out_of_order_fraction", "reorder_delay_mean_ps")
+                                         else "Int64")
     duration_all = max(outcome.end_ps, 1)
     if len(links):
         links.insert(2, "src_name", [topo.name_of(x) for x in links["src"]])
@@ -255,16 +269,21 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
             "p999_ps": _num(lat.percentile(99.9)), "mean_ps": _num(lat.mean()),
             "relative_error": lat.rel_error / 2,
         },
-        "drops": {"packets": int(outcome.counters.get("dropped_packets", 0)),
-                  "bytes_on_wire": int(links["dropped_bytes"].sum()) if len(links) else 0,
-                  "control_packets": int(outcome.counters.get("dropped_control_packets", 0)),
-                  "by_reason": {"buffer_full": int(links["drops_buffer_full"].sum()) if len(links) else 0}},
-        "transport": transport_summary(msgs, links, outcome),
+        "drops": ({"packets": None, "bytes_on_wire": None, "control_packets": None, "by_reason": {}}
+                  if not_modelled.get("drops") else
+                  {"packets": int(outcome.counters.get("dropped_packets", 0)),
+                   "bytes_on_wire": int(links["dropped_bytes"].sum()) if len(links) else 0,
+                   "control_packets": int(outcome.counters.get("dropped_control_packets", 0)),
+                   "by_reason": {"buffer_full": int(links["drops_buffer_full"].sum()) if len(links) else 0}}),
+        "transport": (dict.fromkeys(TRANSPORT_SUMMARY_KEYS) if not_modelled.get("transport")
+                      else transport_summary(msgs, links, outcome)),
         "warnings": list(outcome.warnings),
         "links": {
             "max_utilisation": float(links["utilisation"].max()) if len(links) else None,
-            "max_peak_queue_bytes": int(links["peak_queue_bytes"].max()) if len(links) else None,
+            "max_peak_queue_bytes": (None if not_modelled.get("queues") or not len(links)
+                                     else int(links["peak_queue_bytes"].max())),
         },
+        "not_modelled": not_modelled,
         "run": {
             "version": version, "status": outcome.status, "end_ps": outcome.end_ps, "wall_time_s": wall_s,
             "events": outcome.events, "events_per_s": outcome.events / wall_s if wall_s > 0 else None,
@@ -315,10 +334,16 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         if os.environ.get(CHECK_BOUND_ENV) == "1":
             raise SimulationError(f"{sc.name}: {text}")
         summary["warnings"].append(text)
-    nics = nic_table(msgs, recorder.hists, outcome)
+    nics = pd.DataFrame() if not_modelled.get("transport") else nic_table(msgs, recorder.hists, outcome)
     return Result(summary=summary, messages=msgs, links=links, latency=lat.table(), goodput=goodput,
                   scenario=sc.model_dump(mode="json"), collectives=collectives, link_timeseries=link_ts,
                   nics=nics)
+
+
+TRANSPORT_SUMMARY_KEYS = ("retransmitted_bytes", "retransmitted_bytes_by_cause", "duplicate_bytes",
+                          "retransmission_timeouts", "out_of_order_fraction", "reorder_distance_max_packets",
+                          "peak_reorder_bytes_per_nic", "ecn_marked_packets", "cnps", "naks", "pfc_pause_events",
+                          "pfc_paused_ps_total")
 
 
 def transport_summary(msgs: pd.DataFrame, links: pd.DataFrame, outcome) -> dict:

@@ -5,7 +5,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, StrictFloat, StrictInt, ValidationError, model_validator
+from pydantic import (BaseModel, Field, StrictFloat, StrictInt, ValidationError, model_serializer,
+                      model_validator)
 
 from ..errors import ConfigError
 from .profiles import apply_profile
@@ -27,12 +28,63 @@ class SimulationConfig(BaseModel):
                                         "ICRC 4, preamble+IFG 20")
     cell_packets: StrictInt = Field(1, ge=1, le=1024,
                               description="MTU-sized packets simulated as one unit (1 = exact)")
-    engine: Literal["packet"] = "packet"
-    kernel: Literal["heap", "simpy"] = "heap"
+    engine: str = Field("packet", description=(
+        "packet: every packet through every hop (fabricsim/engine/packet.py); flow: fluid max-min "
+        "rates over the same topology, routing and traffic (fabricsim/engine/flow.py); any engine "
+        "registered in fabricsim.engine.ENGINES"))
+    #: the chosen engine's own parameters (its ``Params`` model), from the key named after it,
+    #: e.g. ``simulation: {engine: flow, flow: {quantum: 1us}}``; None for an engine without any
+    engine_params: Any = Field(None, exclude=True)
+    kernel: Literal["heap", "simpy"] = Field("heap", description="packet engine: event agenda implementation")
     compute: Literal["gaps", "gpu"] = Field("gaps", description=(
         "gaps: a message's gap_ps is a plain delay after its dependencies; gpu: it is work on the "
         "sending GPU, which computes one job at a time (messages with the same sender, dependencies "
         "and gap share one job), so overlapping microbatches queue for the GPU"))
+
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_params(cls, data):
+        """Validate ``engine`` against the registry and each engine's parameter mapping (the key
+        named after it) against that engine's ``Params``; keep the chosen engine's."""
+        if not isinstance(data, dict):
+            return data
+        from ..engine import ENGINES
+        data = dict(data)
+        data.pop("engine_params", None)
+        name = data.get("engine", "packet")
+        if not isinstance(name, str) or name not in ENGINES:
+            raise ValueError("engine: " + ENGINES.unknown_message(name))
+        chosen = None
+        for other in ENGINES.names():
+            if other not in data:
+                continue
+            params_model = getattr(ENGINES.get(other), "Params", None)
+            raw = data.pop(other)
+            if params_model is None:
+                raise ValueError(f"{other}: the {other} engine takes no parameters here")
+            if raw is not None and not isinstance(raw, dict):
+                raise ValueError(f"{other}: expected a mapping of the {other} engine's parameters, got {raw!r}")
+            try:
+                params = params_model.model_validate(raw or {})
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"])
+                raise ValueError(f"{other}.{loc}: {err['msg']}") from None
+            if other == name:
+                chosen = params
+        if chosen is None:
+            params_model = getattr(ENGINES.get(name), "Params", None)
+            chosen = params_model.model_validate({}) if params_model is not None else None
+        data["engine_params"] = chosen
+        return data
+
+    @model_serializer(mode="wrap")
+    def _with_engine_params(self, handler):
+        out = handler(self)
+        if self.engine_params is not None:
+            out[self.engine] = self.engine_params.model_dump(mode="json")
+        return out
 
 
 class OutputsConfig(BaseModel):

@@ -1,5 +1,5 @@
-"""Engines and their kernel. ``ENGINES.get("packet")`` is the packet-level engine."""
+"""Engines and their kernel. ``ENGINES.get("packet")`` is the packet-level engine, ``ENGINES.get("flow")`` the fluid one."""
 from .interface import ENGINES, Engine, RunOutcome, SimulationInput
-from . import packet  # noqa: F401  (registration)
+from . import flow, packet  # noqa: F401  (registration)
 
 __all__ = ["ENGINES", "Engine", "RunOutcome", "SimulationInput"]

@@ -16,12 +16,30 @@ from ..registry import Registry
 ENGINES: Registry = Registry("engine")
 
 
+#: the links table's columns (``RunOutcome.links``: one dict per directed link): name -> meaning
+#: (docs/metrics.md). Every engine fills ``REQUIRED_LINK_COLUMNS``; a column an engine leaves out is
+#: NA in the results, and the engine says why in ``RunOutcome.not_modelled``.
+LINK_COLUMNS = {
+    "link_id": "directed link (flows.links.LinkTable numbering)",
+    "src": "node the link leaves", "dst": "node it enters", "kind": "link kind",
+    "rate_bps": "line rate", "delay_ps": "propagation delay",
+    "tx_bytes": "wire bytes sent (data and control)", "tx_data_bytes": "wire bytes of data packets",
+    "tx_control_bytes": "wire bytes of control packets (ACK, NAK, CNP)", "tx_packets": "packets sent",
+    "peak_queue_bytes": "largest backlog", "drops_buffer_full": "packets dropped, buffer full",
+    "dropped_bytes": "wire bytes dropped", "drops_control": "control packets dropped",
+    "ecn_marked_packets": "packets CE-marked", "pfc_pause_events": "PFC pauses received",
+    "pfc_paused_ps": "time paused by PFC", "pfc_peak_ingress_bytes": "peak ingress bytes at the lossless peer",
+    "pfc_headroom_bytes": "headroom the PFC response delay needs",
+}
+REQUIRED_LINK_COLUMNS = ("link_id", "src", "dst", "kind", "rate_bps", "delay_ps", "tx_bytes", "tx_data_bytes")
+
+
 @dataclass
 class SimulationInput:
     scenario: object            # fabricsim.config.Scenario
     topology: object            # fabricsim.topology.Topology
     paths: object               # fabricsim.topology.paths.EqualCostPaths
-    messages: list              # list[fabricsim.traffic.Message]
+    messages: list              # Sequence[Message]: a list, or a fabricsim.flows.MessageTable
     streams: object             # fabricsim.engine.rng.RandomStreams
 
 
@@ -43,6 +61,8 @@ class RunOutcome:
     host_peak_hold: dict = field(default_factory=dict)
     #: configuration problems the run noticed (one line each), also printed by the CLI
     warnings: list = field(default_factory=list)
+    #: figures this engine does not produce -> why (``summary["not_modelled"]``; the columns are NA)
+    not_modelled: dict = field(default_factory=dict)
 
 
 class Engine(Protocol):

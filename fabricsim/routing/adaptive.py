@@ -40,6 +40,7 @@ _BUSY_UNTIL = attrgetter("busy_until")
 
 @ROUTING.register("adaptive")
 class Adaptive(RoutingPolicy):
+    fluid = "balanced"
     class Params(QualityParams):
         exact: bool = Field(False, description="true = the earlier exact least-backlog policy "
                                                "(for comparison; grade keys ignored)")

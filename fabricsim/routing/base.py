@@ -14,6 +14,13 @@ control packets) that goes to each of ``ports``. One-hot for per-flow policies (
 the queues at the moment a packet arrives (``adaptive``, ``flowlet``), which have no static
 share. The contract (tests/test_pinned.py::test_packet_byte_shares_follow_weights, run for every
 registered policy): the packet engine's per-link byte shares converge to ``weights()``.
+
+``fluid`` names what the policy means to the flow-level engine (:mod:`fabricsim.engine.spread`):
+``"per_flow"`` (each queue pair follows ``weights()`` at every switch, so ECMP's collisions are the
+packet engine's own), ``"uniform"`` (an even split over the equal-cost ports, whoever the flow),
+``"balanced"`` (split over the equal-cost ports in proportion to each one's capacity towards the
+destination: the fluid limit of per-packet load balancing), or ``""`` (no flow-level meaning: the
+flow engine refuses the policy).
 """
 from __future__ import annotations
 
@@ -34,6 +41,8 @@ class RoutingPolicy:
     Params: type[PolicyParams] | None = None
     #: True if the policy may send packets of one flow over different paths
     reorders = True
+    #: flow-level meaning (module doc): "per_flow" | "uniform" | "balanced" | "" (none)
+    fluid = ""
 
     def __init__(self, params, streams):
         self.params = params

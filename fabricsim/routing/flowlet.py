@@ -19,6 +19,7 @@ from .quality import PortQuality, QualityParams
 
 @ROUTING.register("flowlet")
 class Flowlet(RoutingPolicy):
+    fluid = "balanced"
     class Params(QualityParams):
         gap: PositiveTime = Field("10us", description="idle time after which a flow's next packet "
                                                       "starts a new flowlet (htsim -ar_sticky_delta)")

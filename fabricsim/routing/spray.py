@@ -6,6 +6,7 @@ from .base import ROUTING, RoutingPolicy
 
 @ROUTING.register("spray")
 class Spray(RoutingPolicy):
+    fluid = "uniform"
     def __init__(self, params, streams):
         super().__init__(params, streams)
         self._random = streams.py("routing.spray").random
