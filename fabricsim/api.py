@@ -64,7 +64,7 @@ def prepare(source, overrides=(), seed: int | None = None,
 
 
 def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | None = None,
-        progress: bool = False, topologies: dict | None = None) -> Result:
+        progress: bool = False, topologies: dict | None = None, estimate_warning: str | None = "") -> Result:
     """Run a scenario (YAML path, dict, :class:`Scenario`, :class:`LoadedScenario`, or the
     :class:`~fabricsim.engine.SimulationInput` :func:`prepare` returned: then nothing is built
     again and ``overrides`` / ``seed`` must be empty).
@@ -81,6 +81,9 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
         Show a progress bar in simulated time.
     topologies:
         Topologies already built, reused (see :func:`prepare`).
+    estimate_warning:
+        The long-run warning of :func:`fabricsim.engine.estimate.long_run_warning` if the caller
+        computed it already (``""``: compute it here); it goes into the summary's warnings.
     """
     if isinstance(source, SimulationInput):
         if overrides or seed is not None:
@@ -95,6 +98,12 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
     if output_dir is not None:
         folder = ResultsFolder(output_dir, sc.outputs.formats)
         stream = folder.open(sc.model_dump(mode="json"), sc.simulation.seed)
+    if estimate_warning == "":
+        from .engine.estimate import long_run_warning
+        estimate_warning = long_run_warning(sim)
+        if estimate_warning:   # said before the run starts (a notebook user may interrupt it)
+            import warnings
+            warnings.warn(estimate_warning, stacklevel=2)
     recorder = Recorder(sc.outputs.latency_rel_error, sc.outputs.timeseries_bin, stream_path=stream)
     engine = ENGINES.get(sc.simulation.engine)(sim, recorder)
     bar = _progress_bar(len(sim.messages), sc.simulation.time_limit) if progress else None
@@ -106,6 +115,8 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
             bar.close()
         recorder.close()
     wall = time.perf_counter() - t0
+    if estimate_warning:
+        outcome.warnings.insert(0, estimate_warning)
     result = build_result(sim, recorder, outcome, wall, __version__)
     if folder is not None:
         folder.finish(result)

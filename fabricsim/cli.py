@@ -37,6 +37,7 @@ def _print_summary(s: dict, out_dir):
     eb = s["effective_bandwidth"]
     m = s["messages"]
     lat = s["packet_latency"]
+    nm = s.get("not_modelled") or {}
     lines = [
         f"scenario {s['scenario']}  seed {s['seed']}  profile {s.get('profile', 'none')}  routing {s['routing']}  "
         f"cc {s['congestion_control']}  status {s['run']['status']}",
@@ -50,11 +51,15 @@ def _print_summary(s: dict, out_dir):
             p99="n/a" if s["slowdown"]["p99"] is None else f"{s['slowdown']['p99']:.2f}",
             n=s["slowdown"]["messages_over_4x"], pl="" if s["slowdown"]["messages_over_4x"] == 1 else "s"),
         f"message FCT   p50 {_t(s['fct']['p50_ps'])}  p99 {_t(s['fct']['p99_ps'])}  max {_t(s['fct']['max_ps'])}",
-        f"pkt latency   p50 {_t(lat['p50_ps'])}  p99 {_t(lat['p99_ps'])}  p99.9 {_t(lat['p999_ps'])}"
-        f"  ({lat['count']} packets)",
-        f"drops         {s['drops']['packets']} packets",
-        f"run           {s['run']['events']} events in {s['run']['wall_time_s']:.2f}s"
-        f" ({(s['run']['packet_hops_per_s'] or 0) / 1e6:.2f} M packet-hops/s)",
+        (f"pkt latency   p50 {_t(lat['p50_ps'])}  p99 {_t(lat['p99_ps'])}  p99.9 {_t(lat['p999_ps'])}"
+         f"  ({lat['count']} packets)") if "packet_latency" not in nm else
+        f"pkt latency   not modelled ({nm['packet_latency']})",
+        f"drops         {s['drops']['packets']} packets" if "drops" not in nm else
+        f"drops         not modelled ({nm['drops']})",
+        (f"run           {s['run']['events']} events in {s['run']['wall_time_s']:.2f}s"
+         f" ({(s['run']['packet_hops_per_s'] or 0) / 1e6:.2f} M packet-hops/s)") if s.get("engine") != "flow" else
+        (f"run           flow engine: {s['run'].get('flows', 0)} flows, {s['run'].get('flow_rate_recomputations', 0)} "
+         f"rate recomputations in {s['run']['wall_time_s']:.2f}s"),
     ]
     if out_dir is not None:
         lines.append(f"results       {out_dir}")
@@ -64,7 +69,7 @@ def _print_summary(s: dict, out_dir):
 @click.group()
 @click.version_option(__version__, prog_name="fabricsim")
 def main():
-    """fabricsim: simulate AI-cluster network fabrics at packet level."""
+    """fabricsim: simulate AI-cluster network fabrics (packet-level or flow-level)."""
 
 
 @main.command()
@@ -86,7 +91,11 @@ def run(scenario, output, seed, sets, quiet, as_json, report):
         out = Path(output or sc.outputs.dir or Path("results") / sc.name)
         if out.exists() and not out.is_dir():
             raise ConfigError("exists and is not a folder", source=str(out), field="--output")
-        result = api_run(sim, output_dir=out, progress=not quiet)   # built once
+        from .engine.estimate import long_run_warning
+        slow = long_run_warning(sim)
+        if slow:
+            click.echo(f"warning: {slow}", err=True)    # before it starts: the user may stop it now
+        result = api_run(sim, output_dir=out, progress=not quiet, estimate_warning=slow)   # built once
     except FabricsimError as exc:
         _fail(exc, scenario, list(sets) + ([f"simulation.seed={seed}"] if seed is not None else []))
     if report:
@@ -97,7 +106,8 @@ def run(scenario, output, seed, sets, quiet, as_json, report):
     elif not quiet:
         _print_summary(result.summary, out)
     for w in result.summary.get("warnings", []):
-        click.echo(f"warning: {w}", err=True)
+        if w != slow:
+            click.echo(f"warning: {w}", err=True)
     status = result.summary["run"]["status"]
     if status == "interrupted":
         # results were written (unfinished messages marked "interrupted"); exit like Ctrl-C

@@ -1,0 +1,80 @@
+"""What a run will cost before it starts: packet-hops for the packet engine, and its wall time.
+
+A packet-engine run costs about one event per packet per hop, data and control: an all-to-all
+of 1 MiB on 8,192 GPUs is about 10^11 packet-hops, days of wall time. :func:`estimate` counts
+them from the message sizes and the path lengths (the hop count of a sample of the run's
+host pairs, on their shortest paths), and converts them to wall time at the packet engine's
+measured speed (:data:`PACKET_HOPS_PER_S`); ``fabricsim run`` prints the estimate and, when it
+is long, suggests ``simulation.engine: flow``.
+
+>>> from fabricsim.api import prepare
+>>> _l, sim = prepare({"topology": {"hosts_per_leaf": 2, "leaves": 2, "spines": 1},
+...                    "traffic": {"pattern": "permutation", "message_size": "40KiB"}})
+>>> e = estimate(sim)
+>>> e["data_packets"], e["mean_hops"]          # 4 messages of 10 MTU packets; 2 or 4 hops
+(40, 3.0)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..flows.table import MessageTable
+
+#: packet-hops per second of the packet engine (heap kernel, 128-host leaf-spine ECMP run,
+#: benchmarks/results/packet_speed.json: 250,639 packet-hops/s); a machine-dependent figure
+PACKET_HOPS_PER_S = 250_000
+#: a run estimated to take longer than this (s) gets a warning suggesting the flow engine
+LONG_RUN_S = 3600.0
+#: host pairs whose path length is measured (the rest take their mean)
+SAMPLE_PAIRS = 256
+
+
+def estimate(sim) -> dict:
+    """Packets, hops and wall time a packet-engine run of ``sim`` would take (see module doc).
+
+    Returns ``messages``, ``data_packets`` (MTU packets, or cells with ``cell_packets > 1``),
+    ``mean_hops`` (sampled), ``packet_hops`` (data plus one control packet per data packet back
+    the same way, divided by ``receiver.ack_every``) and ``wall_s``.
+    """
+    sc = sim.scenario
+    t = sim.messages if isinstance(sim.messages, MessageTable) else MessageTable.from_messages(sim.messages)
+    unit = sc.simulation.mtu * sc.simulation.cell_packets
+    n = len(t)
+    if not n:
+        return {"messages": 0, "data_packets": 0, "mean_hops": 0.0, "packet_hops": 0, "wall_s": 0.0}
+    packets = int(np.sum(-(-t.size_bytes // unit)))
+    step = max(1, n // SAMPLE_PAIRS)
+    rows = range(0, n, step)
+    hops = []
+    for i in rows:
+        try:
+            hops.append(len(sim.paths.one_path(int(t.src[i]), int(t.dst[i]))) - 1)
+        except ValueError:
+            continue
+    mean_hops = float(np.mean(hops)) if hops else 0.0
+    ack_every = getattr(sc.receiver.params, "ack_every", 1) or 1
+    packet_hops = int(packets * mean_hops * (1 + 1 / ack_every))
+    return {"messages": n, "data_packets": packets, "mean_hops": mean_hops, "packet_hops": packet_hops,
+            "wall_s": packet_hops / PACKET_HOPS_PER_S}
+
+
+def long_run_warning(sim) -> str | None:
+    """A one-line warning if a packet-engine run of ``sim`` is estimated to exceed
+    :data:`LONG_RUN_S`, else None."""
+    if sim.scenario.simulation.engine != "packet":
+        return None
+    e = estimate(sim)
+    if e["wall_s"] <= LONG_RUN_S:
+        return None
+    return (f"this packet-level run is about {e['packet_hops']:.3g} packet-hops ({e['data_packets']:.3g} data packets x "
+            f"{e['mean_hops']:.1f} hops, with ACKs): about {_human(e['wall_s'])} at {PACKET_HOPS_PER_S:,} hops/s; "
+            f"`--set simulation.engine=flow` runs the flow-level model in seconds to minutes (docs/fidelity.md, "
+            f"'Flow engine')")
+
+
+def _human(s: float) -> str:
+    if s < 3600:
+        return f"{s / 60:.0f} min"
+    if s < 86400 * 2:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
