@@ -1,0 +1,1 @@
+"""Engine-neutral flow layer."""
