@@ -1,0 +1,187 @@
+"""The vectorised max-min solver (fabricsim.flows.fluid) against the pure-Python reference, hand
+answers and its own optimality checker."""
+import doctest
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings, strategies as st
+
+from fabricsim.analysis.maxmin import max_min_rates
+from fabricsim.flows import fluid
+from fabricsim.flows.fluid import FluidProblem, check_max_min, max_min_fair
+
+
+def test_doctests():
+    assert doctest.testmod(fluid).failed == 0
+
+
+def one_hot(paths, n_links):
+    """F = identity, V = one row per flow with 1 on each of its links."""
+    rows, cols = [], []
+    for i, p in enumerate(paths):
+        for link in sorted(set(p)):
+            rows.append(i)
+            cols.append(link)
+    V = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(paths), n_links))
+    return sp.identity(len(paths), format="csr"), V
+
+
+def shared_segments(paths, n_links):
+    """The same usage factorised differently: each path cut into a head and a tail, identical
+    pieces shared by every flow that uses them."""
+    pieces: dict = {}
+    frows, fcols = [], []
+    for i, p in enumerate(paths):
+        links = sorted(set(p))
+        cut = len(links) // 2
+        for piece in (tuple(links[:cut]), tuple(links[cut:])):
+            if piece:
+                frows.append(i)
+                fcols.append(pieces.setdefault(piece, len(pieces)))
+    vrows, vcols = [], []
+    for piece, s in pieces.items():
+        for link in piece:
+            vrows.append(s)
+            vcols.append(link)
+    F = sp.csr_matrix((np.ones(len(frows)), (frows, fcols)), shape=(len(paths), len(pieces)))
+    V = sp.csr_matrix((np.ones(len(vrows)), (vrows, vcols)), shape=(len(pieces), n_links))
+    return F, V
+
+
+instances = st.integers(1, 6).flatmap(lambda n_links: st.tuples(
+    st.just(n_links),
+    st.lists(st.lists(st.integers(0, n_links - 1), max_size=4), min_size=1, max_size=10),
+    st.lists(st.one_of(st.integers(1, 4).map(float), st.floats(0.1, 10.0)),
+             min_size=n_links, max_size=n_links)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances)
+def test_agrees_with_reference(inst):
+    n_links, paths, caps = inst
+    ref = max_min_rates(paths, dict(enumerate(caps)))
+    cap = np.array(caps)
+    for F, V in (one_hot(paths, n_links), shared_segments(paths, n_links)):
+        got = max_min_fair(F, V, cap).rates
+        np.testing.assert_allclose(got, ref, rtol=1e-7)
+        assert check_max_min(F, V, cap, got) == []
+
+
+def test_weighted_split_by_hand():
+    # flow 0: half on link 0, half on link 1; flow 1: link 1 only; flow 2: link 0 only.
+    # caps 1 and 3. Link 0: 0.5 r0 + r2 <= 1 saturates first at r = 2/3 (flows 0 and 2);
+    # link 1: 0.5 * 2/3 + r1 <= 3 gives r1 = 3 - 1/3.
+    V = sp.csr_matrix(np.array([[0.5, 0.5], [0.0, 1.0], [1.0, 0.0]]))
+    F = sp.identity(3, format="csr")
+    sol = max_min_fair(F, V, np.array([1.0, 3.0]))
+    np.testing.assert_allclose(sol.rates, [2 / 3, 3 - 1 / 3, 2 / 3], rtol=1e-12)
+    assert sol.iterations == 2
+    # the same split through F: flow 0 is 0.5 on segment "link 0" and 0.5 on segment "link 1"
+    F2 = sp.csr_matrix(np.array([[0.5, 0.5], [0.0, 1.0], [1.0, 0.0]]))
+    V2 = sp.identity(2, format="csr")
+    np.testing.assert_allclose(max_min_fair(F2, V2, np.array([1.0, 3.0])).rates, sol.rates, rtol=1e-12)
+
+
+def random_weighted(rng, n, s, L):
+    F = sp.random(n, s, density=0.3, random_state=rng, format="csr")
+    V = sp.random(s, L, density=0.3, random_state=rng, format="csr")
+    cap = rng.uniform(0.5, 5.0, L)
+    cap[rng.random(L) < 0.1] = np.inf
+    return F, V, cap
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_checker_accepts_solver_and_rejects_perturbed(seed):
+    rng = np.random.default_rng(seed)
+    F, V, cap = random_weighted(rng, 30, 12, 15)
+    limit = np.where(rng.random(30) < 0.2, rng.uniform(0.0, 2.0, 30), np.inf)
+    rates = max_min_fair(F, V, cap, limit=limit).rates
+    assert check_max_min(F, V, cap, rates, limit=limit) == []
+    finite = np.flatnonzero(np.isfinite(rates) & (rates > 0))
+    if finite.size:
+        f = finite[0]
+        lower = rates.copy()
+        lower[f] *= 0.9                   # feasible but not max-min: f could rise
+        assert check_max_min(F, V, cap, lower, limit=limit)
+        higher = rates.copy()
+        higher[f] *= 1.1                  # infeasible on its bottleneck or above its limit
+        assert check_max_min(F, V, cap, higher, limit=limit)
+
+
+def test_limits():
+    F, V = one_hot([[0], [0], [0]], 1)
+    sol = max_min_fair(F, V, np.array([3.0]), limit=np.array([0.5, np.inf, 4.0]))
+    np.testing.assert_allclose(sol.rates, [0.5, 1.25, 1.25])
+    # a limit on a flow crossing nothing
+    F, V = one_hot([[], [0]], 1)
+    np.testing.assert_allclose(max_min_fair(F, V, np.array([1.0]), limit=np.array([2.0, np.inf])).rates,
+                               [2.0, 1.0])
+
+
+def test_edge_cases():
+    # zero flows
+    sol = max_min_fair(sp.csr_matrix((0, 2)), sp.identity(2, format="csr"), np.ones(2))
+    assert sol.rates.shape == (0,) and sol.iterations == 0
+    # all-zero row, flow on an infinite link only, zero-capacity link
+    F = sp.identity(4, format="csr")
+    V = sp.csr_matrix(np.array([[0, 0, 0], [0, 1, 0], [1, 0, 0], [1, 0, 1.0]]))
+    cap = np.array([0.0, np.inf, 2.0])
+    r = max_min_fair(F, V, cap).rates
+    assert r[0] == np.inf and r[1] == np.inf and r[2] == 0.0 and r[3] == 0.0
+    assert check_max_min(F, V, cap, r) == []
+    # explicit zeros stored in the matrix do not count as crossing
+    V0 = sp.csr_matrix((np.array([0.0, 1.0]), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2))
+    r = max_min_fair(sp.identity(2, format="csr"), V0, np.array([1.0, 1.0])).rates
+    assert r.tolist() == [np.inf, 1.0]
+    # duplicate entries are summed: coefficient 2 on link 0
+    Vd = sp.csr_matrix((np.array([1.0, 1.0]), np.array([0, 0]), np.array([0, 2])), shape=(1, 1))
+    assert max_min_fair(sp.identity(1, format="csr"), Vd, np.array([1.0])).rates.tolist() == [0.5]
+    # invalid inputs
+    with pytest.raises(ValueError):
+        max_min_fair(sp.identity(1, format="csr"), sp.csr_matrix(np.array([[-1.0]])), np.ones(1))
+    with pytest.raises(ValueError):
+        max_min_fair(sp.identity(1, format="csr"), sp.identity(1, format="csr"), np.ones(2))
+
+
+def test_checker_flags_infinite_and_overload():
+    F, V = one_hot([[0], [0]], 1)
+    assert check_max_min(F, V, np.array([1.0]), np.array([np.inf, 0.0]))
+    assert check_max_min(F, V, np.array([1.0]), np.array([0.6, 0.6]))
+    assert check_max_min(F, V, np.array([1.0]), np.array([0.5, 0.5])) == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_active_mask_equals_solving_the_active_rows(seed):
+    rng = np.random.default_rng(100 + seed)
+    F, V, cap = random_weighted(rng, 40, 15, 20)
+    limit = np.where(rng.random(40) < 0.2, rng.uniform(0.0, 2.0, 40), np.inf)
+    active = rng.random(40) < 0.6
+    prob = FluidProblem(F, V, cap)
+    masked = prob.solve(active=active, limit=limit).rates
+    alone = max_min_fair(F[active], V, cap, limit=limit[active]).rates
+    np.testing.assert_allclose(masked[active], alone, rtol=1e-9)
+    assert (masked[~active] == 0).all()
+    # the prepared problem re-solved with everything, and with another F on the same links
+    np.testing.assert_allclose(prob.solve(limit=limit).rates, max_min_fair(F, V, cap, limit=limit).rates)
+    np.testing.assert_allclose(prob.with_flows(F[active]).solve(limit=limit[active]).rates, alone, rtol=1e-9)
+
+
+def test_batches_equal_levels_in_one_iteration():
+    # 50 disjoint links of equal capacity, one flow each: one level
+    F, V = one_hot([[i] for i in range(50)], 50)
+    sol = max_min_fair(F, V, np.ones(50))
+    assert sol.iterations == 1 and np.allclose(sol.rates, 1.0)
+
+
+def test_many_links_window():
+    # more links than the candidate window: levels found across window rebuilds
+    rng = np.random.default_rng(7)
+    n_links, n = 5000, 4000
+    paths = [list(rng.choice(n_links, 3, replace=False)) for _ in range(n)]
+    F, V = one_hot(paths, n_links)
+    cap = rng.uniform(1.0, 10.0, n_links)
+    r = max_min_fair(F, V, cap).rates
+    assert check_max_min(F, V, cap, r) == []
+    ref = max_min_rates(paths[:1500], dict(enumerate(cap)))
+    np.testing.assert_allclose(max_min_fair(F[:1500], V, cap).rates, ref, rtol=1e-7)
