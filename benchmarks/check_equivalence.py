@@ -18,7 +18,12 @@ Exit status 1 on any difference.
 
 The scenarios are chosen to reach every branch of the data path: queueing and ties
 (permutation), per-port drop-tail with parallel links and oversubscription (all-to-all),
-a shared buffer with cells and drops (incast).
+a shared buffer with cells and drops (incast). Two more (ECMP only) reach the replay logic
+(``fabricsim/flows/replay.py``): a ring of dependent steps on persistent connections with GPU
+compute jobs shared and queued (``replay_ring_gpu``), and connections whose queue pairs give up
+under loss, flushing later messages and failing their dependents (``replay_conn_errors``).
+A hot-path file missing at the base commit is left as the working tree has it (the base's
+other files do not import it).
 """
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ HOT_FILES = [
     "fabricsim/engine/kernel.py", "fabricsim/engine/packet.py", "fabricsim/net/packet.py",
     "fabricsim/net/port.py", "fabricsim/routing/adaptive.py", "fabricsim/routing/ecmp.py",
     "fabricsim/routing/flowlet.py", "fabricsim/routing/spray.py", "fabricsim/routing/base.py",
-    "fabricsim/receiver/ddp.py", "fabricsim/receiver/base.py",
+    "fabricsim/receiver/ddp.py", "fabricsim/receiver/base.py", "fabricsim/flows/replay.py",
 ]
 
 SCENARIOS = {
@@ -69,6 +74,62 @@ SCENARIOS = {
         "simulation": {"seed": 5, "cell_packets": 2},
     },
 }
+
+def _replay_traces(where: Path) -> dict:
+    """CSV traces of the replay scenarios, written under ``where``: {scenario key: path}."""
+    where.mkdir(parents=True, exist_ok=True)
+    head = "id,src,dst,size_bytes,start_ps,gap_ps,deps,conn"
+    # ring over 8 GPUs, 5 steps: each GPU sends two messages to its successor on connection 0 (the
+    # second queues behind the first), both after one shared GPU job once the previous step's
+    # message from its predecessor is in, and one to the GPU after, after a longer job queued
+    # behind that one on the same GPU; a fan-in at the end; some GPUs' steps start late
+    rows, last = [head], {}
+    mid = 0
+    for step in range(5):
+        cur = {}
+        for h in range(8):
+            dep = last.get(h)
+            deps = "" if dep is None else str(dep)
+            gap = 0 if dep is None else 2_000_000 + 500_000 * (h % 3)
+            start = 3_000_000 * step if h % 4 == 1 else 0
+            for k, (dst, size, conn, more) in enumerate((((h + 1) % 8, 65536, 0, 0), ((h + 1) % 8, 32768, 0, 0),
+                                                         ((h + 2) % 8, 16384, -1, 700_000 if gap else 0))):
+                rows.append(f"{mid},{h},{dst},{size},{start},{gap + more},{deps},{conn}")
+                if k == 1:
+                    cur[(h + 1) % 8] = mid
+                mid += 1
+        last = cur
+    rows.append(f"{mid},0,4,4096,0,1000000,{';'.join(str(v) for v in sorted(last.values()))},-1")
+    out = {"replay_ring_gpu": where / "ring.csv"}
+    out["replay_ring_gpu"].write_text("\n".join(rows) + "\n")
+    # 7 senders x 4 messages to GPU 0 on one connection each, under loss with retry limit 1;
+    # two levels of dependents on each connection's last message
+    rows = [head] + [f"{(s - 1) * 4 + k},{s},0,131072,0,0,,0" for s in range(1, 8) for k in range(4)]
+    for s in range(1, 8):
+        rows.append(f"{100 + s},0,{s},8192,0,1000,{(s - 1) * 4 + 3},-1")
+        rows.append(f"{200 + s},{s},{(s + 1) % 8},8192,0,0,{100 + s},-1")
+    out["replay_conn_errors"] = where / "errors.csv"
+    out["replay_conn_errors"].write_text("\n".join(rows) + "\n")
+    return out
+
+
+def replay_scenarios(where: Path) -> dict:
+    paths = _replay_traces(where)
+    small = {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 2, "spines": 2}
+    return {
+        "replay_ring_gpu": {
+            "name": "eq_ring", "topology": {**small, "buffer": {"mode": "per_port", "size": "256KiB"}},
+            "traffic": {"pattern": "csv", "path": str(paths["replay_ring_gpu"]), "qps_per_connection": 2},
+            "simulation": {"seed": 2, "compute": "gpu"},
+        },
+        "replay_conn_errors": {
+            "name": "eq_err", "topology": {**small, "buffer": {"mode": "per_port", "size": "64KiB"}},
+            "traffic": {"pattern": "csv", "path": str(paths["replay_conn_errors"]), "qps_per_connection": 2},
+            "receiver": {"model": "go_back_n", "retry_limit": 1}, "congestion_control": {"algorithm": "none"},
+            "simulation": {"seed": 3, "time_limit": "20ms"},
+        },
+    }
+
 
 ROUTINGS = {
     "ecmp": {"policy": "ecmp"},
@@ -109,6 +170,13 @@ def compute(kernel: str = "heap") -> dict:
             s["simulation"] = {**s["simulation"], "kernel": kernel}
             s["outputs"] = {"formats": ["csv"]}
             out[f"{sname}/{rname}"] = fingerprint(s)
+    with tempfile.TemporaryDirectory(prefix="fabricsim_eq_") as tmp:
+        for sname, sc in replay_scenarios(Path(tmp)).items():
+            s = copy.deepcopy(sc)
+            s["routing"] = {"policy": "ecmp"}
+            s["simulation"] = {**s["simulation"], "kernel": kernel}
+            s["outputs"] = {"formats": ["csv"]}
+            out[f"{sname}/ecmp"] = fingerprint(s)
     return out
 
 
@@ -132,7 +200,12 @@ def reference_tree(tmp: Path, base: str, keep: list[str], package: str = "fabric
     for f in HOT_FILES:
         if f in keep:
             continue
-        text = subprocess.run(["git", "show", f"{base}:{f}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        got = subprocess.run(["git", "show", f"{base}:{f}"], cwd=ROOT, capture_output=True, text=True)
+        if got.returncode:
+            if subprocess.run(["git", "cat-file", "-e", f"{base}^{{commit}}"], cwd=ROOT).returncode:
+                sys.exit(f"unknown base commit {base}")
+            continue        # not at the base: the working tree's copy stays (nothing there imports it)
+        text = got.stdout
         (tmp / package / Path(f).relative_to("fabricsim")).write_text(text)
     return tmp
 

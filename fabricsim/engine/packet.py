@@ -18,12 +18,17 @@ With ``switch.pfc.enabled`` the ports run as explicit lossless queues instead
 Inside an NVLink domain with ``nvlink.transport: credit`` (the default) GPU links, chips and the
 destination GPU are :mod:`fabricsim.net.nvlink` objects: per-link credit flow control, no ACKs, a
 message completes when its last byte arrives. Everything leaving the domain keeps the path above.
+
+Replay (when a message is posted: start times, dependencies, compute gaps, failure propagation;
+and the posting-order FIFO, in-order completion and error flush of persistent connections) lives
+in :mod:`fabricsim.flows.replay`, shared with the other engines: this engine asks its
+:class:`~fabricsim.flows.replay.Replay` and :class:`~fabricsim.flows.replay.Connections` (by
+message row) what to release, start and finish, and keeps only its own per-message transport
+state (:class:`MessageState`), the PXN pieces and the NIC's ``on_sent`` hook.
 """
 from __future__ import annotations
 
 import gc
-import itertools
-from collections import deque
 
 from ..analysis.ideal import base_rtt_ps
 from ..cc import CC, CongestionControl, Flow
@@ -35,6 +40,7 @@ from ..errors import SimulationError
 from ..net.nic import Nic
 from ..net.nvlink import NvlinkNic, NvlinkPort, NvlinkRx, NvlinkSwitch
 from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
+from ..flows.replay import CONNECTION_ERROR, DEPENDENCY_INCOMPLETE, Connections, Replay
 from ..net.packet import DATA, QueuePair
 from ..net.port import Port
 from ..net.sender import Sender
@@ -43,15 +49,11 @@ from ..traffic.message import Message
 from .interface import ENGINES, RunOutcome, SimulationInput
 from .kernel import make_kernel
 
-#: incomplete reason of a message flushed because an earlier one on its connection gave up
-CONNECTION_ERROR = "connection_error"
-
 
 class MessageState:
     """Runtime state of one message, and its transport statistics (see docs/metrics.md)."""
 
-    __slots__ = ("msg", "size", "release", "end", "delivered", "dropped", "injected", "pending_deps",
-                 "dependents", "done", "reason", "parent", "next_stage", "final", "qps", "on_sent", "deferred",
+    __slots__ = ("msg", "row", "size", "release", "end", "delivered", "dropped", "injected", "done", "reason", "parent", "next_stage", "final", "qps", "on_sent", "deferred",
                  # transport statistics
                  "rtx_bytes", "dup_bytes", "rx_units", "ooo_units", "reorder_hist", "peak_hold",
                  "reorder_wait_ps", "reorder_wait_max_ps", "ecn_marked", "cnps", "acks", "naks", "naks_sent",
@@ -59,16 +61,15 @@ class MessageState:
                  # control-packet bookkeeping for the end-of-run conservation check
                  "cnps_sent", "ctrl_arrived", "ctrl_dropped")
 
-    def __init__(self, msg, parent=None, final=True):
+    def __init__(self, msg, parent=None, final=True, row=None):
         self.msg = msg
+        self.row = row            # row of the message in the run's messages (flows.replay); None: a PXN piece
         self.size = msg.size_bytes
         self.release = None
         self.end = None
         self.delivered = 0
         self.dropped = 0          # payload bytes of this message's packets dropped by switches
         self.injected = 0         # payload bytes sent for the first time
-        self.pending_deps = len(msg.deps)
-        self.dependents = []
         self.done = False
         self.reason = ""
         self.parent = parent      # PXN: the user's message this piece belongs to
@@ -215,10 +216,11 @@ class PacketEngine:
         for n, sw in self.switches.items():
             sw.setup(feats, g.nodes[n], self._to_host)     # priority classes, ECN sampling, INT, buffer pool
         # messages
-        self.states = {m.id: MessageState(m) for m in sim.messages}
-        for st in self.states.values():
-            for dep in st.msg.deps:
-                self.states[dep].dependents.append(st)
+        self._rows = [MessageState(m, row=i) for i, m in enumerate(sim.messages)]   # by row
+        self.states = {st.msg.id: st for st in self._rows}                       # by message id
+        # releases, dependencies, compute gaps (flows/replay.py); connection order by row
+        self.replay = Replay(sim.messages, simcfg.compute)
+        self.conns = Connections(self.replay.table)
         self._eligible: dict = {}
         self.split = SPLITS.get(sc.nic.name)(sc.nic.params, streams)
         self.pxn = bool(sc.nic.params and sc.nic.params.pxn)
@@ -226,15 +228,10 @@ class PacketEngine:
         self.pieces: list[MessageState] = []   # PXN chunks (not in the messages table)
         self._last_t = 0                         # last message completion (end of a drained run)
         self.gpu_compute = simcfg.compute == "gpu"
-        self._jobs: dict = {}                   # (sender, deps, gap) -> end of that compute job
-        self.gpu_free: dict[int, int] = {}       # GPU -> when its current compute job ends
-        self.gpu_busy: dict[int, int] = {}       # GPU -> total compute time so far
+        self.gpu_busy = self.replay.gpu_busy     # GPU -> total compute time so far
         self._salt = streams.u64(FLOWS_SALT_STREAM)
         self.connections = ConnectionTable(self._salt)   # queue-pair uids and 5-tuples (net/packet.py)
-        self._conn_wait: dict = {}   # (conn, src, dst) -> messages posted behind the one in progress
-        self._conn_open: dict = {}   # (conn, src, dst) -> started messages not yet completed, in order
         self._conn_qp: dict = {}     # queue-pair uid of a connection -> its latest QueuePair (RTT estimators)
-        self._conn_err: set = set()  # connections whose queue pair gave up: later messages are flushed
         self.remaining = len(self.states)
         self._rtt: dict = {}
         self._final_links = None
@@ -360,10 +357,11 @@ class PacketEngine:
 
         Connections (``Message.conn >= 0``, docs/traces.md "Connections"): the messages of
         connection ``(conn, src, dst)`` reuse its queue pairs (:class:`ConnectionTable`) and run
-        in the order they are posted, as a queue pair processes its work requests: a message posted
-        while an earlier one is still sending waits (FIFO) and starts when that one has put its
-        last new byte on the wire (:meth:`_conn_sent`; its retransmissions, if any, may follow), or
-        when it completes or fails if that comes first (:meth:`message_done`). Its ``release_ps``
+        in the order they are posted, as a queue pair processes its work requests
+        (:class:`~fabricsim.flows.replay.Connections`): a message posted while an earlier one is
+        still sending waits (FIFO) and starts when that one has put its last new byte on the wire
+        (:meth:`_conn_sent`; its retransmissions, if any, may follow), or when it completes or
+        fails if that comes first (:meth:`message_done`). Its ``release_ps``
         stays the time it was posted, so the wait counts in its completion time. A message only
         ever waits for messages posted before it, which never wait for it: the rule cannot
         deadlock. PXN pieces (``st.parent``) are never queued: the user's message holds the
@@ -373,24 +371,19 @@ class PacketEngine:
         if st.parent is None:   # PXN pieces are not messages of the pattern
             self.recorder.on_release(st, t)
             if m.conn >= 0:
-                key = (m.conn, m.src, m.dst)
-                if key in self._conn_err:       # the connection is in error: flushed at once
+                how = self.conns.post(st.row)
+                if how == "wait":               # behind the message in progress on its connection
+                    return
+                if how == "error":              # the connection is in error: flushed at once
                     st.reason = CONNECTION_ERROR
                     self._finish(st, t)
                     return
-                waiting = self._conn_wait.get(key)
-                if waiting is not None:
-                    waiting.append(st)
-                    return
-                self._conn_wait[key] = deque()
         self._start(t, st)
 
     def _start(self, t, st: MessageState):
         """Split a message over its queue pairs and put them on the source NIC ports (or relay it:
         PXN)."""
         m = st.msg
-        if m.conn >= 0 and st.parent is None:
-            self._conn_open.setdefault((m.conn, m.src, m.dst), deque()).append(st)
         if self.pxn and st.parent is None:
             relay = self.sim.paths.pxn_relay(m.src, m.dst)
             if relay is not None:
@@ -443,15 +436,8 @@ class PacketEngine:
         if st.on_sent is False:
             return
         st.on_sent = False
-        m = st.msg
-        key = (m.conn, m.src, m.dst)
-        waiting = self._conn_wait.get(key)  # opened when st was posted; gone once flushed
-        if waiting is None:
-            return
-        if waiting:
-            self._start(t, waiting.popleft())
-        else:
-            del self._conn_wait[key]
+        for row in self.conns.sent(st.row):
+            self._start(t, self._rows[row])
 
     def _release_via(self, t, st: MessageState, relay: int):
         """PXN: cut the message into chunks; each goes src -> relay (NVLink, not counted as
@@ -501,38 +487,27 @@ class PacketEngine:
         if m.conn >= 0 and st.parent is None:
             # a queue pair completes its work requests in order: a message whose bytes are all in
             # before an earlier one on its connection has completed waits for it (and completes
-            # then, with it); the connection's next message may start regardless (on_sent)
-            self._next_on_connection(t, st)
-            key = (m.conn, m.src, m.dst)
-            q = self._conn_open[key]
-            if st.reason:
-                # a queue pair that gave up goes to the error state: it reports this message's
-                # error now, and every later work request on it, started or not, completes with an
-                # error too (flushed); messages before it run on
-                later = list(itertools.islice(q, q.index(st) + 1, None))
-                for _ in range(len(later) + 1):
-                    q.pop()
-                self._finish(st, t)
-                self._conn_err.add(key)
-                flushed = later + list(self._conn_wait.pop(key, ()))
-                for x in flushed:
-                    self._stop(x)
-                    x.on_sent = False
-                    if not x.done:
-                        x.reason = CONNECTION_ERROR
-                        self._finish(x, t)
-                if not q:
-                    self._conn_open.pop(key, None)
-                return
-            if q[0] is not st:
+            # then, with it); the connection's next message may start regardless (on_sent).
+            # A queue pair that gave up goes to the error state: it reports this message's error
+            # now, and every later work request on it, started or not, completes with an error
+            # too (flushed); messages before it run on (flows/replay.py, Connections.done)
+            st.on_sent = False
+            rows = self._rows
+            start, finish, flush = self.conns.done(st.row, bool(st.reason))
+            for row in start:
+                self._start(t, rows[row])
+            if not finish:
                 st.deferred = True
                 return
-            q.popleft()
-            self._finish(st, t)
-            while q and q[0].deferred:
-                self._finish(q.popleft(), t)
-            if not q:
-                del self._conn_open[key]
+            for row in finish:
+                self._finish(rows[row], t)
+            for row in flush:
+                x = rows[row]
+                self._stop(x)
+                x.on_sent = False
+                if not x.done:
+                    x.reason = CONNECTION_ERROR
+                    self._finish(x, t)
             return
         self._finish(st, t)
 
@@ -557,33 +532,13 @@ class PacketEngine:
             self._final_links = self._link_rows(t)
             self._final_snapshot = self._snapshot(t)
             self.kernel.stop()
+        rows = self._rows
         if st.reason:
-            self._fail_dependents(st)
+            for row in self.replay.failed(st.row):
+                rows[row].reason = DEPENDENCY_INCOMPLETE
             return
-        for dep in st.dependents:
-            dep.pending_deps -= 1
-            if dep.pending_deps == 0:
-                self.kernel.schedule(max(self._compute(t, dep.msg), dep.msg.start_ps), self.release, dep)
-
-    def _compute(self, t: int, m) -> int:
-        """When a message whose dependencies completed at ``t`` can leave: after its gap, and with
-        ``simulation.compute: gpu`` after the sending GPU has finished the jobs queued before."""
-        if not self.gpu_compute or not m.gap_ps:
-            return t + m.gap_ps
-        key = (m.src, m.deps, m.gap_ps)
-        end = self._jobs.get(key)
-        if end is None:
-            start = max(t, self.gpu_free.get(m.src, 0))
-            end = self._jobs[key] = start + m.gap_ps
-            self.gpu_free[m.src] = end
-            self.gpu_busy[m.src] = self.gpu_busy.get(m.src, 0) + m.gap_ps
-        return end
-
-    def _fail_dependents(self, st):
-        for dep in st.dependents:
-            if not dep.done and not dep.reason:
-                dep.reason = "dependency_incomplete"
-                self._fail_dependents(dep)
+        for rel, row in self.replay.completed(st.row, t):
+            self.kernel.schedule(rel, self.release, rows[row])
 
     def drop(self, port: Port, pkt):
         """A switch dropped ``pkt`` (buffer full): counted on the link; the transport recovers it."""
@@ -621,9 +576,9 @@ class PacketEngine:
         end-of-run byte and packet balance (:meth:`conservation`) is checked before returning;
         a failure raises :class:`~fabricsim.errors.SimulationError`.
         """
-        for st in self.states.values():
-            if st.pending_deps == 0:
-                self.kernel.schedule(st.msg.start_ps, self.release, st)
+        rows = self._rows
+        for t0, row in self.replay.initial():
+            self.kernel.schedule(t0, self.release, rows[row])
         every = self.sim.scenario.outputs.link_sample_interval
         self.link_samples: list = []
         self.link_samples_truncated = False

@@ -1,0 +1,266 @@
+"""Replaying a message pattern: when each message is posted, and in which order a connection runs them.
+
+Engine-neutral (no engine, network element or analysis imports): an engine asks :class:`Replay`
+which messages to release and when, and :class:`Connections` which posted messages may start and
+which complete, and tells them what happened. Both work on message *rows* (indices into the
+:class:`~fabricsim.flows.table.MessageTable`, or the list of messages, they were built from).
+
+:class:`Replay`: dependencies, start times, compute gaps and failure propagation.
+
+- A row without dependencies is released at its ``start_ps`` (:meth:`Replay.initial`).
+- A row whose dependencies have all completed at ``t`` is released at ``max(t + gap_ps,
+  start_ps)`` (:meth:`Replay.completed`). With ``compute="gpu"`` (``simulation.compute``) the
+  gap is a job on the sending GPU: rows with the same ``(src, deps, gap_ps)`` share one job
+  (fan-out after one kernel), and a GPU runs one job at a time, so a job waits for the jobs queued
+  on its GPU before it (``gpu_busy`` sums each GPU's compute time).
+- A row that fails makes every row that (transitively) depends on it fail with
+  ``dependency_incomplete`` (:meth:`Replay.failed`); they are never released.
+
+:class:`Connections`: persistent connections (``conn >= 0``, docs/traces.md "Connections"), one
+FIFO per ``(conn, src, dst)``. The engine calls
+
+- :meth:`Connections.post` when a row is released: ``"start"`` (start sending it now),
+  ``"wait"`` (queued behind the row in progress on its connection) or ``"error"`` (its connection
+  is in the error state: fail it now with ``connection_error``);
+- :meth:`Connections.sent` when a row's last new byte has left the sender: the rows to start
+  now (the next one posted on its connection, if any);
+- :meth:`Connections.done` when a row's bytes are all in, or it failed: ``(start, finish,
+  flush)``, to be applied in that order: rows to start (as :meth:`sent`: a row that never
+  reported ``sent`` hands its connection on when it ends), rows that complete now (in posting
+  order; empty if this one must wait for an earlier row still in progress, "deferred"), and, when
+  it failed, the later rows of its connection (started, deferred or queued) that fail with
+  ``connection_error``.
+
+Rows with ``conn < 0`` always start when posted and complete when done. Every row the engine is
+told to start is started once; ``sent`` and ``done`` may both be called for a row, in either
+order, and ``sent`` more than once.
+
+>>> from fabricsim.flows.message import Message
+>>> msgs = [Message(0, 0, 1, 100), Message(1, 0, 1, 100, deps=(0,), gap_ps=5),
+...         Message(2, 2, 1, 100, start_ps=50, deps=(0,)), Message(3, 1, 0, 100, deps=(1, 2))]
+>>> r = Replay(msgs)
+>>> r.initial()
+[(0, 0)]
+>>> r.completed(0, 10)          # row 1 after its gap, row 2 not before its start
+[(15, 1), (50, 2)]
+>>> r.completed(1, 20), r.failed(2)
+([], [3])
+>>> c = Connections([Message(i, 0, 1, 100, conn=7) for i in range(5)])
+>>> c.post(0), c.post(1), c.post(2)
+('start', 'wait', 'wait')
+>>> c.sent(0)                   # row 0's last byte is out: row 1 starts
+[1]
+>>> c.done(1), c.deferred(1)    # row 1 is all in (so row 2 starts) before row 0 completed
+(([2], [], []), True)
+>>> c.done(0)                   # row 0 completes, and row 1 with it
+([], [0, 1], [])
+>>> c.post(3)
+'wait'
+>>> c.done(2, failed=True)      # row 2 fails: row 3 starts (its turn), and is flushed
+([3], [2], [3])
+>>> c.post(4)
+'error'
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from .table import MessageTable
+
+#: reason of a row that fails because a row it depends on failed
+DEPENDENCY_INCOMPLETE = "dependency_incomplete"
+#: reason of a row flushed because an earlier row on its connection failed
+CONNECTION_ERROR = "connection_error"
+
+_OPEN, _DONE, _FAILED = 0, 1, 2
+
+
+def _table(messages) -> MessageTable:
+    return messages if isinstance(messages, MessageTable) else MessageTable.from_messages(messages)
+
+
+class Replay:
+    """Release times of a message pattern's rows (see the module doc).
+
+    ``messages``: a :class:`MessageTable` or a sequence of ``Message`` (wrapped);
+    ``compute``: ``"gaps"`` (a gap is a delay) or ``"gpu"`` (a gap is a job on the sending GPU).
+    """
+
+    def __init__(self, messages, compute: str = "gaps"):
+        if compute not in ("gaps", "gpu"):
+            raise ValueError(f"compute must be 'gaps' or 'gpu', not {compute!r}")
+        self.table = t = _table(messages)
+        self.gpu = compute == "gpu"
+        self._pending = np.diff(t.dep_ptr)            # unfinished dependencies per row
+        self._status = np.zeros(len(t), dtype=np.int8)
+        self._dep_ptr, self._dependents = t.dependents()
+        self._jobs: dict = {}                         # (src, deps, gap) -> end of that compute job
+        self.gpu_free: dict[int, int] = {}            # GPU -> when its current compute job ends
+        #: GPU -> total compute time of the jobs started so far (``compute="gpu"``)
+        self.gpu_busy: dict[int, int] = {}
+
+    def initial(self) -> list[tuple[int, int]]:
+        """``(release_ps, row)`` of every row without dependencies, in row order."""
+        start = self.table.start_ps
+        return [(int(start[i]), int(i)) for i in np.flatnonzero(self._pending == 0)]
+
+    def completed(self, row: int, t: int) -> list[tuple[int, int]]:
+        """``row`` completed at ``t``: ``(release_ps, row)`` of each dependent whose last
+        dependency this was, in the order the dependents are listed (row order)."""
+        self._status[row] = _DONE
+        out = []
+        pending = self._pending
+        start = self.table.start_ps
+        for d in self._dependents[self._dep_ptr[row]:self._dep_ptr[row + 1]].tolist():
+            left = pending[d] - 1
+            pending[d] = left
+            if left == 0:
+                rel = self._compute(t, d)
+                s = int(start[d])
+                out.append((rel if rel >= s else s, d))
+        return out
+
+    def failed(self, row: int) -> list[int]:
+        """``row`` failed: the rows that now fail with ``dependency_incomplete``, every row that
+        depends on it directly or transitively and has not ended, depth first in listing order."""
+        status = self._status
+        status[row] = _FAILED
+        ptr, deps = self._dep_ptr, self._dependents
+        out = []
+        stack = [iter(deps[ptr[row]:ptr[row + 1]].tolist())]
+        while stack:
+            d = next(stack[-1], None)
+            if d is None:
+                stack.pop()
+                continue
+            if status[d] == _OPEN:
+                status[d] = _FAILED
+                out.append(d)
+                stack.append(iter(deps[ptr[d]:ptr[d + 1]].tolist()))
+        return out
+
+    def _compute(self, t: int, row: int) -> int:
+        """When ``row``, whose dependencies completed at ``t``, may be posted (before its start)."""
+        t_ = self.table
+        gap = int(t_.gap_ps[row])
+        if not self.gpu or not gap:
+            return t + gap
+        src = int(t_.src[row])
+        key = (src, tuple(t_.deps_of(row).tolist()), gap)
+        end = self._jobs.get(key)
+        if end is None:
+            start = max(t, self.gpu_free.get(src, 0))
+            end = self._jobs[key] = start + gap
+            self.gpu_free[src] = end
+            self.gpu_busy[src] = self.gpu_busy.get(src, 0) + gap
+        return end
+
+
+class Connections:
+    """Posting-order FIFO of every persistent connection ``(conn, src, dst)`` (see the module doc)."""
+
+    def __init__(self, messages):
+        t = _table(messages)
+        self._conn, self._src, self._dst = t.conn, t.src, t.dst
+        self._wait: dict = {}      # key -> rows posted behind the one sending (present: connection busy)
+        self._open: dict = {}      # key -> started rows not yet completed, in posting order
+        self._err: set = set()     # connections in the error state
+        self._handed: set = set()  # rows that have handed their connection on (sent, or ended)
+        self._deferred: set = set()
+
+    def key(self, row: int):
+        """The connection ``(conn, src, dst)`` of ``row``, or None (``conn < 0``: fresh queue pairs)."""
+        c = int(self._conn[row])
+        return None if c < 0 else (c, int(self._src[row]), int(self._dst[row]))
+
+    def post(self, row: int) -> str:
+        """``row`` is released: ``"start"`` it now, it must ``"wait"`` (the engine will be told to
+        start it by :meth:`sent` or :meth:`done`), or its connection is in ``"error"``."""
+        key = self.key(row)
+        if key is None:
+            return "start"
+        if key in self._err:
+            return "error"
+        waiting = self._wait.get(key)
+        if waiting is not None:
+            waiting.append(row)
+            return "wait"
+        self._wait[key] = deque()
+        self._started(key, row)
+        return "start"
+
+    def _started(self, key, row: int):
+        q = self._open.get(key)
+        if q is None:
+            q = self._open[key] = deque()
+        q.append(row)
+
+    def sent(self, row: int) -> list[int]:
+        """``row`` has sent its last new byte: the rows to start now (the next one on its
+        connection). Only the first call for a row (of :meth:`sent` and :meth:`done`) hands on."""
+        if row in self._handed:
+            return []
+        key = self.key(row)
+        if key is None:
+            return []
+        self._handed.add(row)
+        waiting = self._wait.get(key)   # opened when row was posted; gone once flushed
+        if waiting is None:
+            return []
+        if waiting:
+            nxt = waiting.popleft()
+            self._started(key, nxt)
+            return [nxt]
+        del self._wait[key]
+        return []
+
+    def done(self, row: int, failed: bool = False) -> tuple[list[int], list[int], list[int]]:
+        """``row`` (started) has all its bytes in, or ``failed``: ``(start, finish, flush)``.
+
+        ``start``: rows to start first (as :meth:`sent`); ``finish``: rows that end now, in order
+        (``row`` itself with the engine's outcome, then the deferred rows behind it, which
+        complete); empty if ``row`` is deferred (it completes with its predecessor). ``flush``
+        (only when ``failed``): the later rows of the connection, started (including any row in
+        ``start``) or queued, which fail with ``connection_error``; the connection then rejects
+        every later post (``"error"``).
+        """
+        key = self.key(row)
+        if key is None:
+            return [], [row], []
+        start = self.sent(row)
+        q = self._open[key]
+        if failed:
+            later = []
+            while True:             # this row and every row started after it
+                x = q.pop()
+                if x == row:
+                    break
+                later.append(x)
+            later.reverse()
+            self._err.add(key)
+            flush = later + list(self._wait.pop(key, ()))
+            for x in flush:
+                self._handed.add(x)
+                self._deferred.discard(x)
+            self._deferred.discard(row)
+            if not q:
+                self._open.pop(key, None)
+            return start, [row], flush
+        if q[0] != row:
+            self._deferred.add(row)
+            return start, [], []
+        q.popleft()
+        finish = [row]
+        while q and q[0] in self._deferred:
+            x = q.popleft()
+            self._deferred.discard(x)
+            finish.append(x)
+        if not q:
+            del self._open[key]
+        return start, finish, []
+
+    def deferred(self, row: int) -> bool:
+        """True while ``row`` has all its bytes in but waits for an earlier row to complete."""
+        return row in self._deferred

@@ -1,0 +1,141 @@
+"""flows/replay.py without an engine: release times, compute gaps, failure propagation, and the
+posting-order FIFO, deferred in-order completion and error flush of persistent connections."""
+import doctest
+
+import pytest
+
+from fabricsim.flows import replay as replay_mod
+from fabricsim.flows.message import Message
+from fabricsim.flows.replay import Connections, Replay
+from fabricsim.flows.table import MessageTable
+
+
+def M(i, src=0, dst=1, **kw):
+    return Message(i, src, dst, 100, **kw)
+
+
+def test_doctests():
+    assert doctest.testmod(replay_mod).failed == 0
+
+
+def test_roots_are_released_at_their_start_in_row_order():
+    r = Replay([M(0, start_ps=50), M(1, start_ps=10), M(2, deps=(0,)), M(3)])
+    assert r.initial() == [(50, 0), (10, 1), (0, 3)]
+    assert all(type(t) is int and type(i) is int for t, i in r.initial())
+
+
+def test_chain_and_fan_in_release_after_the_last_dependency_gap_and_start():
+    r = Replay([M(0), M(1, deps=(0,), gap_ps=10), M(2, deps=(0,), start_ps=100),
+                M(3, deps=(1, 2), gap_ps=5), M(4, deps=(3,))])
+    assert r.initial() == [(0, 0)]
+    assert r.completed(0, 20) == [(30, 1), (100, 2)]       # gap after t; not before start_ps
+    assert r.completed(2, 150) == []                        # row 3 still waits for row 1
+    assert r.completed(1, 200) == [(205, 3)]                # the last dependency releases it
+    assert r.completed(3, 300) == [(300, 4)]
+
+
+def test_rows_not_ids_and_dependents_in_row_order():
+    msgs = [M(10), M(30, deps=(10,), gap_ps=1), M(20, deps=(10,), gap_ps=2)]
+    for messages in (msgs, MessageTable.from_messages(msgs)):
+        r = Replay(messages)
+        assert r.completed(0, 5) == [(6, 1), (7, 2)]
+
+
+def test_gpu_compute_shares_a_job_and_queues_jobs_on_one_gpu():
+    msgs = [M(0, src=9), M(1, src=0, deps=(0,), gap_ps=100), M(2, src=0, deps=(0,), gap_ps=100),
+            M(3, src=0, deps=(0,), gap_ps=50), M(4, src=1, deps=(0,), gap_ps=50), M(5, src=0, deps=(0,))]
+    gpu = Replay(msgs, compute="gpu")
+    # rows 1 and 2: one job (same sender, deps, gap); row 3 a second job on GPU 0 after it;
+    # row 4 on GPU 1 runs alongside; row 5 has no gap, no job
+    assert gpu.completed(0, 10) == [(110, 1), (110, 2), (160, 3), (60, 4), (10, 5)]
+    assert gpu.gpu_busy == {0: 150, 1: 50}
+    gaps = Replay(msgs)
+    assert gaps.completed(0, 10) == [(110, 1), (110, 2), (60, 3), (60, 4), (10, 5)]
+    assert gaps.gpu_busy == {}
+    with pytest.raises(ValueError):
+        Replay(msgs, compute="cpu")
+
+
+def test_gpu_job_after_the_gpu_went_idle_starts_at_once_and_a_later_job_queues():
+    msgs = [M(0), M(1), M(2, src=0, deps=(0,), gap_ps=100), M(3, src=0, deps=(1,), gap_ps=100)]
+    r = Replay(msgs, compute="gpu")
+    assert r.completed(0, 500) == [(600, 2)]
+    assert r.completed(1, 550) == [(700, 3)]     # waits for the job ending at 600
+    assert r.gpu_busy == {0: 200}
+    r = Replay(msgs, compute="gpu")
+    assert r.completed(1, 0) == [(100, 3)]
+    assert r.completed(0, 1000) == [(1100, 2)]   # the GPU is idle again: no wait
+
+
+def test_failure_propagates_transitively_depth_first_and_once():
+    msgs = [M(0), M(1, deps=(0,)), M(2, deps=(1,)), M(3, deps=(0,)), M(4, deps=(3,)), M(5, deps=(1, 6)),
+            M(6), M(7, deps=(6,))]
+    r = Replay(msgs)
+    assert r.failed(0) == [1, 2, 5, 3, 4]
+    assert r.failed(6) == [7]                     # row 5 already failed: not again
+    # a failed dependency never releases: row 6 completing releases nothing
+    r = Replay(msgs)
+    assert r.completed(6, 10) == [(10, 7)]
+    assert r.failed(0) == [1, 2, 5, 3, 4]
+    r = Replay(msgs)
+    r.completed(0, 1)
+    r.completed(1, 2)
+    assert r.failed(3) == [4]                     # rows that completed, or do not depend on it, are spared
+    assert r.completed(6, 3) == [(3, 5), (3, 7)]
+
+
+def test_connection_runs_its_rows_one_at_a_time_in_posting_order():
+    c = Connections([M(i, conn=7) for i in range(4)] + [M(4, src=1, dst=0, conn=7), M(5, conn=8), M(6)])
+    assert [c.post(i) for i in (0, 2, 1)] == ["start", "wait", "wait"]   # posting order, not row order
+    assert [c.post(i) for i in (4, 5, 6)] == ["start"] * 3                # other connections, fresh queue pairs
+    assert c.sent(0) == [2]
+    assert c.sent(0) == []                       # once per row
+    assert c.sent(2) == [1]
+    assert c.sent(1) == []                       # nothing waiting: the connection is idle
+    assert c.post(3) == "start"
+    assert c.key(3) == (7, 0, 1) and c.key(6) is None
+    assert c.done(6) == ([], [6], []) and c.sent(6) == []
+
+
+def test_done_hands_the_connection_on_when_sent_was_not_reported():
+    c = Connections([M(i, conn=0) for i in range(3)])
+    c.post(0), c.post(1), c.post(2)
+    assert c.done(0) == ([1], [0], [])
+    assert c.sent(0) == []
+    assert c.done(1) == ([2], [1], [])
+
+
+def test_deferred_rows_complete_in_order_with_their_predecessor():
+    c = Connections([M(i, conn=0) for i in range(4)])
+    for i in range(4):
+        c.post(i)
+    assert c.sent(0) == [1] and c.sent(1) == [2] and c.sent(2) == [3]
+    assert c.done(2) == ([], [], [])
+    assert c.done(1) == ([], [], [])
+    assert c.deferred(1) and c.deferred(2) and not c.deferred(0)
+    assert c.done(0) == ([], [0, 1, 2], [])      # at the same instant, in posting order
+    assert not c.deferred(1)
+    assert c.done(3) == ([], [3], [])
+
+
+def test_a_failure_flushes_later_rows_started_deferred_or_queued_and_spares_earlier_ones():
+    c = Connections([M(i, conn=0) for i in range(6)])
+    for i in range(4):
+        c.post(i)
+    assert c.sent(0) == [1]
+    # row 1 fails before its last byte was reported: row 2 starts (its turn) and is flushed, with queued row 3
+    assert c.done(1, failed=True) == ([2], [1], [2, 3])
+    assert c.post(4) == "error"                  # the connection is in error from now on
+    assert c.sent(2) == []
+    assert c.done(0) == ([], [0], [])            # the earlier row runs on and completes
+
+
+def test_a_failure_flushes_a_deferred_row():
+    c = Connections([M(i, conn=0) for i in range(3)])
+    for i in range(3):
+        c.post(i)
+    assert c.sent(0) == [1]
+    assert c.done(1) == ([2], [], [])            # deferred behind row 0
+    assert c.done(0, failed=True) == ([], [0], [1, 2])
+    assert not c.deferred(1)
+    assert c.sent(1) == []
