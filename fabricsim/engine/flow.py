@@ -36,7 +36,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..config.types import Time
 from ..errors import ConfigError
 from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
+from ..flows.fluid import FluidProblem
 from ..flows.links import LinkTable
+from ..flows.replay import Connections, Replay
 from ..flows.table import MessageTable
 from ..planes import SPLITS
 from ..routing import ROUTING
@@ -44,6 +46,7 @@ from .interface import ENGINES, RunOutcome, SimulationInput
 from .spread import SpreadBuilder
 
 PS_PER_S = 10**12
+_RELEASE, _DONE = 0, 1
 
 #: what the flow engine does not produce, and why (summary["not_modelled"])
 NOT_MODELLED = {
@@ -63,6 +66,9 @@ class FlowParams(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
     quantum: Time = Field("0ps", description=(
         "completions within this time of the earliest one share one rate recomputation (0: exact)"))
+    group: float = Field(0.0, ge=0, le=0.1, description=(
+        "grouping window as a fraction of the time since the first release: flows finishing and "
+        "messages released within it of the next change share one rate recomputation (0: exact)"))
     efficiency: Union[float, dict[str, float]] = Field(1.0, description=(
         "fraction of each link's payload capacity the transport reaches, as measured by packet runs; "
         "a number, or a mapping routing policy -> number (policies not named: 1.0)"))
@@ -79,6 +85,18 @@ class FlowParams(BaseModel):
     def efficiency_for(self, policy: str) -> float:
         e = self.efficiency
         return float(e.get(policy, 1.0)) if isinstance(e, dict) else float(e)
+
+
+def _whole(values) -> list[int]:
+    """Fractional byte counts as integers with the same running total (largest-remainder free:
+    each value is the rounded cumulative sum minus the previous one)."""
+    out, acc, prev = [], 0.0, 0
+    for v in values:
+        acc += v
+        cur = int(round(acc))
+        out.append(cur - prev)
+        prev = cur
+    return out
 
 
 class _FlowRecord:
@@ -124,6 +142,7 @@ class FlowEngine:
         self.efficiency = self.params.efficiency_for(sc.routing.name)
         self.time_limit = sc.simulation.time_limit
         self.quantum = float(self.params.quantum)
+        self.group = float(self.params.group)
         self.cap = self._capacities()
         self.warnings: list[str] = []
         if sc.simulation.cell_packets != 1 or sc.simulation.kernel != "heap":
@@ -151,279 +170,257 @@ class FlowEngine:
 
     # ------------------------------------------------------------------ run
     def run(self, progress=None) -> RunOutcome:
+        """Run to the last completion (or the time limit). Status ``complete``, ``time_limit``
+        or ``stalled`` (nothing can progress, messages unfinished), as the packet engine's."""
         from ..analysis.ideal import IdealModel
-        from ..flows.fluid import max_min_fair
         t = self.table
         n = len(t)
-        recs = [None] * n
-        ideal = IdealModel(self.sim)
-        self.ideal = ideal
-        pending = np.diff(t.dep_ptr).astype(np.int64)
-        dep_ptr, dep_rows = t.dependents()
-        gpu_free: dict[int, int] = {}
-        gpu_busy: dict[int, int] = {}
-        jobs: dict = {}
-        compute_gpu = self.sim.scenario.simulation.compute == "gpu"
-        heap: list = []
-        seq = 0
-        RELEASE, COMPLETE = 0, 1
-        for i in range(n):
-            if pending[i] == 0:
-                heap.append((int(t.start_ps[i]), seq, RELEASE, i))
-                seq += 1
-        heapq.heapify(heap)
-        # flows (queue pairs)
-        f_msg: list[int] = []
-        f_row = np.zeros(0, dtype=np.int64)      # f_msg as an array (grown with f_rem)
-        f_rem = np.zeros(0)
-        f_alive = np.zeros(0, dtype=bool)
-        f_ptr = [0]
-        f_seg: list[int] = []
-        f_w: list[float] = []
-        qps_left = np.zeros(n, dtype=np.int64)
-        fluid_end = np.zeros(n)
-        delivered = np.zeros(n)
-        conn_busy: dict = {}       # (conn, src, dst) -> row in progress (its bytes not all sent)
-        conn_wait: dict = {}       # (conn, src, dst) -> rows posted behind it
-        conn_last_end: dict = {}   # (conn, src, dst) -> completion time of the latest message (in-order)
-        link_bytes = np.zeros(len(self.links))
-        now = 0.0
-        solves = iterations = steps = 0
-        peak_flows = 0
+        self.ideal = IdealModel(self.sim)
+        self.replay = Replay(t, self.sim.scenario.simulation.compute)
+        self.conns = Connections(t)
+        self.recs: list = [None] * n
+        self.heap: list = []
+        self.seq = 0
+        for at, i in self.replay.initial():
+            self._push(at, _RELEASE, i)
+        # flows (queue pairs): growable columns, and F in CSR pieces
+        self.f_row = np.zeros(1024, dtype=np.int64)
+        self.f_rem = np.zeros(1024)
+        self.f_alive = np.zeros(1024, dtype=bool)
+        self.f_size = np.zeros(1024)
+        self.nf = 0
+        self._dirty = False
+        self.f_ptr = [0]
+        self.f_seg: list = []
+        self.f_w: list = []
+        self.qps_left = np.zeros(n, dtype=np.int64)
+        self.fluid_end = np.zeros(n)
+        self.delivered = np.zeros(n)
+        self.delivered_total = 0.0
+        self.remaining = n
+        self.last_end = 0
+        self.first_release = None
+        self.now = 0.0
+        problem = None
+        built_flows = built_segments = -1
+        solves = iterations = steps = peak = 0
         rates = np.zeros(0)
-        dirty = False
-        F = None
-        V = None
-        nseg_built = -1
-        nflow_built = -1
-        remaining = n
-        last_end = 0
         status = None
-        bin_ps = self.recorder.goodput_bin_ps
-        goodput = self.recorder.goodput
-        rec = self.recorder
-
-        def add_goodput(t0: float, t1: float, nbytes: float):
-            if nbytes <= 0:
-                return
-            if t1 <= t0:
-                b = int(t0 // bin_ps)
-                while len(goodput) <= b:
-                    goodput.append(0)
-                goodput[b] += nbytes
-                return
-            b0, b1 = int(t0 // bin_ps), int(t1 // bin_ps)
-            while len(goodput) <= b1:
-                goodput.append(0)
-            rate = nbytes / (t1 - t0)
-            for b in range(b0, b1 + 1):
-                lo, hi = max(t0, b * bin_ps), min(t1, (b + 1) * bin_ps)
-                if hi > lo:
-                    goodput[b] += rate * (hi - lo)
-
-        def start(i: int, tt: int):
-            nonlocal f_rem, f_alive, f_row, dirty
-            m_src, m_dst, size = int(t.src[i]), int(t.dst[i]), int(t.size_bytes[i])
-            opened = self.connections.open(m_src, m_dst, size, int(t.qps[i]), int(t.conn[i]))
-            qps_left[i] = len(opened)
-            fluid_end[i] = tt
-            if not opened:
-                fluid_done(i, float(tt))
-                return
-            k0 = len(f_msg)
-            for uid, _sport, h, qb in opened:
-                for seg, w in self.spread.row(m_src, m_dst, uid, h):
-                    f_seg.append(seg)
-                    f_w.append(w)
-                f_ptr.append(len(f_seg))
-                f_msg.append(i)
-            grow = len(f_msg) - len(f_rem)
-            if grow > 0:
-                f_rem = np.concatenate([f_rem, np.zeros(max(grow, len(f_rem)))])
-                f_alive = np.concatenate([f_alive, np.zeros(max(grow, len(f_alive)), dtype=bool)])
-                f_row = np.concatenate([f_row, np.zeros(max(grow, len(f_row)), dtype=np.int64)])
-            for j, (_uid, _sport, _h, qb) in enumerate(opened):
-                f_rem[k0 + j] = qb
-                f_row[k0 + j] = i
-                f_alive[k0 + j] = True
-            dirty = True
-
-        def release(i: int, tt: int):
-            r = recs[i] = _FlowRecord(t[i])
-            r.release = tt
-            rec.on_release(r, tt)
-            c = int(t.conn[i])
-            if c >= 0:
-                key = (c, int(t.src[i]), int(t.dst[i]))
-                if key in conn_busy:
-                    conn_wait.setdefault(key, []).append(i)
-                    return
-                conn_busy[key] = i
-            start(i, tt)
-
-        def fluid_done(i: int, tf: float):
-            """Every byte of row i has left (fluid): schedule its completion."""
-            nonlocal seq
-            r = recs[i]
-            m = r.msg
-            fct_ideal = ideal.fct(m)
-            alone = self._alone_ps(m)
-            tail = max(0.0, fct_ideal - alone)
-            end = max(tf + tail, r.release + fct_ideal)
-            c = int(t.conn[i])
-            if c >= 0:
-                key = (c, m.src, m.dst)
-                end = max(end, conn_last_end.get(key, 0))
-                conn_last_end[key] = end
-                waiting = conn_wait.get(key)
-                if waiting:
-                    nxt = waiting.pop(0)
-                    conn_busy[key] = nxt
-                    start(nxt, int(math.ceil(tf)))
-                else:
-                    conn_busy.pop(key, None)
-            heapq.heappush(heap, (int(math.ceil(end)), seq, COMPLETE, i))
-            seq += 1
-
-        def complete(i: int, tt: int):
-            nonlocal remaining, last_end, seq
-            r = recs[i]
-            r.end = tt
-            r.done = True
-            r.delivered = int(t.size_bytes[i])
-            remaining -= 1
-            last_end = max(last_end, tt)
-            rec.on_message(r)
-            for j in dep_rows[dep_ptr[i]:dep_ptr[i + 1]].tolist():
-                pending[j] -= 1
-                if pending[j] == 0:
-                    gap = int(t.gap_ps[j])
-                    if compute_gpu and gap:
-                        key = (int(t.src[j]), tuple(t.deps_of(j).tolist()), gap)
-                        e = jobs.get(key)
-                        if e is None:
-                            s = int(t.src[j])
-                            s0 = max(tt, gpu_free.get(s, 0))
-                            e = jobs[key] = s0 + gap
-                            gpu_free[s] = e
-                            gpu_busy[s] = gpu_busy.get(s, 0) + gap
-                        at = e
-                    else:
-                        at = tt + gap
-                    heapq.heappush(heap, (max(at, int(t.start_ps[j])), seq, RELEASE, j))
-                    seq += 1
-
-        V_rows_built = 0
+        limit = float(self.time_limit)
         while True:
-            # events due now
-            while heap and heap[0][0] <= now + 1e-6:
-                tt, _s, kind, i = heapq.heappop(heap)
-                if kind == RELEASE:
-                    release(i, tt)
+            while self.heap and self.heap[0][0] <= self.now * (1 + 1e-15):
+                at, _s, kind, i = heapq.heappop(self.heap)
+                if kind == _RELEASE:
+                    self._release(i, at)
                 else:
-                    complete(i, tt)
-            alive = np.flatnonzero(f_alive[:len(f_msg)])
-            if remaining == 0:
+                    self._done(i, at)
+            if self.remaining == 0:
                 status = "complete"
                 break
+            alive = np.flatnonzero(self.f_alive[:self.nf])
             if not len(alive):
-                if not heap:
+                if not self.heap:
                     status = "stalled"
                     break
-                if heap[0][0] > self.time_limit:
-                    now = float(self.time_limit)
+                if self.heap[0][0] > limit:
+                    self.now = limit
                     status = "time_limit"
                     break
-                now = float(heap[0][0])
+                self.now = float(self.heap[0][0])
                 continue
-            if now > self.time_limit:
+            if self.now >= limit:
                 status = "time_limit"
                 break
-            if dirty:
-                nf = len(f_msg)
-                if nf != nflow_built:
-                    F = sp.csr_matrix((np.asarray(f_w), np.asarray(f_seg, dtype=np.int64), np.asarray(f_ptr, dtype=np.int64)),
-                                      shape=(nf, max(self.spread.segments, 1)))
-                    nflow_built = nf
-                if self.spread.segments != nseg_built:
-                    V = self._v_matrix()
-                    nseg_built = self.spread.segments
-                    F = sp.csr_matrix((F.data, F.indices, F.indptr), shape=(nf, V.shape[0]))
-                sol = max_min_fair(F, V, self.cap, active=f_alive[:nf])
-                rates, its = sol.rates, sol.iterations
+            if self._dirty:
+                if self.spread.segments != built_segments:
+                    problem = FluidProblem(self._f_matrix(), self._v_matrix(), self.cap)
+                    built_segments, built_flows = self.spread.segments, self.nf
+                elif self.nf != built_flows:
+                    problem = problem.with_flows(self._f_matrix())
+                    built_flows = self.nf
+                sol = problem.solve(active=self.f_alive[:self.nf])
+                rates = sol.rates
                 solves += 1
-                iterations += its
-                dirty = False
-                peak_flows = max(peak_flows, len(alive))
+                iterations += sol.iterations
+                self._dirty = False
+                peak = max(peak, len(alive))
                 if progress is not None:
-                    progress(int(now))
+                    progress(int(self.now))
             r = rates[alive]
-            rem = f_rem[alive]
+            rem = self.f_rem[alive]
             with np.errstate(divide="ignore", invalid="ignore"):
                 tf = np.where(r > 0, rem / r, np.inf)
-            dt = float(tf.min()) if len(tf) else math.inf
-            t_ev = (heap[0][0] - now) if heap else math.inf
+            dt = float(tf.min())
+            t_ev = (self.heap[0][0] - self.now) if self.heap else math.inf
             if not math.isfinite(dt) and not math.isfinite(t_ev):
                 status = "stalled"
                 break
-            if t_ev < dt:
-                step = t_ev
-                fin = tf <= step * (1 + 1e-12)
-            else:
-                window = dt + self.quantum
-                step = min(window, t_ev) if self.quantum else dt
-                fin = tf <= step * (1 + 1e-12) + 1e-9
-                step = max(float(tf[fin].max()), dt) if fin.any() else step
-            if now + step > self.time_limit:
-                step = self.time_limit - now
-                fin = tf <= step * (1 + 1e-12)
+            # the step: to the first fluid finish or event, exactly; with grouping, on to the end of
+            # the window after it: flows finishing inside it finish at their own times under this
+            # step's rates, and events inside it (releases) take effect at its end
+            window = max(self.quantum, self.group * (self.now - (self.first_release or 0.0)))
+            first = min(dt, t_ev)
+            horizon = min(first + window, limit - self.now)
+            fin = tf <= horizon * (1 + 1e-12)
+            step = horizon if window else min(first, horizon)
+            if not window and fin.any():
+                step = max(step, float(tf[fin].max()))
             steps += 1
             moved = np.where(fin, rem, r * step)
-            fa = alive[fin]
-            f_rem[alive] = np.maximum(rem - moved, 0.0)
-            f_rem[fa] = 0.0
-            # link counters: payload moved x the link's share, as wire bytes
-            per_flow = np.zeros(F.shape[0])
-            per_flow[alive] = moved
-            link_bytes += V.T @ (F.T @ per_flow)
-            np.add.at(delivered, f_row[alive], moved)
-            rec.delivered_total = int(delivered.sum())
-            add_goodput(now, now + step, float(moved.sum()))
-            finish_at = now + tf[fin]
-            now += step
-            if len(fa):
-                f_alive[fa] = False
-                dirty = True
-                msgs = f_row[fa]
-                for i, tf_i in zip(msgs.tolist(), finish_at.tolist()):
-                    qps_left[i] -= 1
-                    fluid_end[i] = max(fluid_end[i], tf_i)
-                    if qps_left[i] == 0:
-                        fluid_done(i, fluid_end[i])
-        end_ps = int(last_end) if status == "complete" else int(now)
-        reason = {"time_limit": "time_limit", "stalled": "stalled"}.get(status, "")
+            self.f_rem[alive] = np.where(fin, 0.0, np.maximum(rem - moved, 0.0))
+            np.add.at(self.delivered, self.f_row[alive], moved)
+            total = float(moved.sum())
+            self._goodput(self.now, self.now + step, total)
+            self.delivered_total += total
+            self.recorder.delivered_total = int(self.delivered_total)
+            done_flows = alive[fin]
+            finish_at = self.now + tf[fin]
+            self.now += step
+            if len(done_flows):
+                self.f_alive[done_flows] = False
+                self._dirty = True
+                for i, tf_i in zip(self.f_row[done_flows].tolist(), finish_at.tolist()):
+                    self.qps_left[i] -= 1
+                    if tf_i > self.fluid_end[i]:
+                        self.fluid_end[i] = tf_i
+                    if self.qps_left[i] == 0:
+                        self._fluid_done(i, float(self.fluid_end[i]))
+        return self._outcome(status, solves, iterations, steps, peak)
+
+    # ------------------------------------------------------------------ message lifecycle
+    def _push(self, at: int, kind: int, row: int):
+        heapq.heappush(self.heap, (at, self.seq, kind, row))
+        self.seq += 1
+
+    def _release(self, i: int, at: int):
+        """Row ``i`` is posted at ``at``: start it, or queue it on its busy connection."""
+        r = self.recs[i] = _FlowRecord(self.table[i])
+        r.release = at
+        if self.first_release is None:
+            self.first_release = float(at)
+        self.recorder.on_release(r, at)
+        if self.conns.post(i) == "start":
+            self._start(i, at)
+
+    def _start(self, i: int, at: int):
+        """Open row ``i``'s queue pairs (the packet engine's numbering) as fluid flows."""
+        t = self.table
+        src, dst, size = int(t.src[i]), int(t.dst[i]), int(t.size_bytes[i])
+        opened = self.connections.open(src, dst, size, int(t.qps[i]), int(t.conn[i]))
+        self.qps_left[i] = len(opened)
+        self.fluid_end[i] = at
+        if not opened:
+            self._fluid_done(i, float(at))
+            return
+        need = self.nf + len(opened)
+        if need > len(self.f_rem):
+            grow = max(need, 2 * len(self.f_rem))
+            self.f_rem = np.concatenate([self.f_rem, np.zeros(grow - len(self.f_rem))])
+            self.f_alive = np.concatenate([self.f_alive, np.zeros(grow - len(self.f_alive), dtype=bool)])
+            self.f_row = np.concatenate([self.f_row, np.zeros(grow - len(self.f_row), dtype=np.int64)])
+            self.f_size = np.concatenate([self.f_size, np.zeros(grow - len(self.f_size))])
+        for uid, _sport, h, qb in opened:
+            for seg, w in self.spread.row(src, dst, uid, h):
+                self.f_seg.append(seg)
+                self.f_w.append(w)
+            self.f_ptr.append(len(self.f_seg))
+            k = self.nf
+            self.f_rem[k] = qb
+            self.f_size[k] = qb
+            self.f_alive[k] = True
+            self.f_row[k] = i
+            self.nf += 1
+        self._dirty = True
+
+    def _fluid_done(self, i: int, tf: float):
+        """Every byte of row ``i`` has left its sender (fluid): its connection's next message may
+        start, and it completes after its path's pipeline latency (never before its ideal)."""
+        r = self.recs[i]
+        m = r.msg
+        fct = self.ideal.fct(m)
+        tail = max(0.0, fct - self._alone_ps(m))
+        end = int(math.ceil(max(tf + tail, r.release + fct)))
+        for nxt in self.conns.sent(i):
+            self._start(nxt, int(math.ceil(tf)))
+        self._push(end, _DONE, i)
+
+    def _done(self, i: int, at: int):
+        """Row ``i`` has all its bytes in at ``at``: it completes, with the rows deferred behind it
+        on its connection (in-order completion), and releases its dependents."""
+        start, finish, _flush = self.conns.done(i)
+        for x in start:
+            self._start(x, at)
+        for x in finish:
+            r = self.recs[x]
+            r.end = at
+            r.done = True
+            r.delivered = int(self.table.size_bytes[x])
+            self.remaining -= 1
+            if at > self.last_end:
+                self.last_end = at
+            self.recorder.on_message(r)
+            for rel, j in self.replay.completed(x, at):
+                self._push(rel, _RELEASE, j)
+
+    def _goodput(self, t0: float, t1: float, nbytes: float):
+        """Add ``nbytes`` delivered evenly over ``[t0, t1)`` to the recorder's goodput bins."""
+        if nbytes <= 0:
+            return
+        bins = self.recorder.goodput
+        width = self.recorder.goodput_bin_ps
+        b0, b1 = int(t0 // width), int(t1 // width)
+        if len(bins) <= b1:
+            bins.extend([0] * (b1 + 1 - len(bins)))
+        if b0 == b1 or t1 <= t0:
+            bins[b0] += nbytes
+            return
+        rate = nbytes / (t1 - t0)
+        for b in range(b0, b1 + 1):
+            lo, hi = max(t0, b * width), min(t1, (b + 1) * width)
+            if hi > lo:
+                bins[b] += rate * (hi - lo)
+
+    def _outcome(self, status, solves, iterations, steps, peak) -> RunOutcome:
+        t = self.table
+        n = len(t)
+        end_ps = int(self.last_end) if status == "complete" else int(self.now)
+        reason = {"time_limit": "time_limit"}.get(status, "")
         for i in range(n):
-            r = recs[i]
+            r = self.recs[i]
             if r is None:
-                r = recs[i] = _FlowRecord(t[i])
-                r.reason = "not_released" if not reason or reason == "stalled" else reason
-                rec.on_message(r)
-            elif not r.done:
+                r = self.recs[i] = _FlowRecord(t[i])
+                r.reason = reason or "not_released"
+            elif r.done:
+                continue
+            else:
                 r.reason = reason or "stalled"
-                r.delivered = int(delivered[i])
-                rec.on_message(r)
-        if status == "complete" and any(r.reason for r in recs):
-            status = "incomplete"
-        links = self._link_rows(link_bytes)
-        counters = {"injected_payload_bytes": int(round(float(delivered.sum()))),
+                r.delivered = int(self.delivered[i])
+            self.recorder.on_message(r)
+        # goodput bins hold whole bytes
+        self.recorder.goodput[:] = _whole(self.recorder.goodput)
+        moved = np.zeros(self.nf)
+        flows = np.arange(self.nf)
+        moved[flows] = self._sizes_sent(flows)
+        link_payload = self._v_matrix().T @ (self._f_matrix().T @ moved)
+        counters = {"injected_payload_bytes": int(round(float(self.delivered.sum()))),
                     "dropped_payload_bytes": 0, "dropped_packets": 0,
-                    "flow_rate_recomputations": solves, "flow_solver_levels": iterations, "flow_steps": steps,
-                    "flows": len(f_msg), "flow_segments": self.spread.segments, "flow_peak_concurrent": peak_flows,
-                    "flow_efficiency": self.efficiency, "flow_quantum_ps": int(self.quantum)}
-        if compute_gpu:
-            counters["gpu_compute_busy_ps"] = dict(sorted(gpu_busy.items()))
-        return RunOutcome(status=status, end_ps=end_ps, events=steps, packet_hops=0, links=links,
-                          counters=counters, warnings=list(self.warnings), not_modelled=dict(NOT_MODELLED))
+                    "flow_rate_recomputations": solves, "flow_solver_iterations": iterations, "flow_steps": steps,
+                    "flows": self.nf, "flow_segments": self.spread.segments, "flow_peak_concurrent": peak,
+                    "flow_efficiency": self.efficiency, "flow_quantum_ps": int(self.quantum),
+                    "flow_group": self.group}
+        if self.replay.gpu:
+            counters["gpu_compute_busy_ps"] = dict(sorted(self.replay.gpu_busy.items()))
+        return RunOutcome(status=status, end_ps=end_ps, events=steps, packet_hops=0,
+                          links=self._link_rows(link_payload), counters=counters, warnings=list(self.warnings),
+                          not_modelled=dict(NOT_MODELLED))
+
+    def _sizes_sent(self, flows: np.ndarray) -> np.ndarray:
+        """Payload each flow has sent (its bytes less what remains)."""
+        return self.f_size[flows] - self.f_rem[flows]
+
+    def _f_matrix(self):
+        return sp.csr_matrix((np.asarray(self.f_w, dtype=np.float64), np.asarray(self.f_seg, dtype=np.int64),
+                              np.asarray(self.f_ptr, dtype=np.int64)), shape=(self.nf, max(self.spread.segments, 1)))
 
     def _alone_ps(self, m) -> float:
         """Fluid time of ``m`` alone on an idle fabric: its payload over the payload rate its

@@ -25,7 +25,9 @@ The usage of a queue pair is stored factorised, ``A = F @ V``: ``V`` has one row
 (a piece of spread shared by many queue pairs: the first hop of a host, the switch-to-switch
 spread between two groups of attachment switches, the last hop into a host), ``F`` one row per
 queue pair holding the weights of its segments. At 8,192 GPUs ``A`` itself would hold hundreds of
-millions of entries; ``F`` holds three per queue pair.
+millions of entries; ``F`` holds three per queue pair (uniform and balanced policies). For a
+per-flow policy the switch-to-switch path is the queue pair's own: it is written on the links
+(segment ``l`` < number of links is link ``l`` alone), so ``V`` never grows during a run.
 """
 from __future__ import annotations
 
@@ -70,6 +72,12 @@ class SpreadBuilder:
         self._switch_stub: dict = {}
         rate = links.rate_bps.astype(np.float64)
         self._rate = rate
+        if self.kind == "per_flow":
+            # per-flow paths are written on the links themselves: segment l is link l, so a
+            # queue pair's path adds entries to F, never rows to V (V is fixed once built)
+            for link in range(len(links)):
+                self.seg_links.append(np.array([link], dtype=np.int64))
+                self.seg_coef.append(np.ones(1))
 
     # ------------------------------------------------------------------ segments
     @property
@@ -170,7 +178,7 @@ class SpreadBuilder:
         attach = self.paths.attachments(dst)
         if self.kind == "per_flow":
             acc, exits = self._walk(dict(starts), dst, qp)
-            mid = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
+            mid = (acc, tuple(sorted(exits.items())))
         else:
             mkey = (starts, attach)
             mid = self._mid.get(mkey)
@@ -189,13 +197,19 @@ class SpreadBuilder:
                 for p, c in zip(ports.tolist(), self._weights(x, ports, dst, qp).tolist()):
                     if c:
                         acc[p] = acc.get(p, 0.0) + w * c
-            down = self._segment(acc)
-            if dkey is not None:
-                self._down[dkey] = down
+            if dkey is None:          # per-flow choice on the last hop: its links, in F
+                down = acc
+            else:
+                down = self._down[dkey] = self._segment(acc)
         out = [(up_seg, 1.0)]
-        if mid_seg is not None:
+        if isinstance(mid_seg, dict):
+            out.extend(sorted(mid_seg.items()))           # per-flow path: link segments
+        elif mid_seg is not None:
             out.append((mid_seg, 1.0))
-        out.append((down, 1.0))
+        if isinstance(down, dict):
+            out.extend(sorted(down.items()))
+        else:
+            out.append((down, 1.0))
         return out
 
     def usage(self, row: list[tuple[int, float]]) -> dict:
