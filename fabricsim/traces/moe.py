@@ -311,11 +311,19 @@ def _route(cfg: MoeTraceConfig, logw: np.ndarray, noise: np.ndarray, node: np.nd
         for n in range(n_nodes):
             idx = np.flatnonzero(node == n)
             slot[idx] = np.arange(len(idx))
-        grid = np.full((t, n_nodes, width), -np.inf, dtype=scores.dtype)
-        grid[:, node, slot] = scores
+        if (counts == width).all():  # every node the same number of experts: a gather (same values)
+            perm = np.empty(cfg.experts, dtype=np.int64)
+            perm[node * width + slot] = np.arange(cfg.experts)
+            neg = np.take(scores, perm, axis=1).reshape(t, n_nodes, width)
+            np.negative(neg, out=neg)
+        else:
+            grid = np.full((t, n_nodes, width), -np.inf, dtype=scores.dtype)
+            grid[:, node, slot] = scores
+            neg = -grid
         # node affinity: sum of its top-r expert scores, r = top_k / M (DeepSeek: top-2 of 8 over 4 nodes)
         r = max(1, min(cfg.top_k // m, int(counts.min())))
-        top_r = -np.partition(-grid, r - 1, axis=2)[:, :, :r]
+        neg.partition(r - 1, axis=2)
+        top_r = -neg[:, :, :r]
         node_score = top_r.sum(axis=2)
         chosen = np.argpartition(-node_score, m - 1, axis=1)[:, :m]
         allowed = np.zeros((t, n_nodes), dtype=bool)
@@ -329,7 +337,11 @@ def _route(cfg: MoeTraceConfig, logw: np.ndarray, noise: np.ndarray, node: np.nd
 
 def _gumbel(rng: np.random.Generator, shape) -> np.ndarray:
     u = rng.random(shape, dtype=np.float32)
-    return -np.log(-np.log(np.clip(u, 1e-12, 1.0 - 1e-7)))
+    np.clip(u, 1e-12, 1.0 - 1e-7, out=u)   # the same float32 operations as -log(-log(clip(u))), in place
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    np.log(u, out=u)
+    return np.negative(u, out=u)
 
 
 CHUNK = 8192  # tokens routed per vectorised step (bounds memory at CHUNK x experts floats)
@@ -521,6 +533,26 @@ class _Plan:
     pipelined: bool = False
 
 
+def _unique_rows(cols: list) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(np.stack(cols, axis=1), axis=0, return_counts=True)`` for non-negative integer
+    columns, by one int64 key per row (mixed radix, order preserving): a 1-d sort instead of a
+    sort of row records."""
+    cols = [np.asarray(c, dtype=np.int64) for c in cols]
+    if not cols[0].size:
+        return np.zeros((0, len(cols)), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    radix = [int(c.max()) + 1 for c in cols]
+    key = np.zeros(cols[0].shape, dtype=np.int64)
+    for c, r in zip(cols, radix):
+        key *= r
+        key += c
+    uk, counts = np.unique(key, return_counts=True)
+    out = np.empty((len(uk), len(cols)), dtype=np.int64)
+    for i in range(len(cols) - 1, -1, -1):
+        out[:, i] = uk % radix[i]
+        uk //= radix[i]
+    return out, counts
+
+
 def _plan(cfg: MoeTraceConfig, routing: np.ndarray) -> _Plan:
     g, tpg, gpn = cfg.ep_size, cfg.tokens_per_gpu, cfg.gpus_per_node
     t = routing.shape[0]
@@ -546,7 +578,7 @@ def _plan(cfg: MoeTraceConfig, routing: np.ndarray) -> _Plan:
     chunk = (np.cumsum(so_hit.reshape(g, tpg, nn), axis=1).reshape(t, nn) - 1) // c
     tok, nd = np.nonzero(so_hit)
     s_of, j_of = sender[tok], chunk[tok, nd]
-    legs, n_legs = np.unique(np.stack([s_of, nd, j_of], axis=1), axis=0, return_counts=True)
+    legs, n_legs = _unique_rows([s_of, nd, j_of])
     first += [(int(s_), int(n_) * gpn + int(lane[s_]), int(k), int(j_), True) for (s_, n_, j_), k in zip(legs, n_legs)]
     # forwards: copies of token t for GPU d in a remote node, other than the relay itself
     tok, d = np.nonzero(hit)
@@ -555,7 +587,7 @@ def _plan(cfg: MoeTraceConfig, routing: np.ndarray) -> _Plan:
     keep = (node[d] != node[s_of]) & (relay != d)
     tok, d, s_of, relay = tok[keep], d[keep], s_of[keep], relay[keep]
     j_of = chunk[tok, node[d]]
-    keys, n_fw = np.unique(np.stack([relay, d, j_of, s_of], axis=1), axis=0, return_counts=True)
+    keys, n_fw = _unique_rows([relay, d, j_of, s_of])
     forward: dict[tuple[int, int, int], list] = {}
     for (r_, d_, j_, s_), k in zip(keys.tolist(), n_fw.tolist()):
         entry = forward.setdefault((r_, d_, j_), [0, []])
