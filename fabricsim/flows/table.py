@@ -47,6 +47,17 @@ def _column(values, n: int, name: str) -> np.ndarray:
     return a
 
 
+def _tag_column(v) -> np.ndarray:
+    """A tag column as a 1-d object array (Python values, ``None`` = no such tag)."""
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return v
+    if isinstance(v, np.ndarray):
+        return v.astype(object)  # numpy scalars become Python ints / floats / strs
+    a = np.empty(len(v), dtype=object)
+    a[:] = list(v)
+    return a
+
+
 class MessageTable(Sequence):
     """A run's messages as columns (see the module doc).
 
@@ -82,7 +93,7 @@ class MessageTable(Sequence):
             self.dep_ids = np.asarray(dep_ids, dtype=np.int64)
             if self.dep_ptr.shape != (n + 1,) or self.dep_ptr[0] != 0 or self.dep_ptr[-1] != len(self.dep_ids):
                 raise ValueError("dep_ptr must have one entry per message plus one, from 0 to len(dep_ids)")
-        self.tags = {k: np.asarray(v, dtype=object) for k, v in (tags or {}).items()}
+        self.tags = {k: _tag_column(v) for k, v in (tags or {}).items()}
         for k, v in self.tags.items():
             if v.shape != (n,):
                 raise ValueError(f"tag column {k} has {len(v)} values for {n} messages")
@@ -101,6 +112,42 @@ class MessageTable(Sequence):
             np.cumsum(lens, out=ptr[1:])
             ids = np.fromiter((x for d in deps for x in d), dtype=np.int64, count=int(ptr[-1]))
         return cls(columns, ptr, ids, tags)
+
+    @classmethod
+    def from_arrays(cls, dep_ptr=None, dep_ids=None, tags: dict | None = None, **columns) -> "MessageTable":
+        """A table from numpy columns (scalars broadcast, int64 arrays kept without a copy) and
+        dependencies already in CSR form (``dep_ptr``, ``dep_ids``); no per-message Python work."""
+        return cls(columns, dep_ptr, dep_ids, tags)
+
+    def with_columns(self, **columns) -> "MessageTable":
+        """A new table sharing every column but ``columns`` (arrays or scalars), deps and tags."""
+        cols = {name: getattr(self, name) for name in COLUMNS}
+        cols.update(columns)
+        t = type(self)(cols, self.dep_ptr, self.dep_ids, self.tags)
+        if "id" not in columns:
+            t._row_of, t._dependents = self._row_of, self._dependents
+        return t
+
+    @classmethod
+    def concat(cls, tables: Sequence) -> "MessageTable":
+        """The rows of ``tables`` one after the other (ids kept as they are; tag columns missing
+        from a table are ``None`` there)."""
+        tables = list(tables)
+        if not tables:
+            return cls({"src": np.zeros(0, dtype=np.int64), "dst": np.zeros(0, dtype=np.int64),
+                        "size_bytes": np.zeros(0, dtype=np.int64)})
+        cols = {name: np.concatenate([np.asarray(getattr(t, name)) for t in tables]) for name in COLUMNS}
+        lens = np.array([len(t.dep_ids) for t in tables], dtype=np.int64)
+        offs = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        ptr = np.concatenate([[0]] + [t.dep_ptr[1:] + o for t, o in zip(tables, offs)]).astype(np.int64)
+        ids = np.concatenate([t.dep_ids for t in tables]).astype(np.int64)
+        keys: dict = {}
+        for t in tables:
+            for k in t.tags:
+                keys.setdefault(k, None)
+        tags = {k: np.concatenate([t.tags[k] if k in t.tags else np.full(len(t), None, dtype=object)
+                                   for t in tables]) for k in keys}
+        return cls(cols, ptr, ids, tags)
 
     @classmethod
     def from_messages(cls, messages: Sequence) -> "MessageTable":

@@ -311,11 +311,19 @@ def _route(cfg: MoeTraceConfig, logw: np.ndarray, noise: np.ndarray, node: np.nd
         for n in range(n_nodes):
             idx = np.flatnonzero(node == n)
             slot[idx] = np.arange(len(idx))
-        grid = np.full((t, n_nodes, width), -np.inf, dtype=scores.dtype)
-        grid[:, node, slot] = scores
+        if (counts == width).all():  # every node the same number of experts: a gather (same values)
+            perm = np.empty(cfg.experts, dtype=np.int64)
+            perm[node * width + slot] = np.arange(cfg.experts)
+            neg = np.take(scores, perm, axis=1).reshape(t, n_nodes, width)
+            np.negative(neg, out=neg)
+        else:
+            grid = np.full((t, n_nodes, width), -np.inf, dtype=scores.dtype)
+            grid[:, node, slot] = scores
+            neg = -grid
         # node affinity: sum of its top-r expert scores, r = top_k / M (DeepSeek: top-2 of 8 over 4 nodes)
         r = max(1, min(cfg.top_k // m, int(counts.min())))
-        top_r = -np.partition(-grid, r - 1, axis=2)[:, :, :r]
+        neg.partition(r - 1, axis=2)
+        top_r = -neg[:, :, :r]
         node_score = top_r.sum(axis=2)
         chosen = np.argpartition(-node_score, m - 1, axis=1)[:, :m]
         allowed = np.zeros((t, n_nodes), dtype=bool)
@@ -329,7 +337,11 @@ def _route(cfg: MoeTraceConfig, logw: np.ndarray, noise: np.ndarray, node: np.nd
 
 def _gumbel(rng: np.random.Generator, shape) -> np.ndarray:
     u = rng.random(shape, dtype=np.float32)
-    return -np.log(-np.log(np.clip(u, 1e-12, 1.0 - 1e-7)))
+    np.clip(u, 1e-12, 1.0 - 1e-7, out=u)   # the same float32 operations as -log(-log(clip(u))), in place
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    np.log(u, out=u)
+    return np.negative(u, out=u)
 
 
 CHUNK = 8192  # tokens routed per vectorised step (bounds memory at CHUNK x experts floats)
@@ -443,16 +455,16 @@ class MoeTrace:
 
     @cached_property
     def bytes_by_phase(self) -> dict[str, int]:
-        out = {"dispatch": 0, "combine": 0}
-        for r in self.trace.records:
-            out[r.phase] += r.size_bytes
-        return out
+        cols, _, _ = self.trace.columns()
+        size = cols["size_bytes"]
+        return {ph: int(size[cols["phase"] == ph].sum()) for ph in ("dispatch", "combine")}
 
     @cached_property
     def inter_node_bytes(self) -> int:
         """Bytes of messages whose src and dst are in different nodes (``gpus_per_node`` blocks)."""
         n = self.config.gpus_per_node
-        return sum(r.size_bytes for r in self.trace.records if r.src // n != r.dst // n)
+        cols, _, _ = self.trace.columns()
+        return int(cols["size_bytes"][cols["src"] // n != cols["dst"] // n].sum())
 
     def summary(self) -> dict:
         c = self.config
@@ -521,6 +533,26 @@ class _Plan:
     pipelined: bool = False
 
 
+def _unique_rows(cols: list) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(np.stack(cols, axis=1), axis=0, return_counts=True)`` for non-negative integer
+    columns, by one int64 key per row (mixed radix, order preserving): a 1-d sort instead of a
+    sort of row records."""
+    cols = [np.asarray(c, dtype=np.int64) for c in cols]
+    if not cols[0].size:
+        return np.zeros((0, len(cols)), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    radix = [int(c.max()) + 1 for c in cols]
+    key = np.zeros(cols[0].shape, dtype=np.int64)
+    for c, r in zip(cols, radix):
+        key *= r
+        key += c
+    uk, counts = np.unique(key, return_counts=True)
+    out = np.empty((len(uk), len(cols)), dtype=np.int64)
+    for i in range(len(cols) - 1, -1, -1):
+        out[:, i] = uk % radix[i]
+        uk //= radix[i]
+    return out, counts
+
+
 def _plan(cfg: MoeTraceConfig, routing: np.ndarray) -> _Plan:
     g, tpg, gpn = cfg.ep_size, cfg.tokens_per_gpu, cfg.gpus_per_node
     t = routing.shape[0]
@@ -546,7 +578,7 @@ def _plan(cfg: MoeTraceConfig, routing: np.ndarray) -> _Plan:
     chunk = (np.cumsum(so_hit.reshape(g, tpg, nn), axis=1).reshape(t, nn) - 1) // c
     tok, nd = np.nonzero(so_hit)
     s_of, j_of = sender[tok], chunk[tok, nd]
-    legs, n_legs = np.unique(np.stack([s_of, nd, j_of], axis=1), axis=0, return_counts=True)
+    legs, n_legs = _unique_rows([s_of, nd, j_of])
     first += [(int(s_), int(n_) * gpn + int(lane[s_]), int(k), int(j_), True) for (s_, n_, j_), k in zip(legs, n_legs)]
     # forwards: copies of token t for GPU d in a remote node, other than the relay itself
     tok, d = np.nonzero(hit)
@@ -555,7 +587,7 @@ def _plan(cfg: MoeTraceConfig, routing: np.ndarray) -> _Plan:
     keep = (node[d] != node[s_of]) & (relay != d)
     tok, d, s_of, relay = tok[keep], d[keep], s_of[keep], relay[keep]
     j_of = chunk[tok, node[d]]
-    keys, n_fw = np.unique(np.stack([relay, d, j_of, s_of], axis=1), axis=0, return_counts=True)
+    keys, n_fw = _unique_rows([relay, d, j_of, s_of])
     forward: dict[tuple[int, int, int], list] = {}
     for (r_, d_, j_, s_), k in zip(keys.tolist(), n_fw.tolist()):
         entry = forward.setdefault((r_, d_, j_), [0, []])
@@ -602,8 +634,19 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
     """Generate the trace of ``cfg`` (deterministic for a given config and seed)."""
     zipf = [zipf_exponent(cfg, layer) for layer in range(cfg.layers)]
     g = cfg.ep_size
-    records: list[TraceRecord] = []
-    out = MoeTrace(Trace(records, "<moe>"), cfg, zipf)
+    # columns, one entry per message; deps as a tuple of pieces (lists / tuples of ids, shared
+    # between messages and never changed once referenced), concatenated into CSR at the end
+    c_src: list[int] = []
+    c_dst: list[int] = []
+    c_size: list[int] = []
+    c_op: list[int] = []        # index into op_names
+    c_layer: list[int] = []
+    c_mb: list[int] = []
+    c_gap: list[int] = []
+    c_deps: list[tuple] = []
+    op_names: list[str] = []
+    op_index: dict[str, int] = {}
+    out = MoeTrace(None, cfg, zipf)
     steps = [(layer, False) for layer in range(cfg.layers)]
     if cfg.passes == "forward_backward":
         steps += [(layer, True) for layer in reversed(range(cfg.layers))]
@@ -617,19 +660,31 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
     last: dict[int, list[int]] = {}  # combines into each GPU of the previous step in generation order
     next_id = 0
 
-    def add(src, dst, size, op, phase, layer, mb, deps, gap) -> int:
+    def add(src, dst, size, op, layer, mb, deps, gap) -> int:
         nonlocal next_id
-        records.append(TraceRecord(next_id, src, dst, size, op, phase, layer, mb, deps, gap, 0,
-                                   conn=conn, collective="all_to_all"))
+        c_src.append(src)
+        c_dst.append(dst)
+        c_size.append(size)
+        c_op.append(op)
+        c_layer.append(layer)
+        c_mb.append(mb)
+        c_deps.append(deps)
+        c_gap.append(gap)
         next_id += 1
         return next_id - 1
+
+    def op_id(name: str) -> int:
+        if name not in op_index:
+            op_index[name] = len(op_names)
+            op_names.append(name)
+        return op_index[name]
 
     for mb in range(cfg.microbatches):
         plans: dict[tuple[int, int], _Plan] = {}
         for i, (layer, bwd) in enumerate(steps):
             w = None if bwd else popularity_weights(cfg, layer, zipf[layer])
             tag = ".bwd" if bwd else ""
-            op_d, op_c = f"moe.l{layer}.mb{mb}{tag}.dispatch", f"moe.l{layer}.mb{mb}{tag}.combine"
+            op_d, op_c = op_id(f"moe.l{layer}.mb{mb}{tag}.dispatch"), op_id(f"moe.l{layer}.mb{mb}{tag}.combine")
             bd = cfg.backward_dispatch_bytes_per_token if bwd else cfg.dispatch_bytes_per_token
             bc = cfg.backward_combine_bytes_per_token if bwd else cfg.combine_bytes_per_token
             # what the first legs from a GPU wait on
@@ -663,11 +718,11 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
                 for src, dst, n, j, so in first:
                     gs = base + src
                     if j >= win:  # chunk j leaves when chunk j - win of its leg is in
-                        deps, gap = (so_id[(src, dst, j - win)],), 0
+                        deps, gap = ((so_id[(src, dst, j - win)],),), 0
                     else:
-                        deps = _merge(own.get(gs, ()), prev_disp.get(gs, ()), prev2_comb.get(gs, ()))
-                        gap = cfg.layer_gap_ps if deps else 0
-                    k = add(gs, base + dst, n * bd, op_d, "dispatch", layer, mb, deps, gap)
+                        deps = (own.get(gs, ()), prev_disp.get(gs, ()), prev2_comb.get(gs, ()))
+                        gap = cfg.layer_gap_ps if any(deps) else 0
+                    k = add(gs, base + dst, n * bd, op_d, layer, mb, deps, gap)
                     step_disp.setdefault(gs, []).append(k)
                     into[dst].append(k)
                     if so:
@@ -677,8 +732,8 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
                 for r, dst, n, j, senders in forward:
                     # pipelined: the relay forwards chunk j once the scale-out chunks j it carries are in;
                     # store and forward: once every scale-out copy into it has arrived
-                    deps = tuple(so_id[(s_, r, j)] for s_ in senders) if plan.pipelined else tuple(so_into[r])
-                    into[dst].append(add(base + r, base + dst, n * bd, op_d, "dispatch", layer, mb, deps, 0))
+                    deps = (tuple(so_id[(s_, r, j)] for s_ in senders),) if plan.pipelined else (so_into[r],)
+                    into[dst].append(add(base + r, base + dst, n * bd, op_d, layer, mb, deps, 0))
                 gathers: dict[int, list[int]] = {d: [] for d in range(g)}   # gathers into a relay
                 gather_id: dict[tuple[int, int, int], int] = {}             # (relay, dst, chunk) -> id
                 sent: dict[tuple[int, int], list[int]] = {}                  # (dst, relay) -> gathers, in order
@@ -687,10 +742,10 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
                     r, dst = dst, r  # sorted as (sender dst, receiver relay)
                     prior = sent.setdefault((dst, r), [])
                     if plan.pipelined and len(prior) >= win:
-                        deps, gap = (prior[-win],), 0
+                        deps, gap = ((prior[-win],),), 0
                     else:  # back to the relay after dst's expert compute
-                        deps, gap = tuple(into[dst]), int(comp[dst])
-                    k = add(base + dst, base + r, n * bc, op_c, "combine", layer, mb, deps, gap)
+                        deps, gap = (into[dst],), int(comp[dst])
+                    k = add(base + dst, base + r, n * bc, op_c, layer, mb, deps, gap)
                     prior.append(k)
                     gathers[r].append(k)
                     gather_id[(r, dst, j)] = k
@@ -707,13 +762,13 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
                     gath = carried.get((dst, src, j), []) if plan.pipelined else gathers[dst]
                     if so and gath:
                         chain = (back[(dst, src, j - win)],) if j >= win else ()
-                        deps, gap = _merge(gath, chain), 0
+                        deps, gap = (gath, chain), 0
                     else:
                         # results computed on dst itself (direct legs, and scale-out chunks whose
                         # tokens have every expert on the relay): after dst's compute; the
                         # connection sends them in order
-                        deps, gap = tuple(into[dst]), int(comp[dst])
-                    k = add(base + dst, base + src, n * bc, op_c, "combine", layer, mb, deps, gap)
+                        deps, gap = (into[dst],), int(comp[dst])
+                    k = add(base + dst, base + src, n * bc, op_c, layer, mb, deps, gap)
                     if so:
                         back[(dst, src, j)] = k
                     step_comb.setdefault(base + src, []).append(k)
@@ -723,10 +778,43 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
             disp_from[(mb, i)] = step_disp
             comb_into[(mb, i)] = step_comb
             last = step_comb
-    if not records:
+    if not c_src:
         raise ConfigError("the configuration produces no messages (every token stays on its own GPU)",
                           field="ep_size")
+    out.trace = _columns_trace(c_src, c_dst, c_size, c_op, op_names, c_layer, c_mb, c_gap, c_deps, conn)
     return out
+
+
+def _columns_trace(c_src, c_dst, c_size, c_op, op_names, c_layer, c_mb, c_gap, c_deps, conn) -> Trace:
+    """The generated columns as a columnar :class:`Trace` (deps pieces concatenated into CSR)."""
+    n = len(c_src)
+    i64 = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
+    cache: dict[int, np.ndarray] = {}
+    flat: list[np.ndarray] = []
+    lens = np.zeros(n, dtype=np.int64)
+    for m, pieces in enumerate(c_deps):
+        total = 0
+        for p in pieces:
+            if p:
+                a = cache.get(id(p))
+                if a is None:
+                    a = cache[id(p)] = i64(p)
+                flat.append(a)
+                total += len(p)
+        lens[m] = total
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    dep = np.concatenate(flat) if flat else np.zeros(0, dtype=np.int64)
+    ops = np.empty(len(op_names), dtype=object)
+    ops[:] = op_names
+    op = ops[i64(c_op)]
+    # every op name ends in .dispatch or .combine: its phase
+    phase_of = np.array(["dispatch" if s.endswith(".dispatch") else "combine" for s in op_names], dtype=object)
+    cols = {"id": np.arange(n, dtype=np.int64), "src": i64(c_src), "dst": i64(c_dst), "size_bytes": i64(c_size),
+            "op": op, "phase": phase_of[i64(c_op)], "layer": i64(c_layer), "microbatch": i64(c_mb),
+            "gap_ps": i64(c_gap), "start_ps": np.zeros(n, dtype=np.int64), "conn": np.full(n, conn, dtype=np.int64),
+            "collective": np.full(n, "all_to_all", dtype=object), "collective_bytes": np.zeros(n, dtype=np.int64)}
+    return Trace.from_columns(cols, ptr, dep, "<moe>")
 
 
 def format_summary(d: dict, path) -> str:

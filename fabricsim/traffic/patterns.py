@@ -1,20 +1,28 @@
-"""Built-in traffic patterns -> lists of :class:`Message`. One generator per pattern name."""
+"""Built-in traffic patterns -> a :class:`~fabricsim.flows.table.MessageTable`. One generator per pattern name.
+
+Every pattern builds its table from numpy columns (no per-message Python object): an 8,192-GPU
+all-to-all (67 M messages) is a few int64 columns, the constant ones stored once. The table is a
+``Sequence`` of :class:`Message`, so code written for a list of messages works unchanged.
+"""
 from __future__ import annotations
 
 import csv
 import math
-from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from ..errors import TrafficError
 from ..registry import Registry
+from ..flows.table import MessageTable
 from .message import Message
 
 PATTERNS: Registry = Registry("traffic pattern")
 
 
-def generate(cfg, topo, streams, source: str = "<scenario>", resolve=None) -> list[Message]:
-    """Messages of a traffic section on a topology. Raises TrafficError for misfits."""
+def generate(cfg, topo, streams, source: str = "<scenario>", resolve=None) -> MessageTable:
+    """Messages of a traffic section on a topology, as a :class:`MessageTable` (a ``Sequence``
+    of :class:`Message`). Raises TrafficError for misfits."""
     return PATTERNS.get(cfg.pattern)(cfg, topo, streams, source, resolve)
 
 
@@ -54,8 +62,9 @@ def permutation(cfg, topo, streams, source, resolve):
     else:  # pragma: no cover - only for degenerate inputs
         raise TrafficError("could not build a permutation with that locality", source=source,
                            field="traffic.locality")
-    return [Message(i, h, perm[h], cfg.message_size, cfg.start, cfg.qps_per_message)
-            for i, h in enumerate(topo.hosts)]
+    src = np.asarray(list(topo.hosts), dtype=np.int64)
+    return MessageTable.from_arrays(src=src, dst=np.asarray(perm, dtype=np.int64)[src],
+                                    size_bytes=cfg.message_size, start_ps=cfg.start, qps=cfg.qps_per_message)
 
 
 @PATTERNS.register("all_to_all")
@@ -64,12 +73,15 @@ def all_to_all(cfg, topo, streams, source, resolve):
     H = topo.num_hosts
     if H < 2:
         raise TrafficError("all_to_all needs at least 2 hosts", source=source, field="traffic.pattern")
-    out = []
-    for s in topo.hosts:
-        for k in range(1, H):
-            d = (s + k) % H
-            out.append(Message(len(out), s, d, cfg.message_size, cfg.start, cfg.qps_per_message))
-    return out
+    # sender s sends to (s + k) mod H for k = 1..H-1, senders in host order: built in place
+    # (src, dst and id are the only per-message columns: 3 x 8 B per message)
+    hosts = np.asarray(list(topo.hosts), dtype=np.int64)
+    src = np.repeat(hosts, H - 1)
+    dst = np.tile(np.arange(1, H, dtype=np.int64), len(hosts))
+    dst += src
+    dst %= H
+    return MessageTable.from_arrays(src=src, dst=dst, size_bytes=cfg.message_size, start_ps=cfg.start,
+                                    qps=cfg.qps_per_message)
 
 
 @PATTERNS.register("incast")
@@ -84,8 +96,8 @@ def incast(cfg, topo, streams, source, resolve):
                            source=source, field="traffic.senders")
     others = [h for h in topo.hosts if h != cfg.receiver]
     chosen = sorted(streams.py("traffic.incast").sample(others, cfg.senders))
-    return [Message(i, s, cfg.receiver, cfg.message_size, cfg.start, cfg.qps_per_message)
-            for i, s in enumerate(chosen)]
+    return MessageTable.from_arrays(src=np.asarray(chosen, dtype=np.int64), dst=cfg.receiver,
+                                    size_bytes=cfg.message_size, start_ps=cfg.start, qps=cfg.qps_per_message)
 
 
 def _time_col(row, names, source, line, units_parse):
@@ -192,24 +204,26 @@ def csv_messages(cfg, topo, streams, source, resolve):
                 raise TrafficError(f"message {m.id} depends on unknown message {dep} (allowed: ids in the id column)",
                                    source=src_name, field="deps", line=lines[m.id])
     _check_acyclic(out, src_name, lines)
-    return out
+    return MessageTable.from_messages(out)
 
 
 @PATTERNS.register("trace")
 def trace_messages(cfg, topo, streams, source, resolve):
     """Replay a v1 trace (see :class:`fabricsim.config.traffic.TraceTraffic`, docs/traces.md)."""
-    from ..traces import read_trace
+    from ..traces.io import read_trace_table
     path = _input_file(cfg, resolve, source, "trace")
-    msgs = read_trace(path, num_hosts=topo.num_hosts).to_messages(cfg.qps_per_message)
-    return _with_connection_qps(msgs, cfg.qps_per_connection)
+    table = read_trace_table(path, num_hosts=topo.num_hosts, qps=cfg.qps_per_message)
+    return _with_connection_qps(table, cfg.qps_per_connection)
 
 
-def _with_connection_qps(msgs: list[Message], qps_per_connection: int) -> list[Message]:
-    """``msgs`` with ``qps = qps_per_connection`` on every message sent on a connection
-    (``conn >= 0``); the others keep their own ``qps``."""
-    if not any(m.conn >= 0 and m.qps != qps_per_connection for m in msgs):
-        return msgs
-    return [replace(m, qps=qps_per_connection) if m.conn >= 0 else m for m in msgs]
+def _with_connection_qps(msgs, qps_per_connection: int) -> MessageTable:
+    """``msgs`` (a MessageTable or a list of Message) with ``qps = qps_per_connection`` on every
+    message sent on a connection (``conn >= 0``); the others keep their own ``qps``."""
+    t = MessageTable.from_messages(msgs)
+    on_conn = t.conn >= 0
+    if not np.any(on_conn & (t.qps != qps_per_connection)):
+        return t
+    return t.with_columns(qps=np.where(on_conn, np.int64(qps_per_connection), t.qps))
 
 
 def _rows(reader, source):
