@@ -99,6 +99,22 @@ def _whole(values) -> list[int]:
     return out
 
 
+class _Msg:
+    """The columns of one message a result row and the idle-fabric references read (a row view
+    without its dependency list and tags)."""
+
+    __slots__ = ("id", "src", "dst", "size_bytes", "qps", "start_ps", "conn")
+
+    def __init__(self, t, i: int):
+        self.id = int(t.id[i])
+        self.src = int(t.src[i])
+        self.dst = int(t.dst[i])
+        self.size_bytes = int(t.size_bytes[i])
+        self.qps = int(t.qps[i])
+        self.start_ps = int(t.start_ps[i])
+        self.conn = int(t.conn[i])
+
+
 class _FlowRecord:
     """What the recorder's message row needs of one message (the flow engine keeps no per-packet state)."""
 
@@ -294,7 +310,7 @@ class FlowEngine:
 
     def _release(self, i: int, at: int):
         """Row ``i`` is posted at ``at``: start it, or queue it on its busy connection."""
-        r = self.recs[i] = _FlowRecord(self.table[i])
+        r = self.recs[i] = _FlowRecord(_Msg(self.table, i))
         r.release = at
         if self.first_release is None:
             self.first_release = float(at)
@@ -388,7 +404,7 @@ class FlowEngine:
         for i in range(n):
             r = self.recs[i]
             if r is None:
-                r = self.recs[i] = _FlowRecord(t[i])
+                r = self.recs[i] = _FlowRecord(_Msg(t, i))
                 r.reason = reason or "not_released"
             elif r.done:
                 continue

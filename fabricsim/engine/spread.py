@@ -69,6 +69,7 @@ class SpreadBuilder:
         self._mid: dict = {}
         self._down: dict = {}
         self._cap_to: dict = {}
+        self._rows: dict = {}
         self._switch_stub: dict = {}
         rate = links.rate_bps.astype(np.float64)
         self._rate = rate
@@ -163,6 +164,16 @@ class SpreadBuilder:
         qp = SimpleNamespace(uid=uid, hash=flow_hash)
         eligible = self._first_ports(src, dst)
         chosen = np.asarray(self.split.ports(qp, list(eligible)), dtype=np.int64)
+        if self.kind != "per_flow":
+            # the whole row depends only on (src, the ports chosen, dst): shared by its queue pairs
+            rkey = (src, dst, chosen.tobytes())
+            out = self._rows.get(rkey)
+            if out is None:
+                out = self._rows[rkey] = self._row(src, dst, qp, chosen)
+            return out
+        return self._row(src, dst, qp, chosen)
+
+    def _row(self, src: int, dst: int, qp, chosen: np.ndarray) -> list[tuple[int, float]]:
         key = (src, tuple(chosen.tolist()))
         up = self._up.get(key)
         if up is None:
