@@ -25,6 +25,7 @@ recomputed whenever a flow starts or finishes. Assumptions (docs/fidelity.md, "F
 """
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from typing import Union
@@ -186,8 +187,19 @@ class FlowEngine:
 
     # ------------------------------------------------------------------ run
     def run(self, progress=None) -> RunOutcome:
-        """Run to the last completion (or the time limit). Status ``complete``, ``time_limit``
-        or ``stalled`` (nothing can progress, messages unfinished), as the packet engine's."""
+        """Run to the last completion (or the time limit). Status ``complete``, ``time_limit``,
+        ``interrupted`` or ``stalled`` (nothing can progress, messages unfinished), as the packet
+        engine's. The cyclic garbage collector is paused meanwhile (the run creates no cycles; its
+        passes over a million message records cost more than the rate computations)."""
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(progress)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _run(self, progress) -> RunOutcome:
         from ..analysis.ideal import IdealModel
         t = self.table
         n = len(t)
@@ -206,9 +218,11 @@ class FlowEngine:
         self.f_size = np.zeros(1024)
         self.nf = 0
         self._dirty = False
-        self.f_ptr = [0]
+        self.f_counts: list = []     # F in chunks: entries per flow, segments, weights
         self.f_seg: list = []
         self.f_w: list = []
+        self._f_cache = None
+        self._to_start: list = []
         self.qps_left = np.zeros(n, dtype=np.int64)
         self.fluid_end = np.zeros(n)
         self.delivered = np.zeros(n)
@@ -233,6 +247,10 @@ class FlowEngine:
             if self.remaining == 0:
                 status = "complete"
                 break
+            if self._to_start:
+                self._flush_starts()
+                if self.heap and self.heap[0][0] <= self.now:
+                    continue          # zero-byte messages completed at once
             alive = np.flatnonzero(self.f_alive[:self.nf])
             if not len(alive):
                 if not self.heap:
@@ -319,33 +337,53 @@ class FlowEngine:
             self._start(i, at)
 
     def _start(self, i: int, at: int):
-        """Open row ``i``'s queue pairs (the packet engine's numbering) as fluid flows."""
+        """Row ``i`` starts sending at ``at``: queued, and opened with the others starting at the
+        same step (:meth:`_flush_starts`), so their paths are placed in one vectorised pass."""
+        self._to_start.append((i, at))
+
+    def _flush_starts(self):
+        """Open the queue pairs of the rows started since the last flush (the packet engine's
+        numbering, in start order) as fluid flows, and their rows of ``F``."""
+        todo, self._to_start = self._to_start, []
         t = self.table
-        src, dst, size = int(t.src[i]), int(t.dst[i]), int(t.size_bytes[i])
-        opened = self.connections.open(src, dst, size, int(t.qps[i]), int(t.conn[i]))
-        self.qps_left[i] = len(opened)
-        self.fluid_end[i] = at
-        if not opened:
-            self._fluid_done(i, float(at))
+        src_l, dst_l, uid_l, h_l, size_l, row_l = [], [], [], [], [], []
+        for i, at in todo:
+            src, dst = int(t.src[i]), int(t.dst[i])
+            opened = self.connections.open(src, dst, int(t.size_bytes[i]), int(t.qps[i]), int(t.conn[i]))
+            self.qps_left[i] = len(opened)
+            self.fluid_end[i] = at
+            if not opened:
+                self._fluid_done(i, float(at))
+                continue
+            for uid, _sport, h, qb in opened:
+                src_l.append(src)
+                dst_l.append(dst)
+                uid_l.append(uid)
+                h_l.append(h)
+                size_l.append(qb)
+                row_l.append(i)
+        k = len(src_l)
+        if not k:
             return
-        need = self.nf + len(opened)
+        counts, segs, ws = self.spread.rows(np.asarray(src_l, np.int64), np.asarray(dst_l, np.int64),
+                                            np.asarray(uid_l, np.int64), np.asarray(h_l, dtype=np.uint64))
+        need = self.nf + k
         if need > len(self.f_rem):
             grow = max(need, 2 * len(self.f_rem))
             self.f_rem = np.concatenate([self.f_rem, np.zeros(grow - len(self.f_rem))])
             self.f_alive = np.concatenate([self.f_alive, np.zeros(grow - len(self.f_alive), dtype=bool)])
             self.f_row = np.concatenate([self.f_row, np.zeros(grow - len(self.f_row), dtype=np.int64)])
             self.f_size = np.concatenate([self.f_size, np.zeros(grow - len(self.f_size))])
-        for uid, _sport, h, qb in opened:
-            for seg, w in self.spread.row(src, dst, uid, h):
-                self.f_seg.append(seg)
-                self.f_w.append(w)
-            self.f_ptr.append(len(self.f_seg))
-            k = self.nf
-            self.f_rem[k] = qb
-            self.f_size[k] = qb
-            self.f_alive[k] = True
-            self.f_row[k] = i
-            self.nf += 1
+        sl = slice(self.nf, need)
+        self.f_rem[sl] = size_l
+        self.f_size[sl] = size_l
+        self.f_alive[sl] = True
+        self.f_row[sl] = row_l
+        self.f_counts.append(counts)
+        self.f_seg.append(segs)
+        self.f_w.append(ws)
+        self.nf = need
+        self._f_cache = None
         self._dirty = True
 
     def _fluid_done(self, i: int, tf: float):
@@ -435,8 +473,18 @@ class FlowEngine:
         return self.f_size[flows] - self.f_rem[flows]
 
     def _f_matrix(self):
-        return sp.csr_matrix((np.asarray(self.f_w, dtype=np.float64), np.asarray(self.f_seg, dtype=np.int64),
-                              np.asarray(self.f_ptr, dtype=np.int64)), shape=(self.nf, max(self.spread.segments, 1)))
+        """``F``: one row per flow opened so far (segments and weights), at the current segment count."""
+        nseg = max(self.spread.segments, 1)
+        c = self._f_cache
+        if c is None or c.shape != (self.nf, nseg):
+            counts = np.concatenate(self.f_counts) if self.f_counts else np.zeros(0, np.int64)
+            ptr = np.zeros(self.nf + 1, dtype=np.int64)
+            np.cumsum(counts, out=ptr[1:])
+            seg = np.concatenate(self.f_seg) if self.f_seg else np.zeros(0, np.int64)
+            w = np.concatenate(self.f_w) if self.f_w else np.zeros(0)
+            self.f_counts, self.f_seg, self.f_w = [counts], [seg], [w]
+            c = self._f_cache = sp.csr_matrix((w, seg, ptr), shape=(self.nf, nseg))
+        return c
 
     def _alone_ps(self, m) -> float:
         """Fluid time of ``m`` alone on an idle fabric: its payload over the payload rate its

@@ -70,6 +70,9 @@ class SpreadBuilder:
         self._down: dict = {}
         self._cap_to: dict = {}
         self._rows: dict = {}
+        self._cand: dict = {}
+        self._attach_id = None
+        self._attach_keys = None
         self._switch_stub: dict = {}
         rate = links.rate_bps.astype(np.float64)
         self._rate = rate
@@ -222,6 +225,134 @@ class SpreadBuilder:
         else:
             out.append((down, 1.0))
         return out
+
+    # ------------------------------------------------------------------ many queue pairs at once
+    def rows(self, src, dst, uid, hashes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`row` of many queue pairs, as CSR pieces ``(counts, segments, weights)``: queue
+        pair ``k`` has ``counts[k]`` entries, in order. A ``per_flow`` policy with a vectorised
+        choice (``flow_index``, e.g. ECMP) walks all of them level by level in numpy; the others
+        are assembled per queue pair from the shared segments."""
+        n = len(src)
+        probe = self.policy.flow_index(np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.uint64)) \
+            if self.kind == "per_flow" else None
+        if probe is None:
+            counts = np.zeros(n, dtype=np.int64)
+            segs: list = []
+            ws: list = []
+            for k in range(n):
+                r = self.row(int(src[k]), int(dst[k]), int(uid[k]), int(hashes[k]))
+                counts[k] = len(r)
+                for seg, w in r:
+                    segs.append(seg)
+                    ws.append(w)
+            return counts, np.asarray(segs, dtype=np.int64), np.asarray(ws, dtype=np.float64)
+        return self._rows_per_flow(np.asarray(src, np.int64), np.asarray(dst, np.int64),
+                                   np.asarray(uid, np.int64), np.asarray(hashes, dtype=np.uint64))
+
+    def _rows_per_flow(self, src, dst, uid, hashes):
+        n = len(src)
+        # first hop: the plane split's choice (per queue pair), the host's shared segment
+        up = np.empty(n, dtype=np.int64)
+        sq, sn, sw = [], [], []
+        for k in range(n):
+            s_, d_ = int(src[k]), int(dst[k])
+            qp = SimpleNamespace(uid=int(uid[k]), hash=int(hashes[k]))
+            chosen = np.asarray(self.split.ports(qp, list(self._first_ports(s_, d_))), dtype=np.int64)
+            key = (s_, tuple(chosen.tolist()))
+            got = self._up.get(key)
+            if got is None:
+                r = self._rate[chosen]
+                w = r / r.sum()
+                acc = {int(p): float(x) for p, x in zip(chosen, w)}
+                starts: dict = {}
+                for p, x in acc.items():
+                    b = int(self.links.dst[p])
+                    starts[b] = starts.get(b, 0.0) + x
+                got = self._up[key] = (self._segment(acc), tuple(sorted(starts.items())))
+            up[k] = got[0]
+            for node, w in got[1]:
+                sq.append(k)
+                sn.append(node)
+                sw.append(w)
+        q = np.asarray(sq, dtype=np.int64)
+        node = np.asarray(sn, dtype=np.int64)
+        w = np.asarray(sw, dtype=np.float64)
+        eq, el, ew = [], [], []
+        hosts = self.links.topology.num_hosts
+        while len(q):
+            d = dst[q]
+            go = node != d                      # arrived at the destination host: done
+            q, node, w, d = q[go], node[go], w[go], d[go]
+            if not len(q):
+                break
+            ports, offset, count = self._candidates(node, d, hosts)
+            idx = self.policy.flow_index(node.astype(np.uint64), count.astype(np.uint64), hashes[q])
+            link = ports[offset + idx]
+            eq.append(q)
+            el.append(link)
+            ew.append(w)
+            node = self.links.dst[link]
+        eq = np.concatenate(eq) if eq else np.zeros(0, np.int64)
+        el = np.concatenate(el) if el else np.zeros(0, np.int64)
+        ew = np.concatenate(ew) if ew else np.zeros(0)
+        # F rows: the host segment first, then the path's links (link l is segment l)
+        allq = np.concatenate([np.arange(n, dtype=np.int64), eq])
+        segs = np.concatenate([up, el])
+        ws = np.concatenate([np.ones(n), ew])
+        order = np.argsort(allq, kind="stable")
+        counts = np.bincount(allq, minlength=n).astype(np.int64)
+        return counts, segs[order], ws[order]
+
+    def _candidates(self, node: np.ndarray, dst: np.ndarray, hosts: int):
+        """Equal-cost egress links of every (switch, destination host) pair, as a flat array with
+        per-pair offsets and counts (in the order a switch lists them), computed once per
+        distinct (switch, destination's attachment group) and, at an attachment switch, per
+        (switch, destination)."""
+        att = self._attach_ids(dst)
+        in_att = self._is_attachment(node, dst)
+        keys = np.where(in_att, -(node * hosts + dst) - 1, node * (1 << 32) + att)
+        uniq, inv = np.unique(keys, return_inverse=True)
+        offs = np.zeros(len(uniq), dtype=np.int64)
+        cnts = np.zeros(len(uniq), dtype=np.int64)
+        flat = []
+        pos = 0
+        first = np.zeros(len(uniq), dtype=np.int64)
+        first[inv] = np.arange(len(keys))
+        for u, key in enumerate(uniq.tolist()):
+            got = self._cand.get(key)
+            if got is None:
+                j = first[u]
+                x, d_ = int(node[j]), int(dst[j])
+                nxt = [d_] if in_att[j] else self.paths.next_hops(x, d_)
+                got = self._cand[key] = self.links.ports_towards(x, nxt)
+                if not len(got):
+                    raise ValueError(f"switch {x} has no route to host {d_}")
+            offs[u] = pos
+            cnts[u] = len(got)
+            flat.append(got)
+            pos += len(got)
+        ports = np.concatenate(flat)
+        return ports, offs[inv], cnts[inv]
+
+    def _attach_ids(self, dst: np.ndarray) -> np.ndarray:
+        if self._attach_id is None:
+            hosts = self.links.topology.hosts
+            ids: dict = {}
+            self._attach_id = np.array([ids.setdefault(self.paths.attachments(h), len(ids)) for h in hosts],
+                                       dtype=np.int64)
+        return self._attach_id[dst]
+
+    def _is_attachment(self, node: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Whether each ``node`` is one of host ``dst``'s attachment switches (vectorised)."""
+        if self._attach_keys is None:
+            hosts = self.links.topology.num_hosts
+            keys = [s * hosts + h for h in self.links.topology.hosts for s in self.paths.attachments(h)]
+            self._attach_keys = np.unique(np.asarray(keys, dtype=np.int64))
+        hosts = self.links.topology.num_hosts
+        k = node * hosts + dst
+        pos = np.searchsorted(self._attach_keys, k)
+        pos = np.minimum(pos, len(self._attach_keys) - 1)
+        return self._attach_keys[pos] == k
 
     def usage(self, row: list[tuple[int, float]]) -> dict:
         """The link coefficients of a queue pair (``row`` from :meth:`row`), summed over its

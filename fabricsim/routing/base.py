@@ -51,6 +51,13 @@ class RoutingPolicy:
     def choose(self, switch, ports, pkt, now):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def flow_index(self, switch_ids, n_ports, hashes):
+        """For a ``per_flow`` policy whose choice depends only on the flow's hash and the switch:
+        the index among ``n_ports`` candidates each flow takes at each switch (numpy arrays,
+        broadcast), the vectorised form of ``weights()``'s one-hot answer; ``None`` if the policy
+        has no such form (the flow engine then asks ``weights()`` per queue pair)."""
+        return None
+
     def weights(self, switch, ports, qp, control: bool = False) -> list[float] | None:
         """Share of the flow (``qp``'s data, or its control packets) per port of ``ports`` at
         ``switch``, or ``None`` if the choice has no static share (see the module doc)."""

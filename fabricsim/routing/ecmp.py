@@ -129,6 +129,10 @@ class Ecmp(RoutingPolicy):
             port = self._cache[key] = ports[ecmp_index(pkt.qp.hash, self._salt, switch.id, len(ports), control)]
         return port
 
+    def flow_index(self, switch_ids, n_ports, hashes):
+        """:func:`ecmp_index_array` with this run's salt (data direction)."""
+        return ecmp_index_array(hashes, self._salt, switch_ids, n_ports)
+
     def weights(self, switch, ports, qp, control: bool = False) -> list[float]:
         """One-hot: the whole flow on the port :func:`ecmp_index` picks."""
         w = [0.0] * len(ports)

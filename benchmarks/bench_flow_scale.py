@@ -1,0 +1,166 @@
+"""Flow engine at cluster scale: one DeepSeek-V3 MoE layer (dispatch + combine, forward) on the
+GB300 + Spectrum-X presets, 512 to 8,192 GPUs, with ecmp and adaptive routing.
+
+Each case runs in its own subprocess (peak RSS measured there, wall time of the whole
+``fabricsim.run``: preparing, simulating, building the results). Two placements of the
+expert-parallel groups (EP64, 4,096 tokens per GPU, top-8 of 256 experts, node-limited to 4
+nodes of 8 GPUs, as the DeepSeek-V3 report):
+
+- ``contiguous``: EP group ``g`` is GPUs ``64 g .. 64 g + 63``, inside one NVL72 domain (groups
+  that straddle a rack boundary span two): most dispatch/combine bytes ride NVLink;
+- ``across_racks``: the trace's nodes of 8 GPUs are placed rack-major (logical node ``i`` on the
+  ``i``-th physical node in (slot in rack, rack) order), so an EP group's 8 nodes sit in 8
+  different racks and every byte crosses the Spectrum-X fabric (EP64 across 8 nodes, as the
+  DeepSeek-V3 report's H800 cluster).
+
+Traces are generated once (``fabricsim trace moe``; minutes at 8,192 GPUs, cached in --cache).
+A bare baseline measured in the same run (a numpy sort of as many int64 as the largest case
+has messages) makes the figures comparable across machines::
+
+    python3 benchmarks/bench_flow_scale.py                      # all sizes, both routings, both placements
+    python3 benchmarks/bench_flow_scale.py --gpus 512 1024 --placements contiguous
+
+Writes benchmarks/results/flow_scale.json and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TOPOLOGY = {512: "gb300_2048_4x200g.yaml", 1024: "gb300_2048_4x200g.yaml", 2048: "gb300_2048_4x200g.yaml",
+            4096: "gb300_4096_4x200g.yaml", 8192: "gb300_8192_4x200g.yaml"}
+GPUS_PER_RACK = 72
+GPUS_PER_NODE = 8
+
+
+def trace_path(cache: Path, gpus: int) -> Path:
+    p = cache / f"dsv3_{gpus}.parquet"
+    if not p.exists():
+        cmd = [sys.executable, "-c", "from fabricsim.cli import main; main()", "trace", "moe", "-o", str(p),
+               "--preset", "deepseek-v3", "--gpus", str(gpus), "--ep-size", "64", "--tokens-per-gpu", "4096",
+               "--layers", "1", "--seed", "1"]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return p
+
+
+def across_racks(src: Path, topo_gpus: int) -> Path:
+    """The trace with its 8-GPU nodes placed rack-major on a cluster of ``topo_gpus`` GPUs."""
+    import pyarrow.parquet as pq
+    out = src.with_name(src.stem + "_across_racks.parquet")
+    if out.exists():
+        return out
+    t = pq.read_table(src)
+    nodes = topo_gpus // GPUS_PER_NODE
+    per_rack = GPUS_PER_RACK // GPUS_PER_NODE
+    order = sorted(range(nodes), key=lambda p: (p % per_rack, p // per_rack))
+    gpu_map = np.empty(topo_gpus, dtype=np.int64)
+    for logical, physical in enumerate(order):
+        gpu_map[logical * GPUS_PER_NODE:(logical + 1) * GPUS_PER_NODE] = np.arange(
+            physical * GPUS_PER_NODE, (physical + 1) * GPUS_PER_NODE)
+    import pyarrow as pa
+    cols = {}
+    for name in t.column_names:
+        col = t.column(name)
+        if name in ("src", "dst"):
+            col = pa.array(gpu_map[col.to_numpy()])
+        cols[name] = col
+    pq.write_table(pa.table(cols).replace_schema_metadata(t.schema.metadata), out)
+    return out
+
+
+CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+import fabricsim
+r = fabricsim.run(json.loads(sys.argv[1]))
+wall = time.perf_counter() - t0
+s = r.summary
+out = {"wall_s": wall, "engine_wall_s": s["run"]["wall_time_s"], "status": s["run"]["status"],
+       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+       "messages": s["messages"]["total"], "completed": s["messages"]["completed"],
+       "duration_ps": s["pattern"]["duration_ps"], "ideal_duration_ps": s["pattern"]["ideal_duration_ps"],
+       "completion_time_ratio": s["effective_bandwidth"]["completion_time_ratio"],
+       "ops": {k: v for k, v in (s.get("collectives") or {}).items() if not isinstance(v, dict)},
+       **{k: s["run"].get(k) for k in ("flows", "flow_rate_recomputations", "flow_solver_iterations", "flow_steps",
+                                         "flow_segments", "flow_peak_concurrent")}}
+print(json.dumps(out))
+"""
+
+
+def run_case(trace: Path, topology: str, routing: str, group: float) -> dict:
+    scenario = {"name": "dsv3_layer", "topology": {"kind": "file", "path": str(ROOT / "topologies" / topology)},
+                "traffic": {"pattern": "trace", "path": str(trace)}, "routing": {"policy": routing},
+                "simulation": {"engine": "flow", "time_limit": "1s", "flow": {"group": group}},
+                "outputs": {"link_sample_interval": "off"}}
+    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(scenario)], capture_output=True, text=True,
+                       cwd=ROOT)
+    if p.returncode:
+        return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
+    ap.add_argument("--routing", nargs="+", default=["ecmp", "adaptive"])
+    ap.add_argument("--placements", nargs="+", default=["contiguous", "across_racks"])
+    ap.add_argument("--group", type=float, default=0.01, help="simulation.flow.group (grouping window)")
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/fabricsim_bench_traces"))
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "flow_scale.json")
+    args = ap.parse_args(argv)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for gpus in args.gpus:
+        t0 = time.perf_counter()
+        base = trace_path(args.cache, gpus)
+        gen_s = time.perf_counter() - t0
+        topo = TOPOLOGY[gpus]
+        topo_gpus = int(topo.split("_")[1])
+        for placement in args.placements:
+            trace = base if placement == "contiguous" else across_racks(base, topo_gpus)
+            for routing in args.routing:
+                r = run_case(trace, topo, routing, args.group)
+                r.update(gpus=gpus, topology=topo, placement=placement, routing=routing, group=args.group)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+        rows[-1]["trace_generation_s"] = gen_s
+    n = max((r.get("messages", 0) for r in rows), default=0)
+    a = np.random.default_rng(0).integers(0, 2**62, size=max(n, 1))
+    t0 = time.perf_counter()
+    np.sort(a)
+    baseline = time.perf_counter() - t0
+    for r in rows:
+        if "wall_s" in r:
+            r["wall_over_baseline_sort"] = r["wall_s"] / baseline
+    out = {"command": "python3 benchmarks/bench_flow_scale.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "date": date.today().isoformat(),
+           "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                       "processor": platform.processor()},
+           "baseline": {"what": f"numpy sort of {n} int64", "seconds": baseline},
+           "target": {"gpus": 8192, "wall_s": 60, "peak_rss_mb": 4096}, "cases": rows}
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"\n| GPUs | placement | routing | messages | flows | recomputations | wall s | engine s | peak MB | "
+          f"layer ms | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['gpus']} | {r['placement']} | {r['routing']} | error: {r['error']} |")
+            continue
+        print(f"| {r['gpus']} | {r['placement']} | {r['routing']} | {r['messages']:,} | {r['flows']:,} | "
+              f"{r['flow_rate_recomputations']} | {r['wall_s']:.1f} | {r['engine_wall_s']:.1f} | {r['peak_rss_mb']:.0f} | "
+              f"{(r['duration_ps'] or 0) / 1e9:.3f} | {r['completion_time_ratio'] or 0:.3f} |")
+    print(f"baseline: {out['baseline']['what']} in {baseline:.3f} s")
+
+
+if __name__ == "__main__":
+    main()
