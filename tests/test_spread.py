@@ -1,0 +1,93 @@
+"""The flow-level meaning of routing (engine/spread.py): shares per link, the vectorised placement
+against the per-queue-pair one, and ECMP's vectorised index against the scalar one."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fabricsim.api import prepare
+from fabricsim.engine.spread import SpreadBuilder
+from fabricsim.flows.identity import FLOWS_SALT_STREAM, ConnectionTable
+from fabricsim.flows.links import LinkTable
+from fabricsim.planes import SPLITS
+from fabricsim.routing import ROUTING
+from fabricsim.routing.ecmp import ecmp_index, ecmp_index_array
+
+CLUSTER = {"kind": "cluster", "domain": "hgx8", "nodes": 4, "rails": 4, "spines": 2,
+           "nic": {"ports": 2, "rate": "400Gbps"}}
+LEAF_SPINE = {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4, "links_per_spine": 2}
+
+
+def builder(topology, routing, split="per_packet"):
+    _l, sim = prepare({"topology": topology, "routing": routing, "nic": {"plane_split": split},
+                       "simulation": {"engine": "flow"}})
+    sc = sim.scenario
+    policy = ROUTING.get(sc.routing.name)(sc.routing.params, sim.streams)
+    sb = SpreadBuilder(LinkTable(sim.topology), sim.paths, policy, SPLITS.get(sc.nic.name)(sc.nic.params, sim.streams))
+    return sim, sb
+
+
+def pairs(sim, n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    H = sim.topology.num_hosts
+    src = rng.integers(0, H, n)
+    dst = (src + rng.integers(1, H, n)) % H
+    table = ConnectionTable(sim.streams.u64(FLOWS_SALT_STREAM))
+    uid, h = [], []
+    for s, d in zip(src.tolist(), dst.tolist()):
+        (u, _sp, hh, _b), = table.open(s, d, 1000, 1)
+        uid.append(u)
+        h.append(hh)
+    return src, dst, np.array(uid), np.array(h, dtype=np.uint64)
+
+
+@pytest.mark.parametrize("topology", [CLUSTER, LEAF_SPINE], ids=["cluster", "leaf_spine"])
+@pytest.mark.parametrize("split", ["per_packet", "per_flow"])
+def test_vectorised_ecmp_placement_equals_the_per_queue_pair_walk(topology, split):
+    sim, sb = builder(topology, "ecmp", split)
+    src, dst, uid, h = pairs(sim)
+    counts, segs, ws = sb.rows(src, dst, uid, h)
+    ptr = np.concatenate([[0], np.cumsum(counts)])
+    for k in range(len(src)):
+        fast = sb.usage(list(zip(segs[ptr[k]:ptr[k + 1]].tolist(), ws[ptr[k]:ptr[k + 1]].tolist())))
+        slow = sb.usage(sb.row(int(src[k]), int(dst[k]), int(uid[k]), int(h[k])))
+        assert fast.keys() == slow.keys()
+        assert all(abs(fast[x] - slow[x]) < 1e-12 for x in fast)
+
+
+@pytest.mark.parametrize("routing", ["ecmp", "spray", "adaptive"])
+def test_every_queue_pair_crosses_one_unit_of_share_per_hop_and_reaches_its_destination(routing):
+    sim, sb = builder(CLUSTER, routing)
+    L = sb.links
+    src, dst, uid, h = pairs(sim, 60)
+    for k in range(len(src)):
+        use = sb.usage(sb.row(int(src[k]), int(dst[k]), int(uid[k]), int(h[k])))
+        out_src = sum(c for link, c in use.items() if L.src[link] == src[k])
+        into_dst = sum(c for link, c in use.items() if L.dst[link] == dst[k])
+        assert out_src == pytest.approx(1.0) and into_dst == pytest.approx(1.0)
+        # flow is conserved at every switch it crosses
+        nodes = {int(L.src[x]) for x in use} | {int(L.dst[x]) for x in use}
+        for node in nodes - {int(src[k]), int(dst[k])}:
+            inflow = sum(c for x, c in use.items() if L.dst[x] == node)
+            outflow = sum(c for x, c in use.items() if L.src[x] == node)
+            assert inflow == pytest.approx(outflow)
+
+
+def test_spray_splits_evenly_and_ecmp_takes_one_port_per_switch():
+    sim, sb = builder(LEAF_SPINE, "spray")
+    L = sb.links
+    use = sb.usage(sb.row(0, 15, 0, 12345))
+    ups = sorted(c for x, c in use.items() if L.src[x] == int(L.dst[L.between(0, L.dst[0])[0]]) and c)
+    assert len(ups) == 8 and all(c == pytest.approx(1 / 8) for c in ups)      # 4 spines x 2 links
+    sim, sb = builder(LEAF_SPINE, "ecmp")
+    use = sb.usage(sb.row(0, 15, 0, 12345))
+    assert sorted(use.values()) == [1.0] * 4          # host-leaf, leaf-spine, spine-leaf, leaf-host
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 10**6), st.integers(1, 300))
+def test_ecmp_index_array_equals_ecmp_index(h, salt, switch, n):
+    got = ecmp_index_array(np.array([h], dtype=np.uint64), salt, np.array([switch], dtype=np.uint64),
+                           np.array([n], dtype=np.uint64))
+    assert int(got[0]) == ecmp_index(h, salt, switch, n)
