@@ -161,7 +161,7 @@ def table(rows) -> str:
                      f"| {fmt(f['completion_time_ratio'])} | {fmt(d['completion_time_ratio'], True)} "
                      f"| {fmt(p['goodput_fraction'])} | {fmt(f['goodput_fraction'])} "
                      f"| {fmt(d['goodput_fraction'], True)} | {fmt(d['op_time_max_abs'], True)} "
-                     f"| {p['wall_s']:.2f} | {f['wall_s']:.3f} | {r['wall_ratio']:.0f}x |")
+                     f"| {p['wall_s']:.2f} | {f['wall_s']:.3f} | {r['wall_ratio']:.1f}x |")
     return "\n".join(lines)
 
 
