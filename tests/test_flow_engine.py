@@ -197,10 +197,6 @@ def test_trace_dependencies_gaps_and_persistent_connections_give_per_operation_t
 # parameters: efficiency and grouping
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "flow-engine defect (reported): the pipeline latency is taken as ideal_fct - alone time at the "
-    "scaled capacity, so with efficiency < 1 it shrinks by (1/e - 1) S / c and is clamped to 0: a "
-    "bandwidth-bound message loses its whole propagation and switch latency"))
 @pytest.mark.parametrize("efficiency", [0.5, {"ecmp": 0.5}])
 def test_efficiency_half_doubles_a_bandwidth_bound_transfer(tmp_path, efficiency):
     size = 32 * 2**20

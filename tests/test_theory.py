@@ -137,11 +137,6 @@ def test_ecmp_uplink_usage_matches_balls_into_bins_and_sets_throughput(engine):
         fractions.append(f)
         all_active.append(res.summary["effective_bandwidth"]["goodput_while_all_active_fraction"])
     assert abs(np.mean(fractions) - expected) < 0.03
-    if engine == "flow" and None in all_active:
-        # flow-engine defect (reported): its recorder never sets the first-arrival / first-end
-        # marks, so the window is null with reason "no message delivered payload", and the figure
-        # is not listed in summary["not_modelled"]
-        pytest.xfail("flow engine leaves goodput_while_all_active_fraction null")
     all_active = [x / (4096 / 4178) for x in all_active]
     assert abs(np.mean(all_active) - expected) < 0.05
 
@@ -158,9 +153,7 @@ def test_ecmp_completion_is_set_by_the_most_collided_link(engine):
         k_max = int(round(up["tx_data_bytes"].max() / wire_per_msg))
         ratio = res.summary["effective_bandwidth"]["completion_time_ratio"]
         all_active = res.summary["effective_bandwidth"]["goodput_while_all_active_fraction"]
-        # (flow engine: null, a reported defect; see the balls-into-bins test)
-        if not (engine == "flow" and all_active is None):
-            assert ratio < all_active
+        assert ratio < all_active
         assert abs(ratio - 1 / k_max) < 0.1 / k_max
 
 

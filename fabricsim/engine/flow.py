@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+from collections import deque
 import math
 from typing import Union
 
@@ -47,7 +48,7 @@ from .interface import ENGINES, RunOutcome, SimulationInput
 from .spread import SpreadBuilder
 
 PS_PER_S = 10**12
-_RELEASE, _DONE = 0, 1
+_RELEASE, _DONE, _FIRST = 0, 1, 2
 
 #: what the flow engine does not produce, and why (summary["not_modelled"])
 NOT_MODELLED = {
@@ -216,6 +217,10 @@ class FlowEngine:
         self.f_rem = np.zeros(1024)
         self.f_alive = np.zeros(1024, dtype=bool)
         self.f_size = np.zeros(1024)
+        self.f_t0 = np.zeros(1024)            # when each flow started
+        self.f_tail = np.zeros(1024)          # its message's pipeline latency
+        self.f_version = 0                    # bumped whenever F changes
+        self.link_payload = np.zeros(len(self.links))   # payload of flows compacted away, per link
         self.nf = 0
         self._dirty = False
         self.f_counts: list = []     # F in chunks: entries per flow, segments, weights
@@ -224,9 +229,12 @@ class FlowEngine:
         self._f_cache = None
         self._to_start: list = []
         self.qps_left = np.zeros(n, dtype=np.int64)
+        self.f_start_of = np.zeros(n)         # when each row started sending
+        self._lat: dict = {}
         self.fluid_end = np.zeros(n)
         self.delivered = np.zeros(n)
-        self.delivered_total = 0.0
+        self._arrivals: deque = deque()      # (arrival start, arrival end, bytes) per step
+        self._arrived = 0.0
         self.remaining = n
         self.last_end = 0
         self.first_release = None
@@ -240,10 +248,13 @@ class FlowEngine:
         while True:
             while self.heap and self.heap[0][0] <= self.now * (1 + 1e-15):
                 at, _s, kind, i = heapq.heappop(self.heap)
+                self.recorder.delivered_total = self._delivered_by(at)
                 if kind == _RELEASE:
                     self._release(i, at)
-                else:
+                elif kind == _DONE:
                     self._done(i, at)
+                else:
+                    self.recorder.on_first_arrival(self.recs[i], at)
             if self.remaining == 0:
                 status = "complete"
                 break
@@ -268,10 +279,10 @@ class FlowEngine:
             if self._dirty:
                 if self.spread.segments != built_segments:
                     problem = FluidProblem(self._f_matrix(), self._v_matrix(), self.cap)
-                    built_segments, built_flows = self.spread.segments, self.nf
-                elif self.nf != built_flows:
+                    built_segments, built_flows = self.spread.segments, self.f_version
+                elif self.f_version != built_flows:
                     problem = problem.with_flows(self._f_matrix())
-                    built_flows = self.nf
+                    built_flows = self.f_version
                 sol = problem.solve(active=self.f_alive[:self.nf])
                 rates = sol.rates
                 solves += 1
@@ -292,7 +303,8 @@ class FlowEngine:
             # the step: to the first fluid finish or event, exactly; with grouping, on to the end of
             # the window after it: flows finishing inside it finish at their own times under this
             # step's rates, and events inside it (releases) take effect at its end
-            window = max(self.quantum, self.group * (self.now - (self.first_release or 0.0)))
+            window = max(self.quantum, self.group * (self.now - float(self.f_t0[alive].min()))) \
+                if self.group else self.quantum
             first = min(dt, t_ev)
             horizon = min(first + window, limit - self.now)
             fin = tf <= horizon * (1 + 1e-12)
@@ -304,9 +316,12 @@ class FlowEngine:
             self.f_rem[alive] = np.where(fin, 0.0, np.maximum(rem - moved, 0.0))
             np.add.at(self.delivered, self.f_row[alive], moved)
             total = float(moved.sum())
-            self._goodput(self.now, self.now + step, total)
-            self.delivered_total += total
-            self.recorder.delivered_total = int(self.delivered_total)
+            if total > 0:
+                # the bytes that left in this step arrive a pipeline latency later: their mean
+                # over the step's bytes shifts the goodput series and the recorder's delivered count
+                lag = float(np.dot(moved, self.f_tail[alive])) / total
+                self._goodput(self.now + lag, self.now + step + lag, total)
+                self._arrivals.append((self.now + lag, self.now + step + lag, total))
             done_flows = alive[fin]
             finish_at = self.now + tf[fin]
             self.now += step
@@ -319,6 +334,8 @@ class FlowEngine:
                         self.fluid_end[i] = tf_i
                     if self.qps_left[i] == 0:
                         self._fluid_done(i, float(self.fluid_end[i]))
+                if self.nf > 4096 and self.nf > 2 * (len(alive) - len(done_flows)):
+                    self._compact()
         return self._outcome(status, solves, iterations, steps, peak)
 
     # ------------------------------------------------------------------ message lifecycle
@@ -346,12 +363,15 @@ class FlowEngine:
         numbering, in start order) as fluid flows, and their rows of ``F``."""
         todo, self._to_start = self._to_start, []
         t = self.table
-        src_l, dst_l, uid_l, h_l, size_l, row_l = [], [], [], [], [], []
+        src_l, dst_l, uid_l, h_l, size_l, row_l, t0_l = [], [], [], [], [], [], []
         for i, at in todo:
             src, dst = int(t.src[i]), int(t.dst[i])
             opened = self.connections.open(src, dst, int(t.size_bytes[i]), int(t.qps[i]), int(t.conn[i]))
             self.qps_left[i] = len(opened)
             self.fluid_end[i] = at
+            self.f_start_of[i] = at
+            if int(t.size_bytes[i]):
+                self._push(int(math.ceil(at + self._latency(i)[1])), _FIRST, i)
             if not opened:
                 self._fluid_done(i, float(at))
                 continue
@@ -362,6 +382,7 @@ class FlowEngine:
                 h_l.append(h)
                 size_l.append(qb)
                 row_l.append(i)
+                t0_l.append(at)
         k = len(src_l)
         if not k:
             return
@@ -374,7 +395,11 @@ class FlowEngine:
             self.f_alive = np.concatenate([self.f_alive, np.zeros(grow - len(self.f_alive), dtype=bool)])
             self.f_row = np.concatenate([self.f_row, np.zeros(grow - len(self.f_row), dtype=np.int64)])
             self.f_size = np.concatenate([self.f_size, np.zeros(grow - len(self.f_size))])
+            self.f_t0 = np.concatenate([self.f_t0, np.zeros(grow - len(self.f_t0))])
+            self.f_tail = np.concatenate([self.f_tail, np.zeros(grow - len(self.f_tail))])
         sl = slice(self.nf, need)
+        self.f_t0[sl] = t0_l
+        self.f_tail[sl] = [self._latency(i)[1] for i in row_l]
         self.f_rem[sl] = size_l
         self.f_size[sl] = size_l
         self.f_alive[sl] = True
@@ -384,15 +409,14 @@ class FlowEngine:
         self.f_w.append(ws)
         self.nf = need
         self._f_cache = None
+        self.f_version += 1
         self._dirty = True
 
     def _fluid_done(self, i: int, tf: float):
         """Every byte of row ``i`` has left its sender (fluid): its connection's next message may
         start, and it completes after its path's pipeline latency (never before its ideal)."""
         r = self.recs[i]
-        m = r.msg
-        fct = self.ideal.fct(m)
-        tail = max(0.0, fct - self._alone_ps(m))
+        fct, tail = self._latency(i)
         end = int(math.ceil(max(tf + tail, r.release + fct)))
         for nxt in self.conns.sent(i):
             self._start(nxt, int(math.ceil(tf)))
@@ -415,6 +439,19 @@ class FlowEngine:
             self.recorder.on_message(r)
             for rel, j in self.replay.completed(x, at):
                 self._push(rel, _RELEASE, j)
+
+    def _delivered_by(self, t: float) -> int:
+        """Payload arrived at its receivers by ``t`` (the steps' bytes, each spread evenly over its
+        arrival interval)."""
+        arr = self._arrivals
+        while arr and arr[0][1] <= t:
+            self._arrived += arr.popleft()[2]
+        part = 0.0
+        for a0, a1, b in arr:
+            if a0 >= t:
+                break
+            part += b * (t - a0) / (a1 - a0) if a1 > a0 else b
+        return int(self._arrived + part)
 
     def _goodput(self, t0: float, t1: float, nbytes: float):
         """Add ``nbytes`` delivered evenly over ``[t0, t1)`` to the recorder's goodput bins."""
@@ -448,15 +485,15 @@ class FlowEngine:
                 continue
             else:
                 r.reason = reason or "stalled"
-                r.delivered = int(self.delivered[i])
+                r.delivered = int(round(float(self.delivered[i])))
             self.recorder.on_message(r)
         # goodput bins hold whole bytes
         self.recorder.goodput[:] = _whole(self.recorder.goodput)
-        moved = np.zeros(self.nf)
-        flows = np.arange(self.nf)
-        moved[flows] = self._sizes_sent(flows)
-        link_payload = self._v_matrix().T @ (self._f_matrix().T @ moved)
-        counters = {"injected_payload_bytes": int(round(float(self.delivered.sum()))),
+        sent = self._sizes_sent(np.arange(self.nf))
+        link_payload = self.link_payload + self._v_matrix().T @ (self._f_matrix().T @ sent)
+        # the fluid model has nothing in flight: a byte that left its sender is delivered
+        # (its arrival is the pipeline latency later), so injected = delivered, per message
+        counters = {"injected_payload_bytes": sum(r.delivered for r in self.recs),
                     "dropped_payload_bytes": 0, "dropped_packets": 0,
                     "flow_rate_recomputations": solves, "flow_solver_iterations": iterations, "flow_steps": steps,
                     "flows": self.nf, "flow_segments": self.spread.segments, "flow_peak_concurrent": peak,
@@ -472,6 +509,28 @@ class FlowEngine:
         """Payload each flow has sent (its bytes less what remains)."""
         return self.f_size[flows] - self.f_rem[flows]
 
+    def _compact(self):
+        """Drop finished flows from the flow columns and ``F`` (their link bytes are kept), so a
+        rate recomputation costs the active flows, not every flow of the run."""
+        n = self.nf
+        keep = np.flatnonzero(self.f_alive[:n])
+        gone = np.ones(n, dtype=bool)
+        gone[keep] = False
+        F = self._f_matrix()
+        sent = (self.f_size[:n] - self.f_rem[:n]) * gone
+        self.link_payload += self._v_matrix().T @ (F.T @ sent)
+        Fk = F[keep]
+        self.f_counts, self.f_seg, self.f_w = [np.diff(Fk.indptr)], [Fk.indices.astype(np.int64)], [Fk.data]
+        m = len(keep)
+        for name in ("f_rem", "f_row", "f_size", "f_alive", "f_t0", "f_tail"):
+            a = getattr(self, name)
+            b = np.zeros_like(a)
+            b[:m] = a[keep]
+            setattr(self, name, b)
+        self.nf = m
+        self._f_cache = None
+        self.f_version += 1
+
     def _f_matrix(self):
         """``F``: one row per flow opened so far (segments and weights), at the current segment count."""
         nseg = max(self.spread.segments, 1)
@@ -486,15 +545,26 @@ class FlowEngine:
             c = self._f_cache = sp.csr_matrix((w, seg, ptr), shape=(self.nf, nseg))
         return c
 
+    def _latency(self, i: int) -> tuple[float, float]:
+        """(idle-fabric packet-train time, pipeline latency) of row ``i``: the pipeline latency is
+        the packet-train time less the message's idle fluid transfer time, the time its last byte
+        still needs once it has left the sender (and its first byte needs to arrive)."""
+        got = self._lat.get(i)
+        if got is None:
+            m = self.recs[i].msg
+            fct = self.ideal.fct(m)
+            got = self._lat[i] = (fct, max(0.0, fct - self._alone_ps(m)))
+        return got
+
     def _alone_ps(self, m) -> float:
-        """Fluid time of ``m`` alone on an idle fabric: its payload over the payload rate its
-        ports allow (the same framing as the link capacities)."""
+        """Fluid time of ``m`` alone on an idle fabric at full capacity: its payload over the
+        payload rate its ports allow (the same framing as the link capacities, efficiency 1)."""
         if m.size_bytes == 0:
             return 0.0
         rate_bps = self.ideal.parallel_rate(m)
         unit, hdr, pp = self.ideal.framing(m.src, m.dst)
         share = (unit / (unit + hdr)) if pp is None else pp / (pp + hdr)
-        return m.size_bytes / (rate_bps / 8e12 * share * self.efficiency)
+        return m.size_bytes / (rate_bps / 8e12 * share)
 
     def _v_matrix(self):
         sb = self.spread
