@@ -98,7 +98,7 @@ def test_two_bottleneck_max_min_shares_and_finish_times(tmp_path):
                                 {"id": 1, "src": 1, "dst": 4, "size_bytes": S},
                                 {"id": 2, "src": 2, "dst": 4, "size_bytes": S},
                                 {"id": 3, "src": 1, "dst": 5, "size_bytes": 3 * S}])
-    res = fabricsim.run(scenario(topo, tr, engine="flow"))
+    res = fabricsim.run(scenario(topo, tr, engine="flow", flow={"group": 0}))     # exact
     m = res.messages.set_index("message_id")
     c = 400e9 / 8 / 1e12 * PAYLOAD          # payload bytes per ps
     fluid = {0: 3 * S / c, 1: 3 * S / c, 2: 3 * S / c, 3: 4 * S / c}
@@ -220,8 +220,9 @@ def test_efficiency_of_another_policy_is_one(tmp_path):
 @pytest.mark.parametrize("group", [0.01, 0.05])
 def test_grouping_stays_close_to_exact(group):
     sc = scenario(leaf_spine(n_per_leaf=8, leaves=4, spines=8), {"pattern": "all_to_all", "message_size": "64KiB"},
-                  engine="flow")
+                  engine="flow", flow={"group": 0})
     exact = fabricsim.run(sc)
+    assert exact.summary["run"]["flow_group"] == 0
     grouped = fabricsim.run(scenario(leaf_spine(n_per_leaf=8, leaves=4, spines=8),
                                      {"pattern": "all_to_all", "message_size": "64KiB"}, engine="flow",
                                      flow={"group": group}))
