@@ -289,3 +289,26 @@ def test_flow_agrees_with_packet_within_5_percent(traffic, policy):
         figs[engine] = (eb["completion_time_ratio"], eb["goodput_fraction"])
     for p, f in zip(figs["packet"], figs["flow"]):
         assert abs(f - p) / p < 0.05, figs
+
+
+def test_pxn_relays_as_in_the_packet_engine():
+    """nic.pxn: each chunk goes to the relay over NVLink, then on from the relay's NIC; the flow
+    engine cuts and chains the pieces as the packet engine does, and the first legs are not goodput."""
+    sc = {"name": "pxn", "topology": {"kind": "cluster", "domain": "nvl72", "racks": 2,
+                                      "nic": {"ports": 1, "rate": "400Gbps"}, "switch": {"buffer": {"size": "unbounded"}}},
+          "traffic": {"pattern": "permutation", "message_size": "512KiB", "locality": "cross_leaf"},
+          "routing": {"policy": "adaptive"}, "nic": {"plane_split": "per_packet", "pxn": True, "pxn_chunk": "128KiB"}}
+    res = {e: fabricsim.run({**sc, "simulation": {"engine": e}}) for e in ("packet", "flow")}
+    p, f = (res[e].summary for e in ("packet", "flow"))
+    assert f["run"]["status"] == "complete"
+    assert f["bytes"]["delivered_payload_bytes"] == p["bytes"]["delivered_payload_bytes"] == 144 * 512 * 1024
+    from fabricsim.api import prepare
+    _l, sim = prepare({**sc, "simulation": {"engine": "flow"}})
+    relayed = sum(sim.paths.pxn_relay(m.src, m.dst) is not None for m in sim.messages)
+    assert 0 < relayed < 144
+    # a relayed message: 4 chunks, two legs each, one queue pair per leg; the others go direct
+    assert f["run"]["flows"] == relayed * 4 * 2 + (144 - relayed)
+    assert abs(f["pattern"]["duration_ps"] / p["pattern"]["duration_ps"] - 1) < 0.03
+    # without PXN the same traffic leaves by each GPU's own NIC: a different time
+    direct = fabricsim.run({**sc, "nic": {"plane_split": "per_packet"}, "simulation": {"engine": "flow"}})
+    assert direct.summary["pattern"]["duration_ps"] != f["pattern"]["duration_ps"]

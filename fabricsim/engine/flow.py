@@ -41,7 +41,6 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config.types import Time
-from ..errors import ConfigError
 from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
 from ..flows.fluid import FluidProblem
 from ..flows.links import LinkTable
@@ -53,7 +52,7 @@ from .interface import ENGINES, RunOutcome, SimulationInput
 from .spread import SpreadBuilder
 
 PS_PER_S = 10**12
-_RELEASE, _DONE, _FIRST = 0, 1, 2
+_RELEASE, _DONE, _FIRST, _PIECE = 0, 1, 2, 3
 
 #: what the flow engine does not produce, and why (summary["not_modelled"])
 NOT_MODELLED = {
@@ -157,9 +156,8 @@ class FlowEngine:
         streams = sim.streams
         self.policy = ROUTING.get(sc.routing.name)(sc.routing.params, streams)
         self.split = SPLITS.get(sc.nic.name)(sc.nic.params, streams)
-        if sc.nic.params is not None and sc.nic.params.pxn:
-            raise ConfigError("nic.pxn has no flow-level model yet (allowed with simulation.engine flow: pxn false)",
-                              field="nic.pxn")
+        self.pxn = bool(sc.nic.params is not None and sc.nic.params.pxn)
+        self.pxn_chunk = sc.nic.params.pxn_chunk if sc.nic.params is not None else 0
         self.spread = SpreadBuilder(self.links, sim.paths, self.policy, self.split)
         self.connections = ConnectionTable(streams.u64(FLOWS_SALT_STREAM))
         self.efficiency = self.params.efficiency_for(sc.routing.name)
@@ -224,6 +222,7 @@ class FlowEngine:
         self.f_size = np.zeros(1024)
         self.f_t0 = np.zeros(1024)            # when each flow started
         self.f_tail = np.zeros(1024)          # its message's pipeline latency
+        self.f_final = np.zeros(1024, dtype=bool)   # its bytes reach the message's destination (goodput)
         self.f_version = 0                    # bumped whenever F changes
         self.flows_opened = 0
         self.link_payload = np.zeros(len(self.links))   # payload of flows compacted away, per link
@@ -234,11 +233,15 @@ class FlowEngine:
         self.f_w: list = []
         self._f_cache = None
         self._to_start: list = []
-        self.qps_left = np.zeros(n, dtype=np.int64)
-        self.f_start_of = np.zeros(n)         # when each row started sending
+        # units that open queue pairs: the n messages, then PXN pieces (each chunk of a relayed
+        # message: src -> relay over NVLink, then relay -> dst), as the packet engine cuts them
+        self._plan_pieces()
+        units = n + len(self.u_src)
+        self.qps_left = np.zeros(units, dtype=np.int64)
+        self.f_start_of = np.zeros(units)     # when each unit started sending
         self._lat: dict = {}
-        self.fluid_end = np.zeros(n)
-        self.delivered = np.zeros(n)
+        self.fluid_end = np.zeros(units)
+        self.delivered = np.zeros(units)
         self._arrivals: deque = deque()      # (arrival start, arrival end, bytes) per step
         self._arrived = 0.0
         self.remaining = n
@@ -259,12 +262,14 @@ class FlowEngine:
                     self._release(i, at)
                 elif kind == _DONE:
                     self._done(i, at)
+                elif kind == _PIECE:
+                    self._piece_done(i, at)
                 else:
                     self.recorder.on_first_arrival(self.recs[i], at)
             if self.remaining == 0:
                 status = "complete"
                 break
-            if self._to_start:
+            while self._to_start:
                 self._flush_starts()
                 if self.heap and self.heap[0][0] <= self.now:
                     continue          # zero-byte messages completed at once
@@ -321,11 +326,12 @@ class FlowEngine:
             moved = np.where(fin, rem, r * step)
             self.f_rem[alive] = np.where(fin, 0.0, np.maximum(rem - moved, 0.0))
             np.add.at(self.delivered, self.f_row[alive], moved)
-            total = float(moved.sum())
+            good = moved * self.f_final[alive]            # PXN first legs are not goodput
+            total = float(good.sum())
             if total > 0:
                 # the bytes that left in this step arrive a pipeline latency later: their mean
                 # over the step's bytes shifts the goodput series and the recorder's delivered count
-                lag = float(np.dot(moved, self.f_tail[alive])) / total
+                lag = float(np.dot(good, self.f_tail[alive])) / total
                 self._goodput(self.now + lag, self.now + step + lag, total)
                 self._arrivals.append((self.now + lag, self.now + step + lag, total))
             done_flows = alive[fin]
@@ -370,13 +376,27 @@ class FlowEngine:
         todo, self._to_start = self._to_start, []
         t = self.table
         src_l, dst_l, uid_l, h_l, size_l, row_l, t0_l = [], [], [], [], [], [], []
+        n = len(t)
         for i, at in todo:
-            src, dst = int(t.src[i]), int(t.dst[i])
-            opened = self.connections.open(src, dst, int(t.size_bytes[i]), int(t.qps[i]), int(t.conn[i]))
+            if i < n and self.pieces_of.get(i):
+                # PXN: the message goes as chunks through its relay; every first leg starts now
+                self._push(int(math.ceil(at + self._latency(i)[1])), _FIRST, i)
+                for p in self.pieces_of[i]:
+                    self.recs[p].release = at
+                    self._to_start.append((p, at))
+                continue
+            if i < n:
+                src, dst, size, qps, conn = int(t.src[i]), int(t.dst[i]), int(t.size_bytes[i]), int(t.qps[i]), \
+                    int(t.conn[i])
+            else:
+                k = i - n
+                src, dst, size, qps, conn = self.u_src[k], self.u_dst[k], self.u_size[k], self.u_qps[k], \
+                    self.u_conn[k]
+            opened = self.connections.open(src, dst, size, qps, conn)
             self.qps_left[i] = len(opened)
             self.fluid_end[i] = at
             self.f_start_of[i] = at
-            if int(t.size_bytes[i]):
+            if size and i < n:
                 self._push(int(math.ceil(at + self._latency(i)[1])), _FIRST, i)
             if not opened:
                 self._fluid_done(i, float(at))
@@ -403,7 +423,9 @@ class FlowEngine:
             self.f_size = np.concatenate([self.f_size, np.zeros(grow - len(self.f_size))])
             self.f_t0 = np.concatenate([self.f_t0, np.zeros(grow - len(self.f_t0))])
             self.f_tail = np.concatenate([self.f_tail, np.zeros(grow - len(self.f_tail))])
+            self.f_final = np.concatenate([self.f_final, np.zeros(grow - len(self.f_final), dtype=bool)])
         sl = slice(self.nf, need)
+        self.f_final[sl] = [i < n or self.u_final[i - n] for i in row_l]
         self.f_t0[sl] = t0_l
         self.f_tail[sl] = [self._latency(i)[1] for i in row_l]
         self.f_rem[sl] = size_l
@@ -425,9 +447,67 @@ class FlowEngine:
         r = self.recs[i]
         fct, tail = self._latency(i)
         end = int(math.ceil(max(tf + tail, r.release + fct)))
+        if i >= len(self.table):            # a PXN piece: its next stage, or its parent, then
+            self._push(end, _PIECE, i)
+            return
         for nxt in self.conns.sent(i):
             self._start(nxt, int(math.ceil(tf)))
         self._push(end, _DONE, i)
+
+    def _piece_done(self, p: int, at: int):
+        """PXN piece ``p`` is all in at ``at``: its chunk goes on from the relay, or (the last leg
+        of the last chunk) the message is complete, never before its own idle-fabric time."""
+        k = p - len(self.table)
+        nxt = self.u_next[k]
+        if nxt >= 0:
+            self.recs[nxt].release = at
+            self._start(nxt, at)
+            return
+        parent = self.u_parent[k]
+        self.pieces_left[parent] -= 1
+        if self.pieces_left[parent] == 0:
+            r = self.recs[parent]
+            self._push(max(at, int(math.ceil(r.release + self._latency(parent)[0]))), _DONE, parent)
+
+    def _plan_pieces(self):
+        """The PXN pieces of every relayed message (``nic.pxn``): chunks of ``pxn_chunk`` bytes,
+        each a first leg ``src -> relay`` (one queue pair, not goodput) and a second leg
+        ``relay -> dst`` (the message's queue pairs and connection), as the packet engine."""
+        t = self.table
+        n = len(t)
+        self.u_src, self.u_dst, self.u_size, self.u_qps, self.u_conn = [], [], [], [], []
+        self.u_parent, self.u_next, self.u_final = [], [], []
+        self.pieces_of: dict = {}
+        self.pieces_left: dict = {}
+        if not self.pxn:
+            return
+        for i in range(n):
+            src, dst, size = int(t.src[i]), int(t.dst[i]), int(t.size_bytes[i])
+            relay = self.sim.paths.pxn_relay(src, dst)
+            if relay is None or not size:
+                continue
+            firsts = []
+            for off in range(0, size, self.pxn_chunk):
+                c = min(self.pxn_chunk, size - off)
+                k = len(self.u_src)
+                # first leg k, second leg k + 1
+                self.u_src += [src, relay]
+                self.u_dst += [relay, dst]
+                self.u_size += [c, c]
+                self.u_qps += [1, int(t.qps[i])]
+                self.u_conn += [-1, int(t.conn[i])]
+                self.u_parent += [i, i]
+                self.u_next += [n + k + 1, -1]
+                self.u_final += [False, True]
+                firsts.append(n + k)
+            self.pieces_of[i] = firsts
+            self.pieces_left[i] = len(firsts)
+        for k in range(len(self.u_src)):
+            m = _Msg.__new__(_Msg)
+            m.id, m.src, m.dst, m.size_bytes = int(t.id[self.u_parent[k]]), self.u_src[k], self.u_dst[k], \
+                self.u_size[k]
+            m.qps, m.start_ps, m.conn = self.u_qps[k], 0, self.u_conn[k]
+            self.recs.append(_FlowRecord(m))
 
     def _done(self, i: int, at: int):
         """Row ``i`` has all its bytes in at ``at``: it completes, with the rows deferred behind it
@@ -492,7 +572,10 @@ class FlowEngine:
                 continue
             else:
                 r.reason = reason or "stalled"
-                r.delivered = int(round(float(self.delivered[i])))
+                d = float(self.delivered[i])
+                for p in self.pieces_of.get(i, ()):
+                    d += float(self.delivered[self.u_next[p - n]])      # second legs: what arrived
+                r.delivered = int(round(d))
             self.recorder.on_message(r)
         # goodput bins hold whole bytes
         self.recorder.goodput[:] = _whole(self.recorder.goodput)
@@ -500,7 +583,7 @@ class FlowEngine:
         link_payload = self.link_payload + self._v_matrix().T @ (self._f_matrix().T @ sent)
         # the fluid model has nothing in flight: a byte that left its sender is delivered
         # (its arrival is the pipeline latency later), so injected = delivered, per message
-        counters = {"injected_payload_bytes": sum(r.delivered for r in self.recs),
+        counters = {"injected_payload_bytes": sum(r.delivered for r in self.recs[:n]),
                     "dropped_payload_bytes": 0, "dropped_packets": 0,
                     "flow_rate_recomputations": solves, "flow_solver_iterations": iterations, "flow_steps": steps,
                     "flows": self.flows_opened, "flow_segments": self.spread.segments, "flow_peak_concurrent": peak,
@@ -529,7 +612,7 @@ class FlowEngine:
         Fk = F[keep]
         self.f_counts, self.f_seg, self.f_w = [np.diff(Fk.indptr)], [Fk.indices.astype(np.int64)], [Fk.data]
         m = len(keep)
-        for name in ("f_rem", "f_row", "f_size", "f_alive", "f_t0", "f_tail"):
+        for name in ("f_rem", "f_row", "f_size", "f_alive", "f_t0", "f_tail", "f_final"):
             a = getattr(self, name)
             b = np.zeros_like(a)
             b[:m] = a[keep]
