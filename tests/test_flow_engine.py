@@ -312,3 +312,21 @@ def test_pxn_relays_as_in_the_packet_engine():
     # without PXN the same traffic leaves by each GPU's own NIC: a different time
     direct = fabricsim.run({**sc, "nic": {"plane_split": "per_packet"}, "simulation": {"engine": "flow"}})
     assert direct.summary["pattern"]["duration_ps"] != f["pattern"]["duration_ps"]
+
+
+def test_link_time_series_from_fluid_rates():
+    """The flow engine samples its links as the packet engine does: bins add up to the links
+    table, never above line rate, and queue_bytes is NA (no queues in a fluid model)."""
+    sc = {"name": "ts", "topology": {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4},
+          "traffic": {"pattern": "all_to_all", "message_size": "256KiB"}, "routing": {"policy": "ecmp"},
+          "simulation": {"engine": "flow"}, "outputs": {"link_sample_interval": "10us"}}
+    res = fabricsim.run(sc)
+    ts = res.link_timeseries
+    assert len(ts) and ts["queue_bytes"].isna().all()
+    assert ts["utilisation"].max() <= 1 + 1e-9
+    per_link = ts.groupby("link_id")["tx_bytes"].sum()
+    tx = res.links.set_index("link_id")["tx_bytes"]
+    assert (per_link - tx.loc[per_link.index]).abs().max() <= 1
+    assert "queues" in res.summary["not_modelled"]
+    small = fabricsim.run({**sc, "outputs": {"link_sample_interval": "10us", "link_sample_budget": 200}})
+    assert small.summary["run"].get("link_timeseries_truncated") is True

@@ -416,7 +416,8 @@ def link_timeseries(outcome) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     times = np.array([s[0] for s in samples], dtype=np.int64)
     tx = np.array([s[1] for s in samples], dtype=np.int64)          # samples x links, cumulative sent
-    q = np.array([s[2] for s in samples], dtype=np.int64)
+    # an engine without queues (the flow engine) samples None: queue_bytes is NA
+    q = None if samples[0][2] is None else np.array([s[2] for s in samples], dtype=np.int64)
     keep = np.diff(times) > 0
     start, end = times[:-1][keep], times[1:][keep]
     # each sample holds the wire bytes that had left the port by then (the engine's definition
@@ -429,7 +430,8 @@ def link_timeseries(outcome) -> pd.DataFrame:
     return pd.DataFrame({
         "link_id": np.tile(ids, n_bins), "bin_start_ps": np.repeat(start, n_links),
         "bin_end_ps": np.repeat(end, n_links), "tx_bytes": sent.ravel(), "utilisation": util.ravel(),
-        "queue_bytes": q[1:][keep].ravel()})
+        "queue_bytes": (q[1:][keep].ravel() if q is not None
+                        else pd.array([None] * (n_bins * n_links), dtype="Int64"))})
 
 
 def summary_json(summary: dict) -> str:

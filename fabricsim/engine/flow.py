@@ -60,9 +60,9 @@ NOT_MODELLED = {
     "transport": "no packets: no retransmissions, reordering, ECN marks or CNPs (ideal congestion control, "
                  "lossless)",
     "drops": "lossless fluid model: nothing is dropped",
-    "queues": "fluid model: links have no queues (peak_queue_bytes, PFC pauses)",
+    "queues": "fluid model: links have no queues (peak_queue_bytes, PFC pauses, the link time series' "
+              "queue_bytes)",
     "control_bytes": "control packets (ACK/NAK/CNP) are not modelled: tx_bytes holds data wire bytes only",
-    "link_timeseries": "not sampled by the flow engine",
 }
 
 
@@ -254,6 +254,13 @@ class FlowEngine:
         rates = np.zeros(0)
         status = None
         limit = float(self.time_limit)
+        out = self.sim.scenario.outputs
+        self.link_samples: list = []
+        self.link_samples_truncated = False
+        self._sample_every = 0 if (out.link_sample_interval == "off" or not out.link_sample_budget) \
+            else int(out.link_sample_interval)
+        self._sample_budget = out.link_sample_budget
+        self._next_sample = 0.0
         while True:
             while self.heap and self.heap[0][0] <= self.now * (1 + 1e-15):
                 at, _s, kind, i = heapq.heappop(self.heap)
@@ -323,6 +330,8 @@ class FlowEngine:
             if not window and fin.any():
                 step = max(step, float(tf[fin].max()))
             steps += 1
+            if self._sample_every and self._next_sample <= self.now + step:
+                self._take_samples(alive, r, step)
             moved = np.where(fin, rem, r * step)
             self.f_rem[alive] = np.where(fin, 0.0, np.maximum(rem - moved, 0.0))
             np.add.at(self.delivered, self.f_row[alive], moved)
@@ -527,6 +536,24 @@ class FlowEngine:
             for rel, j in self.replay.completed(x, at):
                 self._push(rel, _RELEASE, j)
 
+    def _take_samples(self, alive: np.ndarray, r: np.ndarray, step: float):
+        """Link samples (``outputs.link_sample_interval``) falling inside this step: the wire bytes
+        each link has carried by then (the flows' rates are constant within the step); no queue
+        (fluid). Stops, and says so, at ``outputs.link_sample_budget`` values."""
+        V, F = self._v_matrix(), self._f_matrix()
+        end = self.now + step
+        while self._next_sample <= end:
+            ts = self._next_sample
+            sent = self.f_size[:self.nf] - self.f_rem[:self.nf]
+            sent[alive] += np.minimum(r * (ts - self.now), self.f_rem[alive])
+            payload = self.link_payload + V.T @ (F.T @ sent)
+            self.link_samples.append((int(ts), np.rint(payload / self.payload_share).astype(np.int64).tolist(), None))
+            if len(self.link_samples) * len(self.links) >= self._sample_budget:
+                self.link_samples_truncated = True
+                self._sample_every = 0
+                return
+            self._next_sample = ts + self._sample_every
+
     def _delivered_by(self, t: float) -> int:
         """Payload arrived at its receivers by ``t`` (the steps' bytes, each spread evenly over its
         arrival interval)."""
@@ -591,8 +618,13 @@ class FlowEngine:
                     "flow_group": self.group}
         if self.replay.gpu:
             counters["gpu_compute_busy_ps"] = dict(sorted(self.replay.gpu_busy.items()))
+        links = self._link_rows(link_payload)
+        samples = [x for x in self.link_samples if x[0] <= end_ps]
+        if samples and samples[-1][0] < end_ps:
+            samples.append((end_ps, [row["tx_bytes"] for row in links], None))
         return RunOutcome(status=status, end_ps=end_ps, events=steps, packet_hops=0,
-                          links=self._link_rows(link_payload), counters=counters, warnings=list(self.warnings),
+                          links=links, counters=counters, warnings=list(self.warnings),
+                          link_samples=samples, link_samples_truncated=self.link_samples_truncated,
                           not_modelled=dict(NOT_MODELLED))
 
     def _sizes_sent(self, flows: np.ndarray) -> np.ndarray:
