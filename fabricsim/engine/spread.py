@@ -176,7 +176,9 @@ class SpreadBuilder:
             return out
         return self._row(src, dst, qp, chosen)
 
-    def _row(self, src: int, dst: int, qp, chosen: np.ndarray) -> list[tuple[int, float]]:
+    def _up_segment(self, src: int, chosen: np.ndarray) -> tuple[int, tuple]:
+        """The first-hop segment of ``src`` over its ``chosen`` ports (rate-proportional shares),
+        and the switches it hands the flow to with their weights; one per (host, ports)."""
         key = (src, tuple(chosen.tolist()))
         up = self._up.get(key)
         if up is None:
@@ -188,7 +190,10 @@ class SpreadBuilder:
                 b = int(self.links.dst[p])
                 starts[b] = starts.get(b, 0.0) + x
             up = self._up[key] = (self._segment(acc), tuple(sorted(starts.items())))
-        up_seg, starts = up
+        return up
+
+    def _row(self, src: int, dst: int, qp, chosen: np.ndarray) -> list[tuple[int, float]]:
+        up_seg, starts = self._up_segment(src, chosen)
         attach = self.paths.attachments(dst)
         if self.kind == "per_flow":
             acc, exits = self._walk(dict(starts), dst, qp)
@@ -258,17 +263,7 @@ class SpreadBuilder:
             s_, d_ = int(src[k]), int(dst[k])
             qp = SimpleNamespace(uid=int(uid[k]), hash=int(hashes[k]))
             chosen = np.asarray(self.split.ports(qp, list(self._first_ports(s_, d_))), dtype=np.int64)
-            key = (s_, tuple(chosen.tolist()))
-            got = self._up.get(key)
-            if got is None:
-                r = self._rate[chosen]
-                w = r / r.sum()
-                acc = {int(p): float(x) for p, x in zip(chosen, w)}
-                starts: dict = {}
-                for p, x in acc.items():
-                    b = int(self.links.dst[p])
-                    starts[b] = starts.get(b, 0.0) + x
-                got = self._up[key] = (self._segment(acc), tuple(sorted(starts.items())))
+            got = self._up_segment(s_, chosen)
             up[k] = got[0]
             for node, w in got[1]:
                 sq.append(k)
