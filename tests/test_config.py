@@ -225,3 +225,13 @@ def test_config_error_one_line_format():
 def test_scenario_model_rejects_extra_fields_directly():
     with pytest.raises(Exception):
         Scenario.model_validate({"bogus": 1})
+
+
+def test_link_sample_interval_off_survives_yaml_and_set():
+    """YAML 1.1 reads a bare `off` as false: `--set outputs.link_sample_interval=off` and a file's
+    `link_sample_interval: off` both mean off."""
+    from fabricsim.config import load_scenario
+    sc = load_scenario({"outputs": {"link_sample_interval": "10us"}}, ["outputs.link_sample_interval=off"]).scenario
+    assert sc.outputs.link_sample_interval == "off"
+    import yaml
+    assert load_scenario(yaml.safe_load("outputs: {link_sample_interval: off}")).scenario.outputs.link_sample_interval == "off"

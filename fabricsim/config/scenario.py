@@ -5,8 +5,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import (BaseModel, Field, StrictFloat, StrictInt, ValidationError, model_serializer,
-                      model_validator)
+from pydantic import (BaseModel, Field, StrictFloat, StrictInt, ValidationError, field_validator,
+                      model_serializer, model_validator)
 
 from ..errors import ConfigError
 from .profiles import apply_profile
@@ -97,6 +97,12 @@ class OutputsConfig(BaseModel):
     link_sample_interval: PositiveTime | Literal["off"] = Field("10us", description=(
         "every this much simulated time, record each link's transmitted bytes and queue; 'off' "
         "disables the link time series"))
+    @field_validator("link_sample_interval", mode="before")
+    @classmethod
+    def _off(cls, v):
+        # YAML 1.1 reads a bare `off` (a file's `link_sample_interval: off`, `--set ...=off`) as false
+        return "off" if v is False else v
+
     link_sample_budget: StrictInt = Field(5_000_000, ge=0, description=(
         "at most this many (link, sample) values; sampling stops (and says so) beyond it"))
     latency_rel_error: StrictFloat = Field(0.01, gt=0, le=0.5,
