@@ -325,6 +325,8 @@ class FlowEngine:
                 if self.group else self.quantum
             first = min(dt, t_ev)
             horizon = min(first + window, limit - self.now)
+            if window and self.heap and self.heap[0][0] < self.now + horizon:
+                horizon = self._release_horizon(horizon)
             fin = tf <= horizon * (1 + 1e-12)
             step = horizon if window else min(first, horizon)
             if not window and fin.any():
@@ -667,13 +669,31 @@ class FlowEngine:
             c = self._f_cache = sp.csr_matrix((w, seg, ptr), shape=(self.nf, nseg))
         return c
 
+    def _release_horizon(self, horizon: float) -> float:
+        """Shorten a grouped step so that no message released inside it waits longer than
+        ``group`` x its own idle-fabric time for the step's end (short messages start at their
+        release; long ones may wait, by a small share of their time)."""
+        popped = []
+        end = self.now + horizon
+        while self.heap and self.heap[0][0] < end:
+            ev = heapq.heappop(self.heap)
+            popped.append(ev)
+            at, _s, kind, i = ev
+            if kind == _RELEASE and (end - at) > self.group * self._latency(i)[0]:
+                end = max(float(at), self.now)
+                break
+        for ev in popped:
+            heapq.heappush(self.heap, ev)
+        return end - self.now
+
     def _latency(self, i: int) -> tuple[float, float]:
         """(idle-fabric packet-train time, pipeline latency) of row ``i``: the pipeline latency is
         the packet-train time less the message's idle fluid transfer time, the time its last byte
         still needs once it has left the sender (and its first byte needs to arrive)."""
         got = self._lat.get(i)
         if got is None:
-            m = self.recs[i].msg
+            r = self.recs[i]
+            m = r.msg if r is not None else _Msg(self.table, i)
             fct = self.ideal.fct(m)
             got = self._lat[i] = (fct, max(0.0, fct - self._alone_ps(m)))
         return got
