@@ -174,9 +174,26 @@ class LowerBound:
         self._sides: dict = {}
         self._legs: dict = {}
         figs = np.empty((len(la), 5), dtype=np.int64) if len(la) else np.zeros((0, 5), dtype=np.int64)
+        # legs whose per-message figures are the same function of (size, qps) share a class
+        ncls = len(model._pc_rep)
+        pk = c_ab * ncls + c_ba
+        upk, inv_pk = np.unique(pk, return_inverse=True)
+        leg_cls: dict = {}
+        self._leg_rep: list = []
+        lc = np.empty(len(upk), dtype=np.int64)
+        for j, k in enumerate(upk.tolist()):
+            ab, ba = divmod(k, ncls)
+            hops, (o_rate, o_top, k_out), (i_rate, i_top, k_in), (a, b) = self._side(ab, ba)
+            sig = (tuple(hops), model.framing(a, b), o_rate, o_top, i_rate, i_top, self._sig[(ab, ba)])
+            cl = leg_cls.get(sig)
+            if cl is None:
+                cl = leg_cls[sig] = len(self._leg_rep)
+                self._leg_rep.append((ab, ba))
+            lc[j] = cl
+        leg_class = lc[inv_pk.ravel()] if len(la) else np.zeros(0, dtype=np.int64)
         codes = []
         uniques = []
-        for col in (c_ab, c_ba, ls, lq):
+        for col in (leg_class, ls, lq):
             u, inv = np.unique(col, return_inverse=True)
             uniques.append(u)
             codes.append(inv.ravel())
@@ -185,7 +202,8 @@ class LowerBound:
             for u, code in zip(uniques[1:], codes[1:]):
                 key = key * len(u) + code
             uk, firstk, invk = np.unique(key, return_index=True, return_inverse=True)
-            vals = np.array([self._leg(*(int(u[code[f]]) for u, code in zip(uniques, codes)))
+            vals = np.array([self._leg(*self._leg_rep[int(uniques[0][codes[0][f]])],
+                                       *(int(u[code[f]]) for u, code in zip(uniques[1:], codes[1:])))
                              for f in firstk.tolist()], dtype=np.int64).reshape(len(uk), 5)
             figs = vals[invk.ravel()]
         phi, wire, tail_out, head_in, lat_last = figs.T
@@ -194,7 +212,6 @@ class LowerBound:
             np.maximum.at(min_fct, leg_msg, phi)
         # port groups (host, direction, eligible ports): the sender's towards b, the receiver's back
         ps_ids: dict = {}
-        ncls = len(model._pc_rep)
         out_ps = np.zeros(ncls, dtype=np.int64)
         out_rate = np.zeros(ncls, dtype=np.int64)
         for c in range(ncls):
@@ -248,6 +265,7 @@ class LowerBound:
             # the fastest single port of each side (hosts with ports of unequal rates)
             top_out = max(e["rate_bps"] for s in out_ports for e in g.get_edge_data(a, s).values())
             top_in = max(e["rate_bps"] for s in in_ports for e in g.get_edge_data(b2, s).values())
+            self.__dict__.setdefault("_sig", {})[key] = (n_out, n_in, tuple(reach))
             v = self._sides[key] = (model.fastest_hops(a, b), (out_rate, top_out, k_out),
                                     (in_rate, top_in, k_in), (a, b))
         return v

@@ -352,8 +352,31 @@ class IdealModel:
         """:meth:`train` of each row of the arrays (one Python evaluation per distinct
         (pair class, size, qps))."""
         cid = self.pair_classes(src, dst)
-        return self.per_key(lambda c, sz, q: self._train(*self._pc_rep[c], sz, q), self._train_memo,
-                            cid, size, qps)
+        fc = self._fct_classes(np.unique(cid))
+        return self.per_key(lambda c, sz, q: self._train(*self._fc_rep[c], sz, q), self._fc_memo,
+                            fc[cid], size, qps)
+
+    def _fct_classes(self, cids) -> np.ndarray:
+        """Pair class -> class of equal :meth:`_train` inputs (framing, ports, hops): pair classes
+        whose trains are the same function of (size, qps) share one, and one memo."""
+        if not hasattr(self, "_fc_of"):
+            self._fc_of: dict = {}      # pair class -> fct class
+            self._fc_ids: dict = {}     # (framing, ports, hops) -> fct class
+            self._fc_rep: list = []     # fct class -> representative (src, dst)
+            self._fc_memo: dict = {}
+        for c in np.asarray(cids).tolist():
+            if c not in self._fc_of:
+                a, b = self._pc_rep[c]
+                key = (self.framing(a, b), self.ports(a, b)[1], tuple(self.hops(a, b)))
+                f = self._fc_ids.get(key)
+                if f is None:
+                    f = self._fc_ids[key] = len(self._fc_rep)
+                    self._fc_rep.append((a, b))
+                self._fc_of[c] = f
+        out = np.full(len(self._pc_rep), -1, dtype=np.int64)
+        for c, f in self._fc_of.items():
+            out[c] = f
+        return out
 
     @staticmethod
     def per_key(fn, memo, *cols) -> np.ndarray:
