@@ -322,7 +322,7 @@ CASES = {
                                   {"plane_split": "per_flow"}, "ecmp"),
     "moe_hgx8_pxn": (CLUSTER2, lambda: moe_trace(16, 16), {},
                      {"plane_split": "per_packet", "pxn": True}, "ecmp"),
-    "moe_hgx8_failed_spine": ({**CLUSTER2, "failed": {"switches": ["p1.spine0"]}}, lambda: moe_trace(16, 8), {}, {},
+    "moe_hgx8_failed_spine": ({**CLUSTER2, "failed": {"switches": ["p1.spine0"]}}, lambda: moe_trace(16, 16), {}, {},
                               "adaptive"),
 }
 
