@@ -149,6 +149,7 @@ class LowerBound:
         order = np.argsort(self.ids, kind="stable")
         self._sorted_ids, self._order = self.ids[order], order
         self.out_ptr, self.out_v = self._dependency_csr(t)
+        self.out_counts = np.diff(self.out_ptr)
         src = np.asarray(t.src, dtype=np.int64)
         dst = np.asarray(t.dst, dtype=np.int64)
         size = np.broadcast_to(np.asarray(t.size_bytes, dtype=np.int64), (n,))
@@ -274,24 +275,30 @@ class LowerBound:
         """Links into host ``b`` that a packet handed to switch ``s`` may arrive by (every
         shortest path from ``s``); the switch part is shared by hosts of one attachment set."""
         model = self.model
+        memo = self.__dict__.setdefault("_links_memo", {})
+        key = (s, int(model.host_classes()[b]))     # the class fixes b's attachments and links
+        v = memo.get(key)
+        if v is None:
+            g = model.topo.graph
+            v = memo[key] = sum(len(g.get_edge_data(x, b))
+                                for x in self._last_switches(s, b, model.paths.attachments(b)))
+        return v
+
+    def _last_switches(self, s, b, attach):
+        """The switches next to ``b`` that shortest paths from switch ``s`` end at: ``{s}`` at one
+        of ``b``'s attachments, else the union over ``s``'s next hops (memoised per (switch,
+        attachment set), so the switches of a tier are walked once per destination set)."""
         cache = self.__dict__.setdefault("_last_cache", {})
-        key = (s, model.paths.attachments(b))
+        key = (s, attach)
         last = cache.get(key)
         if last is None:
-            seen, stack, found = {s}, [s], set()
-            while stack:
-                x = stack.pop()
-                nh = model.paths.next_hops(x, b)
-                if nh == [b]:
-                    found.add(x)
-                    continue
-                for y in nh:
-                    if y not in seen:
-                        seen.add(y)
-                        stack.append(y)
-            last = cache[key] = found
-        g = model.topo.graph
-        return sum(len(g.get_edge_data(x, b)) for x in last)
+            nh = self.model.paths.next_hops(s, b)
+            if nh == [b]:
+                last = frozenset((s,))
+            else:
+                last = frozenset().union(*(self._last_switches(y, b, attach) for y in nh)) if nh else frozenset()
+            cache[key] = last
+        return last
 
     def _leg(self, c_ab: int, c_ba: int, size: int, qps: int):
         """(shortest FCT of the leg, wire bytes, sending tail, receiving head, last hop's latency)
@@ -373,20 +380,28 @@ class LowerBound:
 
     # ------------------------------------------------------------------ passes
     def _out_edges(self, nodes, sel):
-        """(sources, targets) of the edges leaving ``nodes`` (CSR gather), targets in ``sel``."""
-        ptr = self.out_ptr
-        lo, hi = ptr[nodes], ptr[nodes + 1]
-        counts = hi - lo
-        total = int(counts.sum())
-        if not total:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        offs = np.repeat(lo - np.cumsum(counts) + counts, counts)
-        vv = self.out_v[offs + np.arange(total)]
-        uu = np.repeat(nodes, counts)
+        """(targets, count per node) of the edges leaving ``nodes`` (sorted rows), targets in
+        ``sel``: the targets grouped by node in the order of ``nodes`` (a CSR gather by masks)."""
+        n = len(self.ids)
+        counts = self.out_counts[nodes]
+        if not counts.any():
+            return np.empty(0, dtype=np.int64), counts
+        if len(nodes) == n:
+            vv = self.out_v
+        else:
+            node_mask = np.zeros(n, dtype=bool)
+            node_mask[nodes] = True
+            vv = self.out_v[np.repeat(node_mask, self.out_counts)]
         if sel is not None:
-            k = sel[vv]
-            uu, vv = uu[k], vv[k]
-        return uu, vv
+            keep = sel[vv]
+            if not keep.all():
+                vv = vv[keep]
+                starts = np.cumsum(counts) - counts
+                nz = counts > 0
+                kept = np.zeros(len(counts), dtype=np.int64)
+                kept[nz] = np.add.reduceat(keep.astype(np.int64), starts[nz])
+                counts = kept
+        return vv, counts
 
     def _forward(self, sel, t0):
         """ES / EF of the selected messages (``sel`` None: all), level by level (Kahn); the
@@ -396,7 +411,7 @@ class LowerBound:
             indeg = np.bincount(self.out_v, minlength=n)
             frontier = np.flatnonzero(indeg == 0)
         else:
-            from_sel = np.repeat(sel, np.diff(self.out_ptr))
+            from_sel = np.repeat(sel, self.out_counts)
             indeg = np.bincount(self.out_v[from_sel], minlength=n)
             frontier = np.flatnonzero(sel & (indeg == 0))
         inmax = np.full(n, _NONE, dtype=np.int64)
@@ -409,12 +424,14 @@ class LowerBound:
             fr = frontier[dep]
             es[fr] = np.maximum(es[fr], inmax[fr] + self.gap[fr])
             ef[frontier] = es[frontier] + self.shortest_fct_ps[frontier]
-            uu, vv = self._out_edges(frontier, sel)
+            vv, counts = self._out_edges(frontier, sel)
             if not len(vv):
                 break
-            np.maximum.at(inmax, vv, ef[uu])
+            np.maximum.at(inmax, vv, np.repeat(ef[frontier], counts))
             indeg -= np.bincount(vv, minlength=n)
-            cand = np.unique(vv)
+            mark = np.zeros(n, dtype=bool)     # np.unique(vv), without a sort of the edges
+            mark[vv] = True
+            cand = np.flatnonzero(mark)
             frontier = cand[indeg[cand] == 0]
         return es, ef, levels
 
@@ -422,9 +439,13 @@ class LowerBound:
         """q: the longest chain of dependents (gaps + FCTs) after each message, deepest level first."""
         q = np.zeros(len(self.ids), dtype=np.int64)
         for frontier in reversed(levels):
-            uu, vv = self._out_edges(frontier, sel)
+            vv, counts = self._out_edges(frontier, sel)
             if len(vv):
-                np.maximum.at(q, uu, self.gap[vv] + self.shortest_fct_ps[vv] + q[vv])
+                vals = self.gap[vv] + self.shortest_fct_ps[vv] + q[vv]
+                nz = counts > 0
+                starts = (np.cumsum(counts) - counts)[nz]
+                u = frontier[nz]
+                q[u] = np.maximum(q[u], np.maximum.reduceat(vals, starts))
         return q
 
     def _port(self, sel, es, q) -> int:

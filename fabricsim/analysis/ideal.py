@@ -352,7 +352,7 @@ class IdealModel:
         """:meth:`train` of each row of the arrays (one Python evaluation per distinct
         (pair class, size, qps))."""
         cid = self.pair_classes(src, dst)
-        fc = self._fct_classes(np.unique(cid))
+        fc = self._fct_classes(np.unique(cid, return_inverse=True)[0])
         return self.per_key(lambda c, sz, q: self._train(*self._fc_rep[c], sz, q), self._fc_memo,
                             fc[cid], size, qps)
 
@@ -437,7 +437,7 @@ class IdealModel:
         """The longest :meth:`base_rtt` over the pairs ``src[i] -> dst[i]`` (numpy arrays, not
         empty): one evaluation per pair class (the way back is of the reverse class)."""
         best = None
-        for c in np.unique(self.pair_classes(src, dst)).tolist():
+        for c in np.unique(self.pair_classes(src, dst), return_inverse=True)[0].tolist():
             v = self.base_rtt(*self._pc_rep[c])
             best = v if best is None else max(best, v)
         return best

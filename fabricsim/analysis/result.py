@@ -212,8 +212,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     host = np.where(relay < 0, t_src, relay)
     cls = model.pair_classes(host, t_dst)
     if len(host):
-        pairs = np.unique(np.stack([host, cls], axis=1), axis=0)
-        for h, c in pairs.tolist():
+        ncls = int(cls.max()) + 1
+        for k in np.unique(host * ncls + cls, return_inverse=True)[0].tolist():   # (sort, not hash)
+            h, c = divmod(k, ncls)
             used_ports.setdefault(h, set()).update(model.ports(*model.representative(c))[0])
     g = topo.graph
     sender_capacity = sum(d["rate_bps"] for h, sws in used_ports.items() for s in sws
