@@ -444,3 +444,18 @@ def test_dependencies_on_unknown_ids_are_left_out(tmp_path):
     old, new = OldLowerBound(IdealModel(sim), msgs), LowerBound(IdealModel(sim), msgs)
     same_bound(new.of(0), old.of(0))
     same_bound(new.of(0, [1, 7]), old.of(0, [1, 7]))
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 100])
+def test_the_passes_in_small_runs_of_edges_give_the_same_bound(tmp_path, monkeypatch, chunk):
+    """The dependency passes gather at most ``CHUNK_EDGES`` edges at once; any cut is the same."""
+    _, sim = prepare(scenario(tmp_path, "moe_hgx8_pxn"))
+    msgs = list(sim.messages)
+    old = OldLowerBound(IdealModel(sim), msgs)
+    monkeypatch.setattr(LowerBound, "CHUNK_EDGES", chunk)
+    new = LowerBound(IdealModel(sim), sim.messages)
+    t0 = min(m.start_ps for m in msgs)
+    same_bound(new.of(t0), old.of(t0))
+    for op, ms in ops_of(msgs).items():
+        ids = [m.id for m in ms]
+        same_bound(new.of(min(m.start_ps for m in ms), ids), old.of(min(m.start_ps for m in ms), ids))

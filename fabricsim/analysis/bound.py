@@ -379,19 +379,39 @@ class LowerBound:
         return Bound(t0, max(crit, port), crit, port, self.ids[members], es[members], ef[members])
 
     # ------------------------------------------------------------------ passes
-    def _out_edges(self, nodes, sel):
-        """(targets, count per node) of the edges leaving ``nodes`` (sorted rows), targets in
-        ``sel``: the targets grouped by node in the order of ``nodes`` (a CSR gather by masks)."""
-        n = len(self.ids)
+    #: dependency edges gathered at once by the passes (bounds their temporaries: ~8 bytes each)
+    CHUNK_EDGES = 1 << 22
+
+    def _chunks(self, nodes):
+        """``nodes`` (sorted rows) cut into runs of at most ~:attr:`CHUNK_EDGES` out-edges."""
         counts = self.out_counts[nodes]
-        if not counts.any():
+        total = int(counts.sum())
+        if total <= self.CHUNK_EDGES:
+            yield nodes, counts
+            return
+        ends = np.searchsorted(np.cumsum(counts), np.arange(self.CHUNK_EDGES, total, self.CHUNK_EDGES),
+                               side="right")
+        lo = 0
+        for end in ends.tolist() + [len(nodes)]:
+            hi = min(max(end, lo + 1), len(nodes))      # at least one node a run, each node once
+            if hi > lo:
+                yield nodes[lo:hi], counts[lo:hi]
+                lo = hi
+
+    def _out_edges(self, nodes, counts, sel):
+        """(targets, count per node) of the edges leaving ``nodes`` (sorted rows, their out-degrees
+        ``counts``), targets in ``sel``: grouped by node in the order of ``nodes`` (CSR gather)."""
+        total = int(counts.sum())
+        if not total:
             return np.empty(0, dtype=np.int64), counts
-        if len(nodes) == n:
-            vv = self.out_v
+        lo = self.out_ptr[nodes]
+        if total == len(self.out_v) and len(nodes) and lo[0] == 0:
+            vv = self.out_v                      # every edge, in order: no gather
         else:
-            node_mask = np.zeros(n, dtype=bool)
-            node_mask[nodes] = True
-            vv = self.out_v[np.repeat(node_mask, self.out_counts)]
+            offs = np.repeat(lo - np.cumsum(counts) + counts, counts)
+            offs += np.arange(total)
+            vv = self.out_v[offs]
+            del offs
         if sel is not None:
             keep = sel[vv]
             if not keep.all():
@@ -411,8 +431,10 @@ class LowerBound:
             indeg = np.bincount(self.out_v, minlength=n)
             frontier = np.flatnonzero(indeg == 0)
         else:
-            from_sel = np.repeat(sel, self.out_counts)
-            indeg = np.bincount(self.out_v[from_sel], minlength=n)
+            indeg = np.zeros(n, dtype=np.int64)
+            for nodes, counts in self._chunks(np.flatnonzero(sel)):
+                vv, _ = self._out_edges(nodes, counts, None)
+                indeg += np.bincount(vv, minlength=n)
             frontier = np.flatnonzero(sel & (indeg == 0))
         inmax = np.full(n, _NONE, dtype=np.int64)
         es = np.maximum(self.start, t0)
@@ -424,13 +446,18 @@ class LowerBound:
             fr = frontier[dep]
             es[fr] = np.maximum(es[fr], inmax[fr] + self.gap[fr])
             ef[frontier] = es[frontier] + self.shortest_fct_ps[frontier]
-            vv, counts = self._out_edges(frontier, sel)
-            if not len(vv):
+            mark = np.zeros(n, dtype=bool)     # np.unique of the targets, without a sort of the edges
+            any_edge = False
+            for nodes, counts in self._chunks(frontier):
+                vv, counts = self._out_edges(nodes, counts, sel)
+                if not len(vv):
+                    continue
+                any_edge = True
+                np.maximum.at(inmax, vv, np.repeat(ef[nodes], counts))
+                indeg -= np.bincount(vv, minlength=n)
+                mark[vv] = True
+            if not any_edge:
                 break
-            np.maximum.at(inmax, vv, np.repeat(ef[frontier], counts))
-            indeg -= np.bincount(vv, minlength=n)
-            mark = np.zeros(n, dtype=bool)     # np.unique(vv), without a sort of the edges
-            mark[vv] = True
             cand = np.flatnonzero(mark)
             frontier = cand[indeg[cand] == 0]
         return es, ef, levels
@@ -439,13 +466,14 @@ class LowerBound:
         """q: the longest chain of dependents (gaps + FCTs) after each message, deepest level first."""
         q = np.zeros(len(self.ids), dtype=np.int64)
         for frontier in reversed(levels):
-            vv, counts = self._out_edges(frontier, sel)
-            if len(vv):
-                vals = self.gap[vv] + self.shortest_fct_ps[vv] + q[vv]
-                nz = counts > 0
-                starts = (np.cumsum(counts) - counts)[nz]
-                u = frontier[nz]
-                q[u] = np.maximum(q[u], np.maximum.reduceat(vals, starts))
+            for nodes, counts in self._chunks(frontier):
+                vv, counts = self._out_edges(nodes, counts, sel)
+                if len(vv):
+                    vals = self.gap[vv] + self.shortest_fct_ps[vv] + q[vv]
+                    nz = counts > 0
+                    starts = (np.cumsum(counts) - counts)[nz]
+                    u = nodes[nz]
+                    q[u] = np.maximum(q[u], np.maximum.reduceat(vals, starts))
         return q
 
     def _port(self, sel, es, q) -> int:
