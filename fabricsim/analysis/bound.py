@@ -81,8 +81,13 @@ one queue pair over both); a side's busiest port is taken at the rate of its fas
 whose ports have unequal rates). A run that beats the bound anyway gets a warning in
 ``summary.warnings`` (an error under ``FABRICSIM_CHECK_BOUND=1``, which the test suite sets).
 
-Cost: per message a few cached look-ups; the dependency passes go level by level with numpy
-(one step per level of the DAG), the port sweep is one sort, so ~O(M log M + E).
+Cost: over columns (a :class:`~fabricsim.flows.MessageTable`; a list is converted once). Every
+per-leg figure depends on the two hosts only through their classes
+(:meth:`IdealModel.host_classes`), so it is computed once per class of equal inputs and per
+(size, queue pairs), on a representative pair; the PXN relay once per (source, attachment set of
+the destination). The dependency passes go level by level with numpy over the table's
+dependents CSR (one step per level of the DAG, at most ``CHUNK_EDGES`` edges gathered at once),
+the port sweep is one sort, so ~O(M log M + E) with no per-message Python.
 """
 from __future__ import annotations
 
