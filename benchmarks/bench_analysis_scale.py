@@ -130,9 +130,11 @@ def main(argv=None):
             row["old"] = {k: v for k, v in old.items() if k not in ("summary", "messages_hash", "collectives_hash")}
             if "summary" in old and "summary" in new:
                 row["identical"] = all(old[k] == new[k] for k in ("summary", "messages_hash", "collectives_hash"))
+                row["identical_parts"] = {k: old[k] == new[k] for k in ("summary", "messages_hash", "collectives_hash")}
                 row["speedup"] = old["build_result_s"] / new["build_result_s"]
         if "summary" in new:
             row["ideal_duration_ps"] = new["summary"]["pattern"]["ideal_duration_ps"]
+            row["new_hashes"] = {"messages": new["messages_hash"], "collectives": new["collectives_hash"]}
         print(name, json.dumps(row), flush=True)
         out["cases"][name] = row
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
