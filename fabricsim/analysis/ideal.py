@@ -429,7 +429,10 @@ class IdealModel:
         """:meth:`fct` of the rows ``rows`` (all if None) of a
         :class:`~fabricsim.flows.MessageTable`, as an int64 array."""
         if rows is None:
-            return self.fct_columns(table.src, table.dst, table.size_bytes, table.qps)
+            cached = getattr(self, "_fct_all", None)
+            if cached is None or cached[0] is not table or len(cached[1]) != len(table):
+                cached = self._fct_all = (table, self.fct_columns(table.src, table.dst, table.size_bytes, table.qps))
+            return cached[1].copy()
         rows = np.asarray(rows, dtype=np.int64)
         return self.fct_columns(table.src[rows], table.dst[rows], table.size_bytes[rows], table.qps[rows])
 
