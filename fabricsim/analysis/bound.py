@@ -81,12 +81,16 @@ one queue pair over both); a side's busiest port is taken at the rate of its fas
 whose ports have unequal rates). A run that beats the bound anyway gets a warning in
 ``summary.warnings`` (an error under ``FABRICSIM_CHECK_BOUND=1``, which the test suite sets).
 
-Cost: per message a few cached look-ups; the dependency passes go level by level with numpy
-(one step per level of the DAG), the port sweep is one sort, so ~O(M log M + E).
+Cost: over columns (a :class:`~fabricsim.flows.MessageTable`; a list is converted once). Every
+per-leg figure depends on the two hosts only through their classes
+(:meth:`IdealModel.host_classes`), so it is computed once per class of equal inputs and per
+(size, queue pairs), on a representative pair; the PXN relay once per (source, attachment set of
+the destination). The dependency passes go level by level with numpy over the table's
+dependents CSR (one step per level of the DAG, at most ``CHUNK_EDGES`` edges gathered at once),
+the port sweep is one sort, so ~O(M log M + E) with no per-message Python.
 """
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -140,201 +144,306 @@ class LowerBound:
     """
 
     def __init__(self, model: IdealModel, messages: Sequence):
-        self.ids = np.array([m.id for m in messages], dtype=np.int64)
-        self.index = {int(i): k for k, i in enumerate(self.ids)}
-        self.start = np.array([m.start_ps for m in messages], dtype=np.int64)
-        self.gap = np.array([m.gap_ps for m in messages], dtype=np.int64)
-        self.dep_u, self.dep_v = self._dependency_edges(messages)
-        groups: dict = {}               # (host, direction, eligible ports) -> group id
-        rates: list[int] = []           # group id -> total rate of its ports (bit/s)
-        pairs: dict = {}                # (a, b) -> hops and the two groups of a leg a -> b
-        ends: dict = {}                 # (a, b, smallest packet) -> (sending tail, receiving head)
-
-        def group(key, rate):
-            gid = groups.get(key)
-            if gid is None:
-                gid = groups[key] = len(rates)
-                rates.append(rate)
-            return gid
-
-        last_cache: dict = {}           # (switch, destination's attachments) -> last switches
-
-        def receiver_links(s, b):
-            """Links into host ``b`` that a packet handed to switch ``s`` may arrive by (every
-            shortest path from ``s``); the switch part is shared by hosts of one attachment set."""
-            key = (s, model.paths.attachments(b))
-            last = last_cache.get(key)
-            if last is None:
-                seen, stack, found = {s}, [s], set()
-                while stack:
-                    x = stack.pop()
-                    nh = model.paths.next_hops(x, b)
-                    if nh == [b]:
-                        found.add(x)
-                        continue
-                    for y in nh:
-                        if y not in seen:
-                            seen.add(y)
-                            stack.append(y)
-                last = last_cache[key] = found
-            g = model.topo.graph
-            return sum(len(g.get_edge_data(x, b)) for x in last)
-
-        def pair(a, b):
-            v = pairs.get((a, b))
-            if v is None:
-                out_ports, n_out, out_rate = model.ports(a, b)
-                in_ports, n_in, in_rate = model.ports(b, a)
-                g = model.topo.graph
-                # receiver links reachable through each of the sender's eligible links, largest first
-                reach = sorted((receiver_links(s, b) for s in out_ports for _ in g.get_edge_data(a, s)), reverse=True)
-
-                def k_out(qps, n_out=n_out):
-                    return model.split.parallel(qps, n_out)
-
-                def k_in(qps, n_in=n_in, reach=reach):
-                    # the receiver's links a message can arrive by: those its k sending links reach
-                    # (a plane split limits the sender, not the receiver: a dual-homed receiver can
-                    # take one queue pair over both its links)
-                    return max(1, min(n_in, sum(reach[:k_out(qps)])))
-                # the fastest single port of each side (hosts with ports of unequal rates)
-                top_out = max(e["rate_bps"] for s in out_ports for e in g.get_edge_data(a, s).values())
-                top_in = max(e["rate_bps"] for s in in_ports for e in g.get_edge_data(b, s).values())
-                v = pairs[(a, b)] = (model.fastest_hops(a, b), group((a, "out", out_ports), out_rate),
-                                     group((b, "in", in_ports), in_rate), (out_rate, top_out, k_out),
-                                     (in_rate, top_in, k_in))
-            return v
-
-        def busiest_port_ps(units, c, qps, side):
-            """Floor of the time the busiest of the ports one message can use (``k`` of the side's
-            ``n``: on the sending side :meth:`IdealModel.parallel_rate`'s share, on the receiving
-            side the receiver links those ``k`` reach) needs for its share of the message's packets
-            of at least ``c`` bytes: at least ``ceil(N_c / k)`` of them, the smallest ones, at the
-            side's fastest port rate (every port's, when they are equal).
-            ``units`` [(wire bytes, count)] ascending; ``qps`` None: any chunking, bytes only."""
-            total_rate, rate, ports_used = side
-            if qps is None:                      # all of the side's ports at once
-                return units[0][0] * PS_BITS // total_rate
-            k = ports_used(qps)
-            left = -(-sum(cnt for size, cnt in units if size >= c) // k)
-            total = 0
-            for size, cnt in units:
-                if size >= c and left:
-                    take = min(cnt, left)
-                    total += take * size
-                    left -= take
-            return total * PS_BITS // rate
-
-        def head_tail(a, b, hops, p):
-            v = ends.get((a, b, p))
-            if v is None:
-                sers = [ser_ps(p, rate) if p else 0 for rate, _lat in hops]
-                lats = [lat for _rate, lat in hops]
-                v = ends[(a, b, p)] = (lats[0] + sum(sers[1:]) + sum(lats[1:]), sum(sers[:-1]) + sum(lats[:-1]))
-            return v
-
-        leg_msg, leg_group, leg_wire, leg_head, leg_tail = [], [], [], [], []
-        min_fct = []
-        for k, m in enumerate(messages):
-            relay = model.relay(m)
-            # a PXN leg moves several chunks at once, each its own queue pairs: any k of n ports
-            route = ((m.src, m.dst, m.qps, True),) if relay is None else \
-                ((m.src, relay, None, False), (relay, m.dst, None, False))
-            phi = 0
-            for a, b, qps, exact in route:
-                hops, g_out, g_in, side_out, side_in = pair(a, b)
-                if exact:
-                    full, full_wire, partial = model.packets(a, b, m.size_bytes, m.qps)
-                    counts: dict = {}
-                    for size, cnt in ([(full_wire, full)] if full else []) + [(x, 1) for x in partial]:
-                        counts[size] = counts.get(size, 0) + cnt
-                    units = sorted(counts.items())
-                    wire = sum(size * cnt for size, cnt in units)
-                    sizes = [size for size, _cnt in units]
-                else:
-                    wire = _fewest_packets_wire(model, a, b, m.size_bytes)
-                    units, sizes = [(wire, 1)], [0]
-                p = sizes[0]                   # the smallest packet
-                for c in sizes:
-                    tail_out, head_in = head_tail(a, b, hops, c)
-                    phi = max(phi, busiest_port_ps(units, c, qps, side_out) + tail_out,
-                              head_in + busiest_port_ps(units, c, qps, side_in) + hops[-1][1])
-                tail_out, head_in = head_tail(a, b, hops, p)
-                leg_msg += (k, k)
-                leg_group += (g_out, g_in)
-                leg_wire += (wire, wire)
-                leg_head += (0, head_in)
-                leg_tail += (tail_out, hops[-1][1])
-            min_fct.append(phi)
-        #: per message, the shortest completion time any routing can give it alone (module docstring)
-        self.shortest_fct_ps = np.array(min_fct, dtype=np.int64)
-        self.group_rate = np.array(rates, dtype=np.float64)
-        self.leg_msg = np.array(leg_msg, dtype=np.int64)
-        self.leg_group = np.array(leg_group, dtype=np.int64)
-        self.leg_wire = np.array(leg_wire, dtype=np.int64)
-        self.leg_head = np.array(leg_head, dtype=np.int64)
-        self.leg_tail = np.array(leg_tail, dtype=np.int64)
-
-    def _dependency_edges(self, messages):
-        """(u, v) message indices of every dependency ``u -> v`` on a message of the list."""
-        counts = np.fromiter((len(m.deps) for m in messages), dtype=np.int64, count=len(messages))
-        deps = np.fromiter(itertools.chain.from_iterable(m.deps for m in messages), dtype=np.int64,
-                           count=int(counts.sum()))
-        v = np.repeat(np.arange(len(messages), dtype=np.int64), counts)
+        from ..flows.table import MessageTable
+        t = MessageTable.from_messages(messages)
+        self.model = model
+        self.ids = np.asarray(t.id, dtype=np.int64)
+        self.start = np.asarray(t.start_ps, dtype=np.int64)
+        self.gap = np.asarray(t.gap_ps, dtype=np.int64)
+        n = len(t)
         order = np.argsort(self.ids, kind="stable")
-        pos = np.minimum(np.searchsorted(self.ids, deps, sorter=order), max(len(order) - 1, 0))
-        u = order[pos] if len(order) else pos
-        known = self.ids[u] == deps if len(order) else np.zeros(0, dtype=bool)
-        return u[known], v[known]
+        self._sorted_ids, self._order = self.ids[order], order
+        self.out_ptr, self.out_v = self._dependency_csr(t)
+        self.out_counts = np.diff(self.out_ptr)
+        src = np.asarray(t.src, dtype=np.int64)
+        dst = np.asarray(t.dst, dtype=np.int64)
+        size = np.broadcast_to(np.asarray(t.size_bytes, dtype=np.int64), (n,))
+        qps = np.broadcast_to(np.asarray(t.qps, dtype=np.int64), (n,))
+        # legs: (message, a, b, qps, exact) in message order, route order
+        relay = model.relays(src, dst)
+        direct = relay < 0
+        nlegs = np.where(direct, 1, 2)
+        leg_msg = np.repeat(np.arange(n, dtype=np.int64), nlegs)
+        first = np.concatenate([[0], np.cumsum(nlegs)[:-1]]) if n else np.zeros(0, dtype=np.int64)
+        la = src[leg_msg].copy()
+        lb = dst[leg_msg].copy()
+        lq = qps[leg_msg].copy()
+        r = np.flatnonzero(~direct)
+        if len(r):
+            lb[first[r]] = relay[r]              # src -> relay
+            la[first[r] + 1] = relay[r]          # relay -> dst
+            lq[first[r]] = -1                    # PXN legs: any chunking (qps None)
+            lq[first[r] + 1] = -1
+        ls = size[leg_msg]
+        c_ab = model.pair_classes(la, lb)
+        c_ba = model.pair_classes(lb, la)
+        self._sides: dict = {}
+        self._legs: dict = {}
+        figs = np.empty((len(la), 5), dtype=np.int64) if len(la) else np.zeros((0, 5), dtype=np.int64)
+        # legs whose per-message figures are the same function of (size, qps) share a class
+        ncls = len(model._pc_rep)
+        pk = c_ab * ncls + c_ba
+        upk, inv_pk = np.unique(pk, return_inverse=True)
+        leg_cls: dict = {}
+        self._leg_rep: list = []
+        lc = np.empty(len(upk), dtype=np.int64)
+        for j, k in enumerate(upk.tolist()):
+            ab, ba = divmod(k, ncls)
+            hops, (o_rate, o_top, k_out), (i_rate, i_top, k_in), (a, b) = self._side(ab, ba)
+            sig = (tuple(hops), model.framing(a, b), o_rate, o_top, i_rate, i_top, self._sig[(ab, ba)])
+            cl = leg_cls.get(sig)
+            if cl is None:
+                cl = leg_cls[sig] = len(self._leg_rep)
+                self._leg_rep.append((ab, ba))
+            lc[j] = cl
+        leg_class = lc[inv_pk.ravel()] if len(la) else np.zeros(0, dtype=np.int64)
+        codes = []
+        uniques = []
+        for col in (leg_class, ls, lq):
+            u, inv = np.unique(col, return_inverse=True)
+            uniques.append(u)
+            codes.append(inv.ravel())
+        if len(la):
+            key = codes[0]
+            for u, code in zip(uniques[1:], codes[1:]):
+                key = key * len(u) + code
+            uk, firstk, invk = np.unique(key, return_index=True, return_inverse=True)
+            vals = np.array([self._leg(*self._leg_rep[int(uniques[0][codes[0][f]])],
+                                       *(int(u[code[f]]) for u, code in zip(uniques[1:], codes[1:])))
+                             for f in firstk.tolist()], dtype=np.int64).reshape(len(uk), 5)
+            figs = vals[invk.ravel()]
+        phi, wire, tail_out, head_in, lat_last = figs.T
+        min_fct = np.zeros(n, dtype=np.int64)
+        if n:
+            np.maximum.at(min_fct, leg_msg, phi)
+        # port groups (host, direction, eligible ports): the sender's towards b, the receiver's back
+        ps_ids: dict = {}
+        out_ps = np.zeros(ncls, dtype=np.int64)
+        out_rate = np.zeros(ncls, dtype=np.int64)
+        for c in range(ncls):
+            first_ports, _n, rate = model.ports(*model.representative(c))
+            out_ps[c] = ps_ids.setdefault(first_ports, len(ps_ids))
+            out_rate[c] = rate
+        nps = max(len(ps_ids), 1)
+        g_key = np.empty(2 * len(la), dtype=np.int64)
+        g_key[0::2] = (la * nps + out_ps[c_ab]) * 2
+        g_key[1::2] = (lb * nps + out_ps[c_ba]) * 2 + 1
+        g_rate = np.empty(2 * len(la), dtype=np.int64)
+        g_rate[0::2] = out_rate[c_ab]
+        g_rate[1::2] = out_rate[c_ba]
+        uk, firstg, inv = np.unique(g_key, return_index=True, return_inverse=True)
+        #: per message, the shortest completion time any routing can give it alone (module docstring)
+        self.shortest_fct_ps = min_fct
+        self.group_rate = g_rate[firstg].astype(np.float64)
+        self.leg_msg = np.repeat(leg_msg, 2)
+        self.leg_group = inv.ravel().astype(np.int64)
+        self.leg_wire = np.repeat(wire, 2)
+        self.leg_head = np.zeros(2 * len(la), dtype=np.int64)
+        self.leg_head[1::2] = head_in
+        self.leg_tail = np.empty(2 * len(la), dtype=np.int64)
+        self.leg_tail[0::2] = tail_out
+        self.leg_tail[1::2] = lat_last
+
+    # ------------------------------------------------------------------ per class figures
+    def _side(self, c_ab: int, c_ba: int):
+        """Hops and the sending / receiving sides of a leg of pair class ``c_ab`` (reverse class
+        ``c_ba``): what the per-message figures need, computed on the classes' representatives."""
+        key = (c_ab, c_ba)
+        v = self._sides.get(key)
+        if v is None:
+            model = self.model
+            a, b = model.representative(c_ab)
+            b2, a2 = model.representative(c_ba)
+            g = model.topo.graph
+            out_ports, n_out, out_rate = model.ports(a, b)
+            in_ports, n_in, in_rate = model.ports(b2, a2)
+            reach = sorted((self._receiver_links(s, b) for s in out_ports for _ in g.get_edge_data(a, s)),
+                           reverse=True)
+
+            def k_out(qps, n_out=n_out):
+                return model.split.parallel(qps, n_out)
+
+            def k_in(qps, n_in=n_in, reach=reach):
+                # the receiver's links a message can arrive by: those its k sending links reach
+                # (a plane split limits the sender, not the receiver: a dual-homed receiver can
+                # take one queue pair over both its links)
+                return max(1, min(n_in, sum(reach[:k_out(qps)])))
+            # the fastest single port of each side (hosts with ports of unequal rates)
+            top_out = max(e["rate_bps"] for s in out_ports for e in g.get_edge_data(a, s).values())
+            top_in = max(e["rate_bps"] for s in in_ports for e in g.get_edge_data(b2, s).values())
+            self.__dict__.setdefault("_sig", {})[key] = (n_out, n_in, tuple(reach))
+            v = self._sides[key] = (model.fastest_hops(a, b), (out_rate, top_out, k_out),
+                                    (in_rate, top_in, k_in), (a, b))
+        return v
+
+    def _receiver_links(self, s, b):
+        """Links into host ``b`` that a packet handed to switch ``s`` may arrive by (every
+        shortest path from ``s``); the switch part is shared by hosts of one attachment set."""
+        model = self.model
+        memo = self.__dict__.setdefault("_links_memo", {})
+        key = (s, int(model.host_classes()[b]))     # the class fixes b's attachments and links
+        v = memo.get(key)
+        if v is None:
+            g = model.topo.graph
+            v = memo[key] = sum(len(g.get_edge_data(x, b))
+                                for x in self._last_switches(s, b, model.paths.attachments(b)))
+        return v
+
+    def _last_switches(self, s, b, attach):
+        """The switches next to ``b`` that shortest paths from switch ``s`` end at: ``{s}`` at one
+        of ``b``'s attachments, else the union over ``s``'s next hops (memoised per (switch,
+        attachment set), so the switches of a tier are walked once per destination set)."""
+        cache = self.__dict__.setdefault("_last_cache", {})
+        key = (s, attach)
+        last = cache.get(key)
+        if last is None:
+            nh = self.model.paths.next_hops(s, b)
+            if nh == [b]:
+                last = frozenset((s,))
+            else:
+                last = frozenset().union(*(self._last_switches(y, b, attach) for y in nh)) if nh else frozenset()
+            cache[key] = last
+        return last
+
+    def _leg(self, c_ab: int, c_ba: int, size: int, qps: int):
+        """(shortest FCT of the leg, wire bytes, sending tail, receiving head, last hop's latency)
+        of ``size`` bytes on a leg of pair class ``c_ab``; ``qps`` -1: a PXN leg (any chunking)."""
+        key = (c_ab, c_ba, size, qps)
+        v = self._legs.get(key)
+        if v is not None:
+            return v
+        model = self.model
+        hops, side_out, side_in, (a, b) = self._side(c_ab, c_ba)
+        if qps >= 0:
+            full, full_wire, partial = model.packets(a, b, size, qps)
+            counts: dict = {}
+            for sz, cnt in ([(full_wire, full)] if full else []) + [(x, 1) for x in partial]:
+                counts[sz] = counts.get(sz, 0) + cnt
+            units = sorted(counts.items())
+            wire = sum(sz * cnt for sz, cnt in units)
+            sizes = [sz for sz, _cnt in units]
+            q = qps
+        else:
+            wire = _fewest_packets_wire(model, a, b, size)
+            units, sizes, q = [(wire, 1)], [0], None
+        p = sizes[0]                   # the smallest packet
+        phi = 0
+        for c in sizes:
+            tail_out, head_in = _head_tail(hops, c)
+            phi = max(phi, _busiest_port_ps(units, c, q, side_out) + tail_out,
+                      head_in + _busiest_port_ps(units, c, q, side_in) + hops[-1][1])
+        tail_out, head_in = _head_tail(hops, p)
+        v = self._legs[key] = (phi, wire, tail_out, head_in, hops[-1][1])
+        return v
+
+    def _dependency_csr(self, t):
+        """(ptr, v): the dependency edges ``u -> v`` on messages of the table as a CSR by ``u``
+        (row numbers); dependencies on ids outside the table are left out."""
+        n = len(t)
+        try:
+            return t.dependents()
+        except KeyError:
+            pass
+        deps = np.asarray(t.dep_ids, dtype=np.int64)
+        v = np.repeat(np.arange(n, dtype=np.int64), np.diff(t.dep_ptr))
+        pos = np.minimum(np.searchsorted(self._sorted_ids, deps), max(n - 1, 0))
+        u = self._order[pos] if n else pos
+        known = self.ids[u] == deps if n else np.zeros(0, dtype=bool)
+        u, v = u[known], v[known]
+        order = np.argsort(u, kind="stable")
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(u, minlength=n), out=ptr[1:])
+        return ptr, v[order]
+
+    def rows_of(self, message_ids) -> np.ndarray:
+        """Positions of ``message_ids`` among the messages (``KeyError`` for an unknown id)."""
+        ids = np.asarray(list(message_ids) if not hasattr(message_ids, "__array__") else message_ids,
+                         dtype=np.int64)
+        n = len(self.ids)
+        pos = np.minimum(np.searchsorted(self._sorted_ids, ids), max(n - 1, 0))
+        if len(ids) and (not n or np.any(self._sorted_ids[pos] != ids)):
+            bad = ids[self._sorted_ids[pos] != ids] if n else ids
+            raise KeyError(int(bad[0]))
+        return self._order[pos] if n else pos
 
     def of(self, t0_ps: int, message_ids=None) -> Bound:
         """The bound of the messages ``message_ids`` (all if None) released no earlier than
         ``t0_ps``; dependencies on messages outside the set count as satisfied at ``t0_ps``."""
         n = len(self.ids)
         if message_ids is None:
-            sel = np.ones(n, dtype=bool)
+            sel = None
         else:
             sel = np.zeros(n, dtype=bool)
-            sel[[self.index[int(i)] for i in message_ids]] = True
+            sel[self.rows_of(message_ids)] = True
         t0 = int(t0_ps)
-        edges = self._edges(sel)
-        es, ef, levels = self._forward(sel, t0, edges)
-        q = self._tails(levels, edges)
-        members = np.flatnonzero(sel)
+        es, ef, levels = self._forward(sel, t0)
+        q = self._tails(levels, sel)
+        members = np.arange(n) if sel is None else np.flatnonzero(sel)
         crit = int(ef[members].max()) - t0 if len(members) else 0
-        port = self._port(sel, es, q) - t0 if len(members) else 0
+        port = self._port(np.ones(n, dtype=bool) if sel is None else sel, es, q) - t0 if len(members) else 0
         return Bound(t0, max(crit, port), crit, port, self.ids[members], es[members], ef[members])
 
     # ------------------------------------------------------------------ passes
-    def _edges(self, sel):
-        """(u, v, ptr): the dependency edges ``u -> v`` inside the selection, sorted by ``u``, and
-        the offset of each node's first out-edge."""
-        keep = sel[self.dep_u] & sel[self.dep_v]
-        u, v = self.dep_u[keep], self.dep_v[keep]
-        order = np.argsort(u, kind="stable")
-        u, v = u[order], v[order]
-        return u, v, np.searchsorted(u, np.arange(len(self.ids) + 1))
+    #: dependency edges gathered at once by the passes (bounds their temporaries: ~8 bytes each)
+    CHUNK_EDGES = 1 << 22
 
-    @staticmethod
-    def _out_edges(nodes, ptr):
-        """Positions in (u, v) of the edges leaving ``nodes`` (CSR gather)."""
-        lo, hi = ptr[nodes], ptr[nodes + 1]
-        counts = hi - lo
+    def _chunks(self, nodes):
+        """``nodes`` (sorted rows) cut into runs of at most ~:attr:`CHUNK_EDGES` out-edges."""
+        counts = self.out_counts[nodes]
+        total = int(counts.sum())
+        if total <= self.CHUNK_EDGES:
+            yield nodes, counts
+            return
+        ends = np.searchsorted(np.cumsum(counts), np.arange(self.CHUNK_EDGES, total, self.CHUNK_EDGES),
+                               side="right")
+        lo = 0
+        for end in ends.tolist() + [len(nodes)]:
+            hi = min(max(end, lo + 1), len(nodes))      # at least one node a run, each node once
+            if hi > lo:
+                yield nodes[lo:hi], counts[lo:hi]
+                lo = hi
+
+    def _out_edges(self, nodes, counts, sel):
+        """(targets, count per node) of the edges leaving ``nodes`` (sorted rows, their out-degrees
+        ``counts``), targets in ``sel``: grouped by node in the order of ``nodes`` (CSR gather)."""
         total = int(counts.sum())
         if not total:
-            return np.empty(0, dtype=np.int64)
-        offs = np.repeat(lo - np.cumsum(counts) + counts, counts)
-        return offs + np.arange(total)
+            return np.empty(0, dtype=np.int64), counts
+        lo = self.out_ptr[nodes]
+        if total == len(self.out_v) and len(nodes) and lo[0] == 0:
+            vv = self.out_v                      # every edge, in order: no gather
+        else:
+            offs = np.repeat(lo - np.cumsum(counts) + counts, counts)
+            offs += np.arange(total)
+            vv = self.out_v[offs]
+            del offs
+        if sel is not None:
+            keep = sel[vv]
+            if not keep.all():
+                vv = vv[keep]
+                starts = np.cumsum(counts) - counts
+                nz = counts > 0
+                kept = np.zeros(len(counts), dtype=np.int64)
+                kept[nz] = np.add.reduceat(keep.astype(np.int64), starts[nz])
+                counts = kept
+        return vv, counts
 
-    def _forward(self, sel, t0, edges):
-        """ES / EF of the selected messages, level by level (Kahn); the levels, for the tails."""
+    def _forward(self, sel, t0):
+        """ES / EF of the selected messages (``sel`` None: all), level by level (Kahn); the
+        levels, for the tails. Only edges between selected messages count."""
         n = len(self.ids)
-        u, v, ptr = edges
-        indeg = np.bincount(v, minlength=n)
+        if sel is None:
+            indeg = np.bincount(self.out_v, minlength=n)
+            frontier = np.flatnonzero(indeg == 0)
+        else:
+            indeg = np.zeros(n, dtype=np.int64)
+            for nodes, counts in self._chunks(np.flatnonzero(sel)):
+                vv, _ = self._out_edges(nodes, counts, None)
+                indeg += np.bincount(vv, minlength=n)
+            frontier = np.flatnonzero(sel & (indeg == 0))
         inmax = np.full(n, _NONE, dtype=np.int64)
         es = np.maximum(self.start, t0)
         ef = np.zeros(n, dtype=np.int64)
-        frontier = np.flatnonzero(sel & (indeg == 0))
         levels = []
         while len(frontier):
             levels.append(frontier)
@@ -342,25 +451,34 @@ class LowerBound:
             fr = frontier[dep]
             es[fr] = np.maximum(es[fr], inmax[fr] + self.gap[fr])
             ef[frontier] = es[frontier] + self.shortest_fct_ps[frontier]
-            pos = self._out_edges(frontier, ptr)
-            if not len(pos):
+            mark = np.zeros(n, dtype=bool)     # np.unique of the targets, without a sort of the edges
+            any_edge = False
+            for nodes, counts in self._chunks(frontier):
+                vv, counts = self._out_edges(nodes, counts, sel)
+                if not len(vv):
+                    continue
+                any_edge = True
+                np.maximum.at(inmax, vv, np.repeat(ef[nodes], counts))
+                indeg -= np.bincount(vv, minlength=n)
+                mark[vv] = True
+            if not any_edge:
                 break
-            uu, vv = u[pos], v[pos]
-            np.maximum.at(inmax, vv, ef[uu])
-            indeg -= np.bincount(vv, minlength=n)
-            cand = np.unique(vv)
+            cand = np.flatnonzero(mark)
             frontier = cand[indeg[cand] == 0]
         return es, ef, levels
 
-    def _tails(self, levels, edges):
+    def _tails(self, levels, sel):
         """q: the longest chain of dependents (gaps + FCTs) after each message, deepest level first."""
-        u, v, ptr = edges
         q = np.zeros(len(self.ids), dtype=np.int64)
         for frontier in reversed(levels):
-            pos = self._out_edges(frontier, ptr)
-            if len(pos):
-                uu, vv = u[pos], v[pos]
-                np.maximum.at(q, uu, self.gap[vv] + self.shortest_fct_ps[vv] + q[vv])
+            for nodes, counts in self._chunks(frontier):
+                vv, counts = self._out_edges(nodes, counts, sel)
+                if len(vv):
+                    vals = self.gap[vv] + self.shortest_fct_ps[vv] + q[vv]
+                    nz = counts > 0
+                    starts = (np.cumsum(counts) - counts)[nz]
+                    u = nodes[nz]
+                    q[u] = np.maximum(q[u], np.maximum.reduceat(vals, starts))
         return q
 
     def _port(self, sel, es, q) -> int:
@@ -378,6 +496,34 @@ class LowerBound:
         # W * 8e12 / R in float (W * 8e12 overflows int64 beyond ~1 MB), floored and less 1 ps
         ser = np.maximum(np.floor(w * PS_BITS / rate) - 1, 0).astype(np.int64)
         return int((df["es"].to_numpy() + head + ser + tq).max())
+
+
+def _busiest_port_ps(units, c, qps, side):
+    """Floor of the time the busiest of the ports one message can use (``k`` of the side's
+    ``n``: on the sending side :meth:`IdealModel.parallel_rate`'s share, on the receiving
+    side the receiver links those ``k`` reach) needs for its share of the message's packets
+    of at least ``c`` bytes: at least ``ceil(N_c / k)`` of them, the smallest ones, at the
+    side's fastest port rate (every port's, when they are equal).
+    ``units`` [(wire bytes, count)] ascending; ``qps`` None: any chunking, bytes only."""
+    total_rate, rate, ports_used = side
+    if qps is None:                      # all of the side's ports at once
+        return units[0][0] * PS_BITS // total_rate
+    k = ports_used(qps)
+    left = -(-sum(cnt for size, cnt in units if size >= c) // k)
+    total = 0
+    for size, cnt in units:
+        if size >= c and left:
+            take = min(cnt, left)
+            total += take * size
+            left -= take
+    return total * PS_BITS // rate
+
+
+def _head_tail(hops, p):
+    """(sending tail, receiving head) of a ``p``-byte packet along ``hops`` (0: no serialisation)."""
+    sers = [ser_ps(p, rate) if p else 0 for rate, _lat in hops]
+    lats = [lat for _rate, lat in hops]
+    return lats[0] + sum(sers[1:]) + sum(lats[1:]), sum(sers[:-1]) + sum(lats[:-1])
 
 
 def _fewest_packets_wire(model: IdealModel, src: int, dst: int, size: int) -> int:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 TAG_COLUMNS = ("op", "phase", "layer", "microbatch", "collective", "collective_bytes")
@@ -50,12 +51,23 @@ COLUMNS = ["op", "collective", "phase", "messages", "ranks", "size_bytes", "coll
            "algbw_bps", "busbw_bps", "completed", "slowest_message_id", "slowest_fct_ps"]
 
 
-def add_tag_columns(msgs: pd.DataFrame, by_id: dict) -> pd.DataFrame:
-    """Add the tag columns (:data:`TAG_COLUMNS`) when any message carries tags."""
-    if not any(m.tags for m in by_id.values()):
+def add_tag_columns(msgs: pd.DataFrame, messages, rows=None) -> pd.DataFrame:
+    """Add the tag columns (:data:`TAG_COLUMNS`) when any message carries tags. ``messages``: a
+    :class:`~fabricsim.flows.MessageTable` whose rows ``rows`` are those of ``msgs`` (looked up by
+    ``message_id`` if None), or a dict message id -> message."""
+    if isinstance(messages, dict):
+        if not any(m.tags for m in messages.values()):
+            return msgs
+        for col in TAG_COLUMNS:
+            msgs[col] = [messages[i].tags.get(col) for i in msgs["message_id"]]
         return msgs
+    tags = messages.tags
+    if not any(np.fromiter((x is not None for x in v), dtype=bool, count=len(v)).any() for v in tags.values()):
+        return msgs
+    if rows is None:
+        rows = messages.row_of(msgs["message_id"].to_numpy(dtype=np.int64))
     for col in TAG_COLUMNS:
-        msgs[col] = [by_id[i].tags.get(col) for i in msgs["message_id"]]
+        msgs[col] = tags[col][rows].tolist() if col in tags else [None] * len(msgs)
     return msgs
 
 

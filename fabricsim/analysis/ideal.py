@@ -13,6 +13,8 @@ as the engine sends them.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..net.nvlink import nvlink_wire_bytes
 
 PS_BITS = 8 * 10**12
@@ -113,6 +115,12 @@ class IdealModel:
         self._inner: dict = {}
         self._ports: dict = {}
         self._framing: dict = {}
+        self._hc = None                 # host -> host class (:meth:`host_classes`)
+        self._pc: dict = {}             # (class of src, class of dst) -> pair class id
+        self._pc_rep: list = []         # pair class id -> a representative (src, dst)
+        self._train_memo: dict = {}     # (pair class, size, qps) -> :meth:`_train`
+        self._relay_memo: dict = {}     # (src, attachments of dst) -> PXN relay or -1
+        self._ag: dict = {}             # attachment set -> id
 
     def framing(self, src: int, dst: int) -> tuple[int, int, int | None]:
         """(unit payload bytes, header bytes, packet payload bytes or None) of ``src`` -> ``dst``:
@@ -243,9 +251,199 @@ class IdealModel:
         """
         relay = self.relay(msg)
         if relay is None:
-            return self._train(msg.src, msg.dst, msg.size_bytes, msg.qps)
-        return max(self._train(msg.src, relay, msg.size_bytes, 1),
-                   self._train(relay, msg.dst, msg.size_bytes, msg.qps))
+            return self.train(msg.src, msg.dst, msg.size_bytes, msg.qps)
+        return max(self.train(msg.src, relay, msg.size_bytes, 1),
+                   self.train(relay, msg.dst, msg.size_bytes, msg.qps))
+
+    # ------------------------------------------------------------------ classes and columns
+    def host_classes(self) -> np.ndarray:
+        """Host id -> host class (-1 for other nodes): hosts with the same attachment switches and
+        the same links to each of them (multiset of (rate, delay)) share a class. Every per-pair
+        figure of this model and of the lower bound (:meth:`ports`, :meth:`framing`, :meth:`hops`,
+        :meth:`fastest_hops`, :meth:`base_rtt`, the receiver links of
+        :class:`~fabricsim.analysis.bound.LowerBound`) depends on ``src`` and ``dst`` only through
+        their classes: first hops and the switch part of a path through ``src``'s neighbours and
+        ``dst``'s attachment set, the first and last links through the links' data. (The PXN relay
+        is a host, not a class figure: :meth:`relays`.)"""
+        if self._hc is None:
+            g = self.topo.graph
+            hosts = list(self.topo.hosts)
+            hc = np.full(max(hosts, default=-1) + 1, -1, dtype=np.int64)
+            sigs: dict = {}
+            directed = g.is_directed()
+            for h in hosts:
+                sig = []
+                for s in sorted(set(g.neighbors(h))):
+                    fwd = tuple(sorted((e["rate_bps"], e["delay_ps"]) for e in g.get_edge_data(h, s).values()))
+                    back = tuple(sorted((e["rate_bps"], e["delay_ps"]) for e in (g.get_edge_data(s, h) or {}).values())) \
+                        if directed else ()
+                    sig.append((s, fwd, back))
+                hc[h] = sigs.setdefault(tuple(sig), len(sigs))
+            self._hc = hc
+            self._n_hc = max(len(sigs), 1)
+        return self._hc
+
+    def pair_class(self, src: int, dst: int) -> int:
+        """The pair class of ``src -> dst`` (same classes of both ends, :meth:`host_classes`)."""
+        hc = self.host_classes()
+        key = int(hc[src]) * self._n_hc + int(hc[dst])
+        cid = self._pc.get(key)
+        if cid is None:
+            cid = self._pc[key] = len(self._pc_rep)
+            self._pc_rep.append((int(src), int(dst)))
+        return cid
+
+    def pair_classes(self, src, dst) -> np.ndarray:
+        """:meth:`pair_class` of each ``src[i] -> dst[i]`` (numpy arrays)."""
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        if not len(src):
+            return np.zeros(0, dtype=np.int64)
+        hc = self.host_classes()
+        key = hc[src] * self._n_hc + hc[dst]
+        uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        ids = np.empty(len(uk), dtype=np.int64)
+        for j, (k, f) in enumerate(zip(uk.tolist(), first.tolist())):
+            cid = self._pc.get(k)
+            if cid is None:
+                cid = self._pc[k] = len(self._pc_rep)
+                self._pc_rep.append((int(src[f]), int(dst[f])))
+            ids[j] = cid
+        return ids[inv.ravel()]
+
+    def representative(self, cid: int) -> tuple[int, int]:
+        """A (src, dst) pair of the pair class ``cid``."""
+        return self._pc_rep[cid]
+
+    def relays(self, src, dst) -> np.ndarray:
+        """:meth:`relay` of each ``src[i] -> dst[i]``, -1 for none (all -1 without ``nic.pxn``);
+        the relay depends on ``dst`` only through its attachment set."""
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        if not self.pxn or not len(src):
+            return np.full(len(src), -1, dtype=np.int64)
+        hosts = list(self.topo.hosts)
+        ag = np.full(max(hosts) + 1, -1, dtype=np.int64)
+        for h in hosts:
+            ag[h] = self._ag.setdefault(self.paths.attachments(h), len(self._ag))
+        key = src * (len(self._ag) + 1) + ag[dst]
+        uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        out = np.empty(len(uk), dtype=np.int64)
+        for j, f in enumerate(first.tolist()):
+            a, b = int(src[f]), int(dst[f])
+            mk = (a, int(ag[b]))
+            r = self._relay_memo.get(mk)
+            if r is None:
+                r = self.paths.pxn_relay(a, b)
+                r = self._relay_memo[mk] = -1 if r is None else r
+            out[j] = r
+        return out[inv.ravel()]
+
+    def train(self, src: int, dst: int, size: int, qps: int) -> int:
+        """:meth:`_train` memoised per (pair class, size, qps)."""
+        key = (self.pair_class(src, dst), size, qps)
+        v = self._train_memo.get(key)
+        if v is None:
+            a, b = self._pc_rep[key[0]]
+            v = self._train_memo[key] = self._train(a, b, size, qps)
+        return v
+
+    def trains(self, src, dst, size, qps) -> np.ndarray:
+        """:meth:`train` of each row of the arrays (one Python evaluation per distinct
+        (pair class, size, qps))."""
+        cid = self.pair_classes(src, dst)
+        fc = self._fct_classes(np.unique(cid, return_inverse=True)[0])
+        return self.per_key(lambda c, sz, q: self._train(*self._fc_rep[c], sz, q), self._fc_memo,
+                            fc[cid], size, qps)
+
+    def _fct_classes(self, cids) -> np.ndarray:
+        """Pair class -> class of equal :meth:`_train` inputs (framing, ports, hops): pair classes
+        whose trains are the same function of (size, qps) share one, and one memo."""
+        if not hasattr(self, "_fc_of"):
+            self._fc_of: dict = {}      # pair class -> fct class
+            self._fc_ids: dict = {}     # (framing, ports, hops) -> fct class
+            self._fc_rep: list = []     # fct class -> representative (src, dst)
+            self._fc_memo: dict = {}
+        for c in np.asarray(cids).tolist():
+            if c not in self._fc_of:
+                a, b = self._pc_rep[c]
+                key = (self.framing(a, b), self.ports(a, b)[1], tuple(self.hops(a, b)))
+                f = self._fc_ids.get(key)
+                if f is None:
+                    f = self._fc_ids[key] = len(self._fc_rep)
+                    self._fc_rep.append((a, b))
+                self._fc_of[c] = f
+        out = np.full(len(self._pc_rep), -1, dtype=np.int64)
+        for c, f in self._fc_of.items():
+            out[c] = f
+        return out
+
+    @staticmethod
+    def per_key(fn, memo, *cols) -> np.ndarray:
+        """``fn(*key)`` of every row of the int64 columns ``cols``, evaluated once per distinct key
+        (and remembered in ``memo``, a dict keyed by the tuple of Python ints)."""
+        n = len(cols[0])
+        if not n:
+            return np.zeros(0, dtype=np.int64)
+        codes = []
+        uniques = []
+        for c in cols:
+            c = np.broadcast_to(np.asarray(c, dtype=np.int64), (n,))
+            u, inv = np.unique(c, return_inverse=True)
+            uniques.append(u)
+            codes.append(inv.ravel())
+        key = codes[0]
+        for u, code in zip(uniques[1:], codes[1:]):
+            key = key * len(u) + code
+        uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        vals = np.empty(len(uk), dtype=np.int64)
+        for j, f in enumerate(first.tolist()):
+            k = tuple(int(u[code[f]]) for u, code in zip(uniques, codes))
+            v = memo.get(k)
+            if v is None:
+                v = memo[k] = fn(*k)
+            vals[j] = v
+        return vals[inv.ravel()]
+
+    def fct_columns(self, src, dst, size, qps) -> np.ndarray:
+        """:meth:`fct` of the messages given as columns (numpy arrays), identical to it message by
+        message."""
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        n = len(src)
+        size = np.broadcast_to(np.asarray(size, dtype=np.int64), (n,))
+        qps = np.broadcast_to(np.asarray(qps, dtype=np.int64), (n,))
+        relay = self.relays(src, dst)
+        direct = relay < 0
+        out = np.empty(n, dtype=np.int64)
+        if direct.all():
+            return self.trains(src, dst, size, qps)
+        d = np.flatnonzero(direct)
+        out[d] = self.trains(src[d], dst[d], size[d], qps[d])
+        r = np.flatnonzero(~direct)
+        out[r] = np.maximum(self.trains(src[r], relay[r], size[r], 1),
+                            self.trains(relay[r], dst[r], size[r], qps[r]))
+        return out
+
+    def fct_rows(self, table, rows=None) -> np.ndarray:
+        """:meth:`fct` of the rows ``rows`` (all if None) of a
+        :class:`~fabricsim.flows.MessageTable`, as an int64 array."""
+        if rows is None:
+            cached = getattr(self, "_fct_all", None)
+            if cached is None or cached[0] is not table or len(cached[1]) != len(table):
+                cached = self._fct_all = (table, self.fct_columns(table.src, table.dst, table.size_bytes, table.qps))
+            return cached[1].copy()
+        rows = np.asarray(rows, dtype=np.int64)
+        return self.fct_columns(table.src[rows], table.dst[rows], table.size_bytes[rows], table.qps[rows])
+
+    def min_window(self, src, dst) -> int:
+        """The longest :meth:`base_rtt` over the pairs ``src[i] -> dst[i]`` (numpy arrays, not
+        empty): one evaluation per pair class (the way back is of the reverse class)."""
+        best = None
+        for c in np.unique(self.pair_classes(src, dst), return_inverse=True)[0].tolist():
+            v = self.base_rtt(*self._pc_rep[c])
+            best = v if best is None else max(best, v)
+        return best
 
     def _train(self, src: int, dst: int, size: int, qps: int) -> int:
         full, full_wire, partial = self.packets(src, dst, size, qps)

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SimulationError
+from ..flows.table import MessageTable
 from .bound import LowerBound
 from .collectives import add_tag_columns, collectives_summary, collectives_table
 from .ideal import IdealModel
@@ -98,7 +99,14 @@ class Result:
         }
 
 
-def _all_active(sim, model, recorder, all_done: bool, sender_capacity: int):
+def _ideal_model(sim) -> IdealModel:
+    """The run's :class:`IdealModel`: the one the input caches (:meth:`SimulationInput.ideal_model`)
+    if it has one, so the engine's and the results' share their memos."""
+    get = getattr(sim, "ideal_model", None)
+    return get() if callable(get) else IdealModel(sim)
+
+
+def _all_active(table, model, recorder, all_done: bool, sender_capacity: int):
     """``goodput_while_all_active_fraction`` and why it is null (docs/metrics.md).
 
     The window runs from the moment the last message's first payload arrived to the first
@@ -117,7 +125,7 @@ def _all_active(sim, model, recorder, all_done: bool, sender_capacity: int):
         return None, "no sender capacity", None, None
     if first_end is None or last_first is None or recorder.last_release is None:
         return None, "no message delivered payload", None, None
-    min_window = max(model.base_rtt(a, b) for a, b in {(m.src, m.dst) for m in sim.messages})
+    min_window = model.min_window(table.src, table.dst)
     if recorder.last_release >= first_end:
         return None, "a message was released after the first completion: the flows never all ran at once", \
             None, min_window
@@ -155,14 +163,16 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     msgs = msgs.sort_values("message_id", kind="stable").reset_index(drop=True)
     for c in ("release_ps", "end_ps", "fct_ps"):
         msgs[c] = msgs[c].astype("Int64")
-    by_id = {m.id: m for m in sim.messages}
-    model = IdealModel(sim)
-    ideal_by_id = {m.id: model.fct(m) for m in sim.messages}
-    ideal = [ideal_by_id[i] for i in msgs["message_id"]]
+    # the messages as columns (a MessageTable already, or a list converted once); every
+    # per-message figure below is computed over columns, once per distinct key
+    table = MessageTable.from_messages(sim.messages)
+    model = _ideal_model(sim)
+    rows = table.row_of(msgs["message_id"].to_numpy(dtype=np.int64))
+    ideal = model.fct_rows(table)[rows]
     msgs.insert(msgs.columns.get_loc("fct_ps") + 1, "ideal_fct_ps", pd.array(ideal, dtype="Int64"))
     msgs.insert(msgs.columns.get_loc("ideal_fct_ps") + 1, "slowdown",
                 (msgs["fct_ps"].astype("Float64") / msgs["ideal_fct_ps"].astype("Float64")))
-    msgs = add_tag_columns(msgs, by_id)
+    msgs = add_tag_columns(msgs, table, rows)
     done = msgs[msgs["completed"]]
 
     # links: the declared columns (engine/interface.py); those the engine does not model are NA
@@ -197,10 +207,15 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     # capacity a sender can use: the union of its ports towards its destinations
     # (with PXN, a relayed message's payload enters the fabric from the relay GPU's ports)
     used_ports: dict[int, set] = {}
-    for m in sim.messages:
-        relay = model.relay(m)
-        host = m.src if relay is None else relay
-        used_ports.setdefault(host, set()).update(model.ports(host, m.dst)[0])
+    t_src, t_dst = np.asarray(table.src, dtype=np.int64), np.asarray(table.dst, dtype=np.int64)
+    relay = model.relays(t_src, t_dst)
+    host = np.where(relay < 0, t_src, relay)
+    cls = model.pair_classes(host, t_dst)
+    if len(host):
+        ncls = int(cls.max()) + 1
+        for k in np.unique(host * ncls + cls, return_inverse=True)[0].tolist():   # (sort, not hash)
+            h, c = divmod(k, ncls)
+            used_ports.setdefault(h, set()).update(model.ports(*model.representative(c))[0])
     g = topo.graph
     sender_capacity = sum(d["rate_bps"] for h, sws in used_ports.items() for s in sws
                           for d in g.get_edge_data(h, s).values())
@@ -211,9 +226,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     goodput_bps = delivered * 8 * PS_PER_S / span
     # ideal duration: the dependency-aware lower bound (critical path and port load with
     # release heads and delivery tails; fabricsim/analysis/bound.py)
-    bound = LowerBound(model, sim.messages)
+    bound = LowerBound(model, table)
     ideal_pattern = bound.of(t0).duration_ps if len(released) else None
-    all_active, all_active_why, window, min_window = _all_active(sim, model, recorder, all_done, sender_capacity)
+    all_active, all_active_why, window, min_window = _all_active(table, model, recorder, all_done, sender_capacity)
 
     lat = recorder.latency
     fct = done["fct_ps"].astype("int64").to_numpy() if len(done) else np.array([], dtype=np.int64)

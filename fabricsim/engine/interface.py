@@ -41,6 +41,16 @@ class SimulationInput:
     paths: object               # fabricsim.topology.paths.EqualCostPaths
     messages: list              # Sequence[Message]: a list, or a fabricsim.flows.MessageTable
     streams: object             # fabricsim.engine.rng.RandomStreams
+    _ideal: object = field(default=None, init=False, repr=False, compare=False)
+
+    def ideal_model(self):
+        """The run's :class:`~fabricsim.analysis.ideal.IdealModel`, built on first use and cached:
+        one for the engine and the results, so they share its memos (per pair class, per
+        (class, size, qps))."""
+        if self._ideal is None:
+            from ..analysis.ideal import IdealModel
+            self._ideal = IdealModel(self)
+        return self._ideal
 
 
 @dataclass
