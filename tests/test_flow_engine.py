@@ -331,3 +331,27 @@ def test_link_time_series_from_fluid_rates():
     assert "queues" in res.summary["not_modelled"]
     small = fabricsim.run({**sc, "outputs": {"link_sample_interval": "10us", "link_sample_budget": 200}})
     assert small.summary["run"].get("link_timeseries_truncated") is True
+
+
+def test_an_interrupted_flow_run_keeps_what_finished(tmp_path, monkeypatch):
+    """Ctrl-C during a flow run: the messages that completed keep their rows, the others are
+    reported 'interrupted', and the results folder is written (as the packet engine does)."""
+    import fabricsim.flows.fluid as fluid
+    real = fluid.FluidProblem.solve
+    calls = {"n": 0}
+
+    def solve(self, **kw):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(self, **kw)
+
+    monkeypatch.setattr(fluid.FluidProblem, "solve", solve)
+    tr = csv_traffic(tmp_path, [{"id": i, "src": i % 8, "dst": (i + 1) % 8, "size_bytes": (i + 1) * 65536}
+                                for i in range(8)])
+    res = fabricsim.run(scenario(leaf_spine(), tr, engine="flow", flow={"group": 0}), output_dir=tmp_path / "out")
+    assert res.summary["run"]["status"] == "interrupted"
+    m = res.messages
+    assert 0 < int(m["completed"].sum()) < 8
+    assert set(m.loc[~m["completed"], "incomplete_reason"]) == {"interrupted"}
+    assert (tmp_path / "out" / "summary.json").exists()

@@ -199,6 +199,11 @@ class FlowEngine:
         gc.disable()
         try:
             return self._run(progress)
+        except KeyboardInterrupt:
+            # Ctrl-C: what finished is kept, the rest is reported unfinished ("interrupted")
+            if not hasattr(self, "stats"):
+                raise
+            return self._outcome("interrupted")
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -250,7 +255,8 @@ class FlowEngine:
         self.now = 0.0
         problem = None
         built_flows = built_segments = -1
-        solves = iterations = steps = peak = 0
+        self.stats = {"solves": 0, "iterations": 0, "steps": 0, "peak": 0}
+        st = self.stats
         rates = np.zeros(0)
         status = None
         limit = float(self.time_limit)
@@ -276,10 +282,8 @@ class FlowEngine:
             if self.remaining == 0:
                 status = "complete"
                 break
-            while self._to_start:
+            while self._to_start:           # (a flush may start PXN pieces: flush again)
                 self._flush_starts()
-                if self.heap and self.heap[0][0] <= self.now:
-                    continue          # zero-byte messages completed at once
             alive = np.flatnonzero(self.f_alive[:self.nf])
             if not len(alive):
                 if not self.heap:
@@ -303,10 +307,10 @@ class FlowEngine:
                     built_flows = self.f_version
                 sol = problem.solve(active=self.f_alive[:self.nf])
                 rates = sol.rates
-                solves += 1
-                iterations += sol.iterations
+                st["solves"] += 1
+                st["iterations"] += sol.iterations
                 self._dirty = False
-                peak = max(peak, len(alive))
+                st["peak"] = max(st["peak"], len(alive))
                 if progress is not None:
                     progress(int(self.now))
             r = rates[alive]
@@ -331,7 +335,7 @@ class FlowEngine:
             step = horizon if window else min(first, horizon)
             if not window and fin.any():
                 step = max(step, float(tf[fin].max()))
-            steps += 1
+            st["steps"] += 1
             if self._sample_every and self._next_sample <= self.now + step:
                 self._take_samples(alive, r, step)
             moved = np.where(fin, rem, r * step)
@@ -359,7 +363,7 @@ class FlowEngine:
                         self._fluid_done(i, float(self.fluid_end[i]))
                 if self.nf > 4096 and self.nf > 2 * (len(alive) - len(done_flows)):
                     self._compact()
-        return self._outcome(status, solves, iterations, steps, peak)
+        return self._outcome(status)
 
     # ------------------------------------------------------------------ message lifecycle
     def _push(self, at: int, kind: int, row: int):
@@ -587,11 +591,13 @@ class FlowEngine:
             if hi > lo:
                 bins[b] += rate * (hi - lo)
 
-    def _outcome(self, status, solves, iterations, steps, peak) -> RunOutcome:
+    def _outcome(self, status) -> RunOutcome:
+        st = self.stats
+        solves, iterations, steps, peak = st["solves"], st["iterations"], st["steps"], st["peak"]
         t = self.table
         n = len(t)
         end_ps = int(self.last_end) if status == "complete" else int(self.now)
-        reason = {"time_limit": "time_limit"}.get(status, "")
+        reason = {"time_limit": "time_limit", "interrupted": "interrupted"}.get(status, "")
         for i in range(n):
             r = self.recs[i]
             if r is None:
