@@ -22,9 +22,11 @@ recomputed whenever a flow starts or finishes. Assumptions (docs/fidelity.md, "F
 - **Grouped changes** (``simulation.flow.group``, default 0.01; ``quantum``, default 0): after the
   next change of the set of flows (a finish or a release), the step runs on for a window of
   ``max(quantum, group x the age of the oldest active flow)``. Flows finishing inside the window
-  finish at their own times under the step's rates; messages released inside it start at its
-  end (their release time, and so their completion time, is kept), and the capacity freed inside
-  it is handed out at its end. ``group: 0`` (and ``quantum: 0``) recomputes the rates at every
+  finish at their own times under the step's rates, and the capacity freed inside it is handed
+  out at its end. A release inside it ends the step there if waiting would cost its message more
+  than ``group`` x its idle-fabric time (``releases: on_time``, the default); with ``releases:
+  grouped`` every message released inside the window starts at its end (its release time, and so
+  its completion time, is kept). ``group: 0`` (and ``quantum: 0``) recomputes the rates at every
   change, exactly. The window bounds each change's delay, relative to how long the flows have run
   (docs/fidelity.md, "Flow engine", has the error measured against exact recomputation).
 """
@@ -34,7 +36,7 @@ import gc
 import heapq
 from collections import deque
 import math
-from typing import Union
+from typing import Literal, Union
 
 import numpy as np
 import scipy.sparse as sp
@@ -75,6 +77,11 @@ class FlowParams(BaseModel):
     group: float = Field(0.01, ge=0, le=0.1, description=(
         "grouping window as a fraction of the age of the oldest active flow: flows finishing and "
         "messages released within it of the next change share one rate recomputation (0: exact)"))
+    releases: Literal["on_time", "grouped"] = Field("on_time", description=(
+        "with grouping: on_time ends a grouped step at a release that would otherwise wait more than "
+        "group x its message's idle-fabric time (short messages start on time); grouped lets every "
+        "release inside the window wait for its end (fewer rate recomputations at cluster scale, "
+        "larger per-message error: docs/fidelity.md)"))
     efficiency: Union[float, dict[str, float]] = Field(1.0, description=(
         "fraction of each link's payload capacity the transport reaches, as measured by packet runs; "
         "a number, or a mapping routing policy -> number (policies not named: 1.0)"))
@@ -164,6 +171,7 @@ class FlowEngine:
         self.time_limit = sc.simulation.time_limit
         self.quantum = float(self.params.quantum)
         self.group = float(self.params.group)
+        self.on_time = self.params.releases == "on_time"
         self.cap = self._capacities()
         self.warnings: list[str] = []
         if sc.simulation.cell_packets != 1 or sc.simulation.kernel != "heap":
@@ -329,7 +337,7 @@ class FlowEngine:
                 if self.group else self.quantum
             first = min(dt, t_ev)
             horizon = min(first + window, limit - self.now)
-            if window and self.heap and self.heap[0][0] < self.now + horizon:
+            if window and self.on_time and self.heap and self.heap[0][0] < self.now + horizon:
                 horizon = self._release_horizon(horizon)
             fin = tf <= horizon * (1 + 1e-12)
             step = horizon if window else min(first, horizon)
@@ -623,7 +631,7 @@ class FlowEngine:
                     "flow_rate_recomputations": solves, "flow_solver_iterations": iterations, "flow_steps": steps,
                     "flows": self.flows_opened, "flow_segments": self.spread.segments, "flow_peak_concurrent": peak,
                     "flow_efficiency": self.efficiency, "flow_quantum_ps": int(self.quantum),
-                    "flow_group": self.group}
+                    "flow_group": self.group, "flow_releases": self.params.releases}
         if self.replay.gpu:
             counters["gpu_compute_busy_ps"] = dict(sorted(self.replay.gpu_busy.items()))
         links = self._link_rows(link_payload)
