@@ -105,9 +105,35 @@ def _gather(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if total == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     which = np.repeat(np.arange(rows.size), lens)
-    offs = np.cumsum(lens) - lens
-    pos = np.arange(total) - np.repeat(offs, lens) + np.repeat(starts, lens)
+    pos = np.arange(total, dtype=np.int64)
+    pos += np.repeat(starts - (np.cumsum(lens) - lens), lens)
     return pos, which
+
+
+class _Unique:
+    """``np.unique(x, return_inverse=True)`` for integers in ``[0, size)`` without sorting: a
+    marking array (allocated once) for large ``x``, ``np.unique`` itself for small ones. The
+    result is the same (sorted unique values, inverse)."""
+
+    __slots__ = ("flag", "slot", "size")
+
+    def __init__(self, size: int):
+        self.size = size
+        self.flag = np.zeros(size, bool)
+        self.slot = np.empty(size, np.int64)
+
+    def __call__(self, x: np.ndarray, inverse: bool = True):
+        if x.size * 16 < self.size:
+            return np.unique(x, return_inverse=inverse)
+        flag = self.flag
+        flag[x] = True
+        u = np.flatnonzero(flag)
+        flag[u] = False
+        if not inverse:
+            return u
+        slot = self.slot
+        slot[u] = np.arange(u.size)
+        return u, slot[x]
 
 
 def _row_reduce(indptr: np.ndarray, values: np.ndarray, ufunc, empty: float) -> np.ndarray:
@@ -155,15 +181,13 @@ class FluidProblem:
             self._Vr = self.V[:, self.links].tocsr()
             self._Vr.sort_indices()
             self._VTr = self._Vr.T.tocsr()
-            self._Vr_ones = sp.csr_matrix((np.ones_like(self._Vr.data), self._Vr.indices,
-                                           self._Vr.indptr), shape=self._Vr.shape)
+            self._VTr_ones = sp.csr_matrix((np.ones_like(self._VTr.data), self._VTr.indices,
+                                            self._VTr.indptr), shape=self._VTr.shape)
         else:
-            (self.V, self.cap, self.links, self._Vr, self._VTr, self._Vr_ones) = _prepared_links
+            (self.V, self.cap, self.links, self._Vr, self._VTr, self._VTr_ones) = _prepared_links
         if self.F.shape[1] != self.V.shape[0]:
             raise ValueError(f"F has {self.F.shape[1]} segments, V has {self.V.shape[0]}")
-        self._FT = self.F.T.tocsr()
-        self._F_ones = sp.csr_matrix((np.ones_like(self.F.data), self.F.indices, self.F.indptr),
-                                     shape=self.F.shape)
+        # F's transpose (segment -> flow lists) is built per solve for the active rows only
 
     @property
     def n_flows(self) -> int:
@@ -172,7 +196,7 @@ class FluidProblem:
     def with_flows(self, F) -> "FluidProblem":
         """The same links and segments with another flow matrix ``F`` (V-side work reused)."""
         return FluidProblem(F, None, None, _prepared_links=(self.V, self.cap, self.links, self._Vr,
-                                                           self._VTr, self._Vr_ones))
+                                                           self._VTr, self._VTr_ones))
 
     def solve(self, *, active=None, limit=None, rtol: float = 1e-9) -> FluidRates:
         """Max-min fair rates of the active flows.
@@ -204,17 +228,33 @@ class FluidProblem:
         rates = np.zeros(n)
         if n == 0:
             return FluidRates(rates, 0)
-        u = free.astype(np.float64)
-        F, FT, Vr, VTr = self.F, self._FT, self._Vr, self._VTr
+        # work on the active rows only (local flow numbers, in the same order as the global ones)
+        act = np.flatnonzero(free)
+        local, it = self._solve_rows(act, lim[act], rtol)
+        rates[act] = local
+        return FluidRates(rates, it)
+
+    def _solve_rows(self, act, lim, rtol):
+        F = self.F if act.size == self.n_flows else self.F[act]
+        n = F.shape[0]
+        S = F.shape[1]
+        rates = np.zeros(n)
+        free = np.ones(n, bool)
+        if n == 0:
+            return rates, 0
+        Vr, VTr = self._Vr, self._VTr
         cap = self.cap[self.links]
-        d = VTr @ (FT @ u)                        # sum of A[f, l] over unfrozen flows
+        f_ind, f_dat, f_ptr = F.indices, F.data, F.indptr
+        seg_sum = np.bincount(f_ind, weights=f_dat, minlength=S)
+        d = VTr @ seg_sum                         # sum of A[f, l] over unfrozen flows
         # number of (unfrozen flow, segment, link) incidences: exact zero <=> no unfrozen flow left
-        cnt = np.rint(self._Vr_ones.T @ (self._F_ones.T @ u)).astype(np.int64)
+        cnt = np.rint(self._VTr_ones @ np.bincount(f_ind, minlength=S).astype(np.float64)
+                      ).astype(np.int64)
         load = np.zeros(cap.size)                 # load of frozen flows
         alive = cnt > 0
         d[~alive] = 0.0
 
-        fin = np.flatnonzero(free & np.isfinite(lim))
+        fin = np.flatnonzero(np.isfinite(lim))
         lim_order = fin[np.argsort(lim[fin], kind="stable")]
         lim_sorted = lim[lim_order]
         lp = 0                                    # next candidate in lim_order
@@ -237,9 +277,12 @@ class FluidProblem:
             th = np.partition(t, window)[window]
             return idx[t <= th], th
 
-        # segment -> flow lists, trimmed of frozen flows as the solve goes
+        # segment -> flow lists (F's transpose), trimmed of frozen flows as the solve goes
+        FT = F.tocsc()
         ft_ptr, ft_ind = FT.indptr, FT.indices
-        ft_row = np.repeat(np.arange(FT.shape[0]), np.diff(FT.indptr))
+        ft_row = None
+        uniq_seg = _Unique(S)
+        uniq_flow = _Unique(n)
         iterations = 0
         while True:
             cand = cand[alive[cand]]
@@ -269,26 +312,31 @@ class FluidProblem:
             # earlier, so progressive filling would saturate it at exactly t. All local
             # bottlenecks of the window are taken in one batch, each at its own level.
             pos, wl = _gather(VTr.indptr, cand)          # (link of cand, segment) pairs
-            segs, ws = np.unique(VTr.indices[pos], return_inverse=True)
+            segs, ws = uniq_seg(VTr.indices[pos])
             seg_t = np.full(segs.size, np.inf)
             np.minimum.at(seg_t, ws, tc[wl])
             pos, ps = _gather(ft_ptr, segs)              # (segment, flow) pairs
             pf = ft_ind[pos]
             ok = free[pf]
-            if pf.size > max(4 * int(ok.sum()), 1 << 16):
+            n_ok = int(np.count_nonzero(ok))
+            if pf.size > max(4 * n_ok, 1 << 16):
                 # mostly frozen flows met again: drop frozen flows from the segment -> flow lists
+                if ft_row is None:
+                    ft_row = np.repeat(np.arange(S), np.diff(ft_ptr))
                 keep_e = free[ft_ind]
                 ft_ind, ft_row = ft_ind[keep_e], ft_row[keep_e]
-                ft_ptr = np.concatenate([[0], np.cumsum(np.bincount(ft_row, minlength=FT.shape[0]))])
-            ps, pf = ps[ok], pf[ok]
+                ft_ptr = np.concatenate([[0], np.cumsum(np.bincount(ft_row, minlength=S))])
+            if n_ok < pf.size:
+                ps, pf = ps[ok], pf[ok]
             hi = np.searchsorted(lim_sorted, tau, side="right")
             extra = lim_order[lp:hi]
             extra = extra[free[extra]]                   # limited flows that may bind below theta
-            flows, fi = np.unique(np.concatenate([pf, extra]), return_inverse=True)
-            pfi = fi[:pf.size]
+            flows, pfi = uniq_flow(np.concatenate([pf, extra]) if extra.size else pf)
+            pfi = pfi[:pf.size]
             fmin = np.full(flows.size, np.inf)           # lowest level among the flow's window links
             np.minimum.at(fmin, pfi, seg_t[ps])
-            key = np.minimum(fmin, lim[flows])           # the flow freezes at most here
+            lim_f = lim[flows]
+            key = np.minimum(fmin, lim_f)                # the flow freezes at most here
             seg_key = np.full(segs.size, np.inf)
             np.minimum.at(seg_key, ps, key[pfi])
             link_key = np.full(cand.size, np.inf)
@@ -298,7 +346,7 @@ class FluidProblem:
             seg_sat[ws[sat[wl]]] = True
             frz = np.zeros(flows.size, bool)
             frz[pfi[seg_sat[ps]]] = True
-            frz |= (lim[flows] <= fmin) & (lim[flows] <= tau)
+            frz |= (lim_f <= fmin) & (lim_f <= tau)
             new = flows[frz]
             if new.size == 0:                            # only by rounding: take the lowest link
                 sat = tc <= tc.min() * (1.0 + rtol)
@@ -311,9 +359,9 @@ class FluidProblem:
             rates[new] = r
             free[new] = False
             # remove the new flows from d and cnt, add their load
-            pos, which = _gather(F.indptr, new)
-            segs, inv = np.unique(F.indices[pos], return_inverse=True)
-            w = F.data[pos]
+            pos, which = _gather(f_ptr, new)
+            segs, inv = uniq_seg(f_ind[pos])
+            w = f_dat[pos]
             seg_d = np.bincount(inv, weights=w, minlength=segs.size)
             seg_load = np.bincount(inv, weights=w * r[which], minlength=segs.size)
             seg_cnt = np.bincount(inv, minlength=segs.size)
@@ -330,7 +378,7 @@ class FluidProblem:
         # flows never frozen cross no finite link that binds them: their limit, or unbounded
         rest = np.flatnonzero(free)
         rates[rest] = lim[rest]
-        return FluidRates(rates, iterations)
+        return rates, iterations
 
 
 def max_min_fair(F, V, cap, *, limit=None, active=None, rtol: float = 1e-9) -> FluidRates:
