@@ -68,6 +68,11 @@ import scipy.sparse as sp
 
 __all__ = ["FluidProblem", "FluidRates", "max_min_fair", "check_max_min"]
 
+#: links in the candidate window (the lowest levels, all ties included)
+_WINDOW = 4096
+#: (flow, segment, link) incidences per batch (the lowest-level links of the window up to it)
+_BUDGET = 1 << 18
+
 
 @dataclass(frozen=True)
 class FluidRates:
@@ -183,8 +188,11 @@ class FluidProblem:
             self._VTr = self._Vr.T.tocsr()
             self._VTr_ones = sp.csr_matrix((np.ones_like(self._VTr.data), self._VTr.indices,
                                             self._VTr.indptr), shape=self._VTr.shape)
+            self._Vr_ones = sp.csr_matrix((np.ones_like(self._Vr.data), self._Vr.indices,
+                                           self._Vr.indptr), shape=self._Vr.shape)
         else:
-            (self.V, self.cap, self.links, self._Vr, self._VTr, self._VTr_ones) = _prepared_links
+            (self.V, self.cap, self.links, self._Vr, self._VTr, self._VTr_ones,
+             self._Vr_ones) = _prepared_links
         if self.F.shape[1] != self.V.shape[0]:
             raise ValueError(f"F has {self.F.shape[1]} segments, V has {self.V.shape[0]}")
         # F's transpose (segment -> flow lists) is built per solve for the active rows only
@@ -196,7 +204,7 @@ class FluidProblem:
     def with_flows(self, F) -> "FluidProblem":
         """The same links and segments with another flow matrix ``F`` (V-side work reused)."""
         return FluidProblem(F, None, None, _prepared_links=(self.V, self.cap, self.links, self._Vr,
-                                                           self._VTr, self._VTr_ones))
+                                                           self._VTr, self._VTr_ones, self._Vr_ones))
 
     def solve(self, *, active=None, limit=None, rtol: float = 1e-9) -> FluidRates:
         """Max-min fair rates of the active flows.
@@ -243,13 +251,17 @@ class FluidProblem:
         if n == 0:
             return rates, 0
         Vr, VTr = self._Vr, self._VTr
+        Vr_ones = self._Vr_ones
         cap = self.cap[self.links]
         f_ind, f_dat, f_ptr = F.indices, F.data, F.indptr
+        # segment -> flow lists (F's transpose), trimmed of frozen flows as the solve goes
+        FT = F.tocsc()
+        ft_ptr, ft_ind = FT.indptr, FT.indices
+        ft_row = None
         seg_sum = np.bincount(f_ind, weights=f_dat, minlength=S)
         d = VTr @ seg_sum                         # sum of A[f, l] over unfrozen flows
         # number of (unfrozen flow, segment, link) incidences: exact zero <=> no unfrozen flow left
-        cnt = np.rint(self._VTr_ones @ np.bincount(f_ind, minlength=S).astype(np.float64)
-                      ).astype(np.int64)
+        cnt = np.rint(self._VTr_ones @ np.diff(ft_ptr).astype(np.float64)).astype(np.int64)
         load = np.zeros(cap.size)                 # load of frozen flows
         alive = cnt > 0
         d[~alive] = 0.0
@@ -264,8 +276,8 @@ class FluidProblem:
 
         # candidate window: every alive link whose fill level is <= theta is in cand; levels only
         # rise, so links outside stay out of reach until the window is rebuilt
-        window = 256                              # measured best of 256..16384 at 131k links
-        budget = 1 << 16                          # (flow, segment, link) incidences per batch
+        window = _WINDOW
+        budget = _BUDGET
         cand = np.empty(0, np.int64)
         theta = -np.inf
 
@@ -277,15 +289,12 @@ class FluidProblem:
             th = np.partition(t, window)[window]
             return idx[t <= th], th
 
-        # segment -> flow lists (F's transpose), trimmed of frozen flows as the solve goes
-        FT = F.tocsc()
-        ft_ptr, ft_ind = FT.indptr, FT.indices
-        ft_row = None
         uniq_seg = _Unique(S)
         uniq_flow = _Unique(n)
         iterations = 0
+        win = cand
         while True:
-            cand = cand[alive[cand]]
+            cand = win[alive[win]]
             tc = fill(cand)
             keep = tc <= theta
             cand, tc = cand[keep], tc[keep]
@@ -299,7 +308,9 @@ class FluidProblem:
             iterations += 1
             # bound the work: the lowest links of the window up to a budget of incidences; links
             # left out (and those outside the window) all fill at tau or above
+            # (the window itself is kept: its links left out of this batch stay candidates)
             tau = theta
+            win = cand
             if cand.size > 1 and cnt[cand].sum() > budget:
                 order = np.argsort(tc, kind="stable")
                 k = max(1, int(np.searchsorted(np.cumsum(cnt[cand[order]]), budget, side="right")))
@@ -359,20 +370,21 @@ class FluidProblem:
             rates[new] = r
             free[new] = False
             # remove the new flows from d and cnt, add their load
-            pos, which = _gather(f_ptr, new)
-            segs, inv = uniq_seg(f_ind[pos])
-            w = f_dat[pos]
-            seg_d = np.bincount(inv, weights=w, minlength=segs.size)
-            seg_load = np.bincount(inv, weights=w * r[which], minlength=segs.size)
-            seg_cnt = np.bincount(inv, minlength=segs.size)
-            pos, which = _gather(Vr.indptr, segs)
-            if pos.size:
-                lk = Vr.indices[pos]
-                c = Vr.data[pos]
-                np.subtract.at(d, lk, c * seg_d[which])
-                np.add.at(load, lk, c * seg_load[which])
-                np.subtract.at(cnt, lk, seg_cnt[which])
-                dead = lk[cnt[lk] <= 0]
+            Fn = F[new]                                  # (new flows are sorted)
+            fs = Fn.indices
+            seg = np.empty((S, 2))
+            seg[:, 0] = np.bincount(fs, weights=Fn.data, minlength=S)
+            seg[:, 1] = Fn.T @ r
+            seg_cnt = np.bincount(fs, minlength=S)
+            segs = np.flatnonzero(seg_cnt)
+            if segs.size:
+                delta = Vr[segs].T @ seg[segs]           # per link: d removed, load added
+                d -= delta[:, 0]
+                load += delta[:, 1]
+                gone = Vr_ones[segs].T @ seg_cnt[segs].astype(np.float64)
+                touched = np.flatnonzero(gone)
+                cnt[touched] -= np.rint(gone[touched]).astype(np.int64)
+                dead = touched[cnt[touched] <= 0]
                 alive[dead] = False
                 d[dead] = 0.0
         # flows never frozen cross no finite link that binds them: their limit, or unbounded
