@@ -258,7 +258,8 @@ class FluidProblem:
         FT = F.tocsc()
         ft_ptr, ft_ind = FT.indptr, FT.indices
         ft_row = None
-        seg_sum = np.bincount(f_ind, weights=f_dat, minlength=S)
+        # per segment, in flow order (the same sums as a bincount over F's entries)
+        seg_sum = sp.csr_matrix((FT.data, ft_ind, ft_ptr), shape=(S, n)) @ np.ones(n)
         d = VTr @ seg_sum                         # sum of A[f, l] over unfrozen flows
         # number of (unfrozen flow, segment, link) incidences: exact zero <=> no unfrozen flow left
         cnt = np.rint(self._VTr_ones @ np.diff(ft_ptr).astype(np.float64)).astype(np.int64)
@@ -372,17 +373,15 @@ class FluidProblem:
             # remove the new flows from d and cnt, add their load
             Fn = F[new]                                  # (new flows are sorted)
             fs = Fn.indices
-            seg = np.empty((S, 2))
-            seg[:, 0] = np.bincount(fs, weights=Fn.data, minlength=S)
-            seg[:, 1] = Fn.T @ r
+            seg = Fn.T @ np.column_stack([np.ones(new.size), r])   # per segment: d, load
             seg_cnt = np.bincount(fs, minlength=S)
-            segs = np.flatnonzero(seg_cnt)
+            segs = np.flatnonzero(seg_cnt > 0)
             if segs.size:
                 delta = Vr[segs].T @ seg[segs]           # per link: d removed, load added
                 d -= delta[:, 0]
                 load += delta[:, 1]
                 gone = Vr_ones[segs].T @ seg_cnt[segs].astype(np.float64)
-                touched = np.flatnonzero(gone)
+                touched = np.flatnonzero(gone > 0)
                 cnt[touched] -= np.rint(gone[touched]).astype(np.int64)
                 dead = touched[cnt[touched] <= 0]
                 alive[dead] = False
