@@ -66,6 +66,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+try:                                      # the C counting sort behind csr.tocsc()
+    from scipy.sparse._sparsetools import csr_tocsc as _csr_tocsc
+except ImportError:                       # pragma: no cover
+    _csr_tocsc = None
+
 __all__ = ["FluidProblem", "FluidRates", "max_min_fair", "check_max_min"]
 
 #: links in the candidate window (the lowest levels, all ties included)
@@ -115,6 +120,23 @@ def _gather(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return pos, which
 
 
+def _transpose_structure(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """``indptr`` and ``indices`` of the CSR transpose of ``m`` (column -> rows, rows ascending),
+    without the values: scipy's counting sort run over one-byte placeholder data."""
+    n_row, n_col = m.shape
+    if _csr_tocsc is not None:
+        try:
+            ptr = np.empty(n_col + 1, m.indptr.dtype)
+            ind = np.empty(m.nnz, m.indices.dtype)
+            _csr_tocsc(n_row, n_col, m.indptr, m.indices, np.ones(m.nnz, np.int8), ptr, ind,
+                       np.empty(m.nnz, np.int8))
+            return ptr, ind
+        except (TypeError, ValueError):                  # a scipy without this kernel signature
+            pass
+    t = m.tocsc()
+    return t.indptr, t.indices
+
+
 class _Unique:
     """``np.unique(x, return_inverse=True)`` for integers in ``[0, size)`` without sorting: a
     marking array (allocated once) for large ``x``, ``np.unique`` itself for small ones. The
@@ -128,7 +150,7 @@ class _Unique:
         self.slot = np.empty(size, np.int64)
 
     def __call__(self, x: np.ndarray, inverse: bool = True):
-        if x.size * 16 < self.size:
+        if x.size * 64 < self.size:
             return np.unique(x, return_inverse=inverse)
         flag = self.flag
         flag[x] = True
@@ -251,15 +273,14 @@ class FluidProblem:
         if n == 0:
             return rates, 0
         Vr, VTr = self._Vr, self._VTr
-        Vr_ones = self._Vr_ones
+        Vr_ones, VTr_ones = self._Vr_ones, self._VTr_ones
+        Vr_ptr = Vr.indptr.astype(np.int64)
         cap = self.cap[self.links]
         f_ind, f_dat, f_ptr = F.indices, F.data, F.indptr
         # segment -> flow lists (F's transpose), trimmed of frozen flows as the solve goes
-        FT = F.tocsc()
-        ft_ptr, ft_ind = FT.indptr, FT.indices
+        ft_ptr, ft_ind = _transpose_structure(F)
         ft_row = None
-        # per segment, in flow order (the same sums as a bincount over F's entries)
-        seg_sum = sp.csr_matrix((FT.data, ft_ind, ft_ptr), shape=(S, n)) @ np.ones(n)
+        seg_sum = F.T @ np.ones(n)                # per segment, summed in flow order
         d = VTr @ seg_sum                         # sum of A[f, l] over unfrozen flows
         # number of (unfrozen flow, segment, link) incidences: exact zero <=> no unfrozen flow left
         cnt = np.rint(self._VTr_ones @ np.diff(ft_ptr).astype(np.float64)).astype(np.int64)
@@ -374,18 +395,23 @@ class FluidProblem:
             Fn = F[new]                                  # (new flows are sorted)
             fs = Fn.indices
             seg = Fn.T @ np.column_stack([np.ones(new.size), r])   # per segment: d, load
-            seg_cnt = np.bincount(fs, minlength=S)
+            seg_cnt = np.bincount(fs, minlength=S).astype(np.float64)
             segs = np.flatnonzero(seg_cnt > 0)
-            if segs.size:
-                delta = Vr[segs].T @ seg[segs]           # per link: d removed, load added
-                d -= delta[:, 0]
-                load += delta[:, 1]
-                gone = Vr_ones[segs].T @ seg_cnt[segs].astype(np.float64)
-                touched = np.flatnonzero(gone > 0)
-                cnt[touched] -= np.rint(gone[touched]).astype(np.int64)
-                dead = touched[cnt[touched] <= 0]
-                alive[dead] = False
-                d[dead] = 0.0
+            # per link: d removed, load added, incidences gone (each a sum over the link's
+            # segments in segment order, whichever of the two forms is taken)
+            if 3 * int((Vr_ptr[segs + 1] - Vr_ptr[segs]).sum()) > Vr.nnz:
+                delta = VTr @ seg
+                gone = VTr_ones @ seg_cnt
+            else:
+                delta = Vr[segs].T @ seg[segs]
+                gone = Vr_ones[segs].T @ seg_cnt[segs]
+            d -= delta[:, 0]
+            load += delta[:, 1]
+            touched = np.flatnonzero(gone > 0)
+            cnt[touched] -= np.rint(gone[touched]).astype(np.int64)
+            dead = touched[cnt[touched] <= 0]
+            alive[dead] = False
+            d[dead] = 0.0
         # flows never frozen cross no finite link that binds them: their limit, or unbounded
         rest = np.flatnonzero(free)
         rates[rest] = lim[rest]
