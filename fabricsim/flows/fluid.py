@@ -247,20 +247,27 @@ class FluidProblem:
         FluidRates
         """
         n = self.n_flows
-        free = np.ones(n, bool) if active is None else np.asarray(active, bool).copy()
-        if free.shape != (n,):
-            raise ValueError(f"active must have shape ({n},)")
-        lim = np.full(n, np.inf) if limit is None else np.asarray(limit, np.float64).ravel()
-        if lim.shape != (n,):
-            raise ValueError(f"limit must have shape ({n},)")
-        if np.isnan(lim).any() or (lim < 0).any():
-            raise ValueError("limit must be >= 0 (inf allowed)")
+        if active is None:
+            act = np.arange(n)
+        else:
+            active = np.asarray(active, bool)
+            if active.shape != (n,):
+                raise ValueError(f"active must have shape ({n},)")
+            act = np.flatnonzero(active)
+        if limit is None:
+            lim = None
+        else:
+            lim = np.asarray(limit, np.float64).ravel()
+            if lim.shape != (n,):
+                raise ValueError(f"limit must have shape ({n},)")
+            if np.isnan(lim).any() or (lim < 0).any():
+                raise ValueError("limit must be >= 0 (inf allowed)")
+            lim = lim[act]
         rates = np.zeros(n)
         if n == 0:
             return FluidRates(rates, 0)
         # work on the active rows only (local flow numbers, in the same order as the global ones)
-        act = np.flatnonzero(free)
-        local, it = self._solve_rows(act, lim[act], rtol)
+        local, it = self._solve_rows(act, lim, rtol)
         rates[act] = local
         return FluidRates(rates, it)
 
@@ -288,9 +295,13 @@ class FluidProblem:
         alive = cnt > 0
         d[~alive] = 0.0
 
-        fin = np.flatnonzero(np.isfinite(lim))
-        lim_order = fin[np.argsort(lim[fin], kind="stable")]
-        lim_sorted = lim[lim_order]
+        limited = lim is not None
+        if limited:
+            fin = np.flatnonzero(np.isfinite(lim))
+            lim_order = fin[np.argsort(lim[fin], kind="stable")]
+            lim_sorted = lim[lim_order]
+        else:
+            lim_order = np.empty(0, np.int64)
         lp = 0                                    # next candidate in lim_order
 
         def fill(idx):
@@ -361,15 +372,21 @@ class FluidProblem:
                 ft_ptr = np.concatenate([[0], np.cumsum(np.bincount(ft_row, minlength=S))])
             if n_ok < pf.size:
                 ps, pf = ps[ok], pf[ok]
-            hi = np.searchsorted(lim_sorted, tau, side="right")
-            extra = lim_order[lp:hi]
-            extra = extra[free[extra]]                   # limited flows that may bind below theta
-            flows, pfi = uniq_flow(np.concatenate([pf, extra]) if extra.size else pf)
-            pfi = pfi[:pf.size]
+            if limited:
+                hi = np.searchsorted(lim_sorted, tau, side="right")
+                extra = lim_order[lp:hi]
+                extra = extra[free[extra]]               # limited flows that may bind below theta
+                flows, pfi = uniq_flow(np.concatenate([pf, extra]) if extra.size else pf)
+                pfi = pfi[:pf.size]
+            else:
+                flows, pfi = uniq_flow(pf)
             fmin = np.full(flows.size, np.inf)           # lowest level among the flow's window links
             np.minimum.at(fmin, pfi, seg_t[ps])
-            lim_f = lim[flows]
-            key = np.minimum(fmin, lim_f)                # the flow freezes at most here
+            if limited:
+                lim_f = lim[flows]
+                key = np.minimum(fmin, lim_f)            # the flow freezes at most here
+            else:
+                key = fmin
             seg_key = np.full(segs.size, np.inf)
             np.minimum.at(seg_key, ps, key[pfi])
             link_key = np.full(cand.size, np.inf)
@@ -379,7 +396,8 @@ class FluidProblem:
             seg_sat[ws[sat[wl]]] = True
             frz = np.zeros(flows.size, bool)
             frz[pfi[seg_sat[ps]]] = True
-            frz |= (lim_f <= fmin) & (lim_f <= tau)
+            if limited:
+                frz |= (lim_f <= fmin) & (lim_f <= tau)
             new = flows[frz]
             if new.size == 0:                            # only by rounding: take the lowest link
                 sat = tc <= tc.min() * (1.0 + rtol)
@@ -414,7 +432,7 @@ class FluidProblem:
             d[dead] = 0.0
         # flows never frozen cross no finite link that binds them: their limit, or unbounded
         rest = np.flatnonzero(free)
-        rates[rest] = lim[rest]
+        rates[rest] = lim[rest] if limited else np.inf
         return rates, iterations
 
 
