@@ -412,8 +412,9 @@ class FluidProblem:
             # remove the new flows from d and cnt, add their load
             Fn = F[new]                                  # (new flows are sorted)
             fs = Fn.indices
-            seg = Fn.T @ np.column_stack([np.ones(new.size), r])   # per segment: d, load
-            seg_cnt = np.bincount(fs, minlength=S).astype(np.float64)
+            ones_new = np.ones(new.size)
+            seg = Fn.T @ np.column_stack([ones_new, r])  # per segment: d, load
+            seg_cnt = sp.csr_matrix((np.ones(fs.size), fs, Fn.indptr), shape=Fn.shape).T @ ones_new
             segs = np.flatnonzero(seg_cnt > 0)
             # per link: d removed, load added, incidences gone (each a sum over the link's
             # segments in segment order, whichever of the two forms is taken)
