@@ -1,4 +1,7 @@
-"""Vectorised max-min fair rates of fluid flows whose link usage is given in factorised form.
+"""FROZEN COPY (for benchmarks/bench_solver_cases.py) of fabricsim/flows/fluid.py as of commit
+677e8d8, before the solver speed-up. Not imported by the package; do not edit.
+
+Vectorised max-min fair rates of fluid flows whose link usage is given in factorised form.
 
 A flow-level engine recomputes the rates of all live flows every time one starts or ends. This
 module is that computation: progressive filling (Bertsekas & Gallager, *Data Networks* 6.5.2)
