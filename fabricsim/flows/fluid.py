@@ -281,8 +281,35 @@ class FluidProblem:
             return rates, 0
         Vr, VTr = self._Vr, self._VTr
         Vr_ones, VTr_ones = self._Vr_ones, self._VTr_ones
-        Vr_ptr = Vr.indptr.astype(np.int64)
         cap = self.cap[self.links]
+        # When the active flows use few of the segments (and those carry fewer link entries than
+        # F has), renumber segments and links to the used ones: the per-batch passes over all
+        # segments and links shrink. The renumbering keeps the order, so every sum is the same.
+        if F.nnz and S:
+            used = np.zeros(S, bool)
+            used[F.indices] = True
+            used = np.flatnonzero(used)
+            if used.size * 2 < S:
+                sub = Vr[used]
+                if sub.nnz <= F.nnz:
+                    lk = np.zeros(cap.size, bool)
+                    lk[sub.indices] = True
+                    lk = np.flatnonzero(lk)
+                    lmap = np.empty(cap.size, sub.indices.dtype)
+                    lmap[lk] = np.arange(lk.size)
+                    Vr = sp.csr_matrix((sub.data, lmap[sub.indices], sub.indptr),
+                                       shape=(used.size, lk.size))
+                    VTr = Vr.T.tocsr()
+                    Vr_ones = sp.csr_matrix((np.ones_like(Vr.data), Vr.indices, Vr.indptr),
+                                            shape=Vr.shape)
+                    VTr_ones = sp.csr_matrix((np.ones_like(VTr.data), VTr.indices, VTr.indptr),
+                                             shape=VTr.shape)
+                    cap = cap[lk]
+                    smap = np.empty(S, F.indices.dtype)
+                    smap[used] = np.arange(used.size)
+                    S = used.size
+                    F = sp.csr_matrix((F.data, smap[F.indices], F.indptr), shape=(n, S))
+        Vr_ptr = Vr.indptr.astype(np.int64)
         f_ind, f_dat, f_ptr = F.indices, F.data, F.indptr
         # segment -> flow lists (F's transpose), trimmed of frozen flows as the solve goes
         ft_ptr, ft_ind = _transpose_structure(F)
@@ -290,7 +317,7 @@ class FluidProblem:
         seg_sum = F.T @ np.ones(n)                # per segment, summed in flow order
         d = VTr @ seg_sum                         # sum of A[f, l] over unfrozen flows
         # number of (unfrozen flow, segment, link) incidences: exact zero <=> no unfrozen flow left
-        cnt = np.rint(self._VTr_ones @ np.diff(ft_ptr).astype(np.float64)).astype(np.int64)
+        cnt = np.rint(VTr_ones @ np.diff(ft_ptr).astype(np.float64)).astype(np.int64)
         load = np.zeros(cap.size)                 # load of frozen flows
         alive = cnt > 0
         d[~alive] = 0.0
