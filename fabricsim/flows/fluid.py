@@ -285,10 +285,10 @@ class FluidProblem:
         # When the active flows use few of the segments (and those carry fewer link entries than
         # F has), renumber segments and links to the used ones: the per-batch passes over all
         # segments and links shrink. The renumbering keeps the order, so every sum is the same.
+        # segment -> flow lists (F's transpose), trimmed of frozen flows as the solve goes
+        ft_ptr, ft_ind = _transpose_structure(F)
         if F.nnz and S:
-            used = np.zeros(S, bool)
-            used[F.indices] = True
-            used = np.flatnonzero(used)
+            used = np.flatnonzero(ft_ptr[1:] > ft_ptr[:-1])
             if used.size * 2 < S:
                 sub = Vr[used]
                 if sub.nnz <= F.nnz:
@@ -309,10 +309,10 @@ class FluidProblem:
                     smap[used] = np.arange(used.size)
                     S = used.size
                     F = sp.csr_matrix((F.data, smap[F.indices], F.indptr), shape=(n, S))
+                    ft_ptr = np.append(ft_ptr[used], ft_ptr[-1])
         Vr_ptr = Vr.indptr.astype(np.int64)
         f_ind, f_dat, f_ptr = F.indices, F.data, F.indptr
-        # segment -> flow lists (F's transpose), trimmed of frozen flows as the solve goes
-        ft_ptr, ft_ind = _transpose_structure(F)
+        ones_nnz = np.ones(F.nnz)
         ft_row = None
         seg_sum = F.T @ np.ones(n)                # per segment, summed in flow order
         d = VTr @ seg_sum                         # sum of A[f, l] over unfrozen flows
@@ -441,7 +441,7 @@ class FluidProblem:
             fs = Fn.indices
             ones_new = np.ones(new.size)
             seg = Fn.T @ np.column_stack([ones_new, r])  # per segment: d, load
-            seg_cnt = sp.csr_matrix((np.ones(fs.size), fs, Fn.indptr), shape=Fn.shape).T @ ones_new
+            seg_cnt = sp.csr_matrix((ones_nnz[:fs.size], fs, Fn.indptr), shape=Fn.shape).T @ ones_new
             segs = np.flatnonzero(seg_cnt > 0)
             # per link: d removed, load added, incidences gone (each a sum over the link's
             # segments in segment order, whichever of the two forms is taken)
