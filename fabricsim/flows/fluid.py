@@ -25,12 +25,20 @@ flows)`` is the common rate at which it would saturate; levels only rise as flow
 link is a *local bottleneck* when no unfrozen flow crossing it has a lower limit or crosses a
 link of lower level: nothing can freeze its flows sooner, so progressive filling saturates it at
 exactly its own ``t``. Each iteration freezes every local bottleneck among the lowest-level
-links (a window of a few hundred, rebuilt with one pass over the links when used up), each at its
-own level, and every flow whose limit is below all its links' levels. The result is that of
+links (a window of a few thousand, rebuilt with one pass over the links when used up; a batch takes
+its lowest links up to a work budget, the rest of the window staying candidates), each at its own
+level, and every flow whose limit is below all its links' levels. The result is that of
 sequential progressive filling (within ``rtol``) in far fewer iterations: 500,000 flows on 131,072
 links take about 500 (benchmarks/bench_fluid_solver.py). Per iteration the work is proportional
 to the flows on the window's links and the entries of the newly frozen flows, plus the window;
 ``A`` is never formed.
+
+A solve works on the active rows of ``F`` only: it takes them out (``F[active]``), builds their
+segment -> flow lists (the structure of the transpose, by scipy's counting sort), and when they
+use few of the segments renumbers segments and links to the used ones. Sets of segments and flows
+are found with marking arrays, not sorting; the loads and fill denominators of the links are
+updated by sparse mat-vecs over the frozen flows' rows. benchmarks/bench_solver_cases.py times
+this against the previous version on instances captured from engine runs.
 
 >>> import numpy as np, scipy.sparse as sp
 >>> F = sp.identity(3, format="csr")                   # one segment per flow
@@ -73,7 +81,8 @@ except ImportError:                       # pragma: no cover
 
 __all__ = ["FluidProblem", "FluidRates", "max_min_fair", "check_max_min"]
 
-#: links in the candidate window (the lowest levels, all ties included)
+#: links in the candidate window (the lowest levels, all ties included); 4096 and the budget 2^18
+#: measured best of 256..16384 x 2^16..2^22 on benchmarks/bench_solver_cases.py instances
 _WINDOW = 4096
 #: (flow, segment, link) incidences per batch (the lowest-level links of the window up to it)
 _BUDGET = 1 << 18
@@ -176,9 +185,10 @@ def _row_reduce(indptr: np.ndarray, values: np.ndarray, ufunc, empty: float) -> 
 class FluidProblem:
     """A max-min problem prepared for repeated solves.
 
-    Validation, canonicalisation (duplicates summed, zeros dropped), the transposes and the
-    restriction of the links to those with finite capacity that some segment uses are done once
-    here; :meth:`solve` then costs a few mat-vecs plus the filling itself. Between solves,
+    Validation, canonicalisation (duplicates summed, zeros dropped), the transposes of ``V`` and
+    the restriction of the links to those with finite capacity that some segment uses are done
+    once here; :meth:`solve` then costs the transpose of the active rows of ``F``, a few mat-vecs
+    and the filling itself. Between solves,
     finished or not-yet-started flows are switched off with ``active`` instead of rebuilding
     ``F``; :meth:`with_flows` swaps ``F`` while reusing the link-side work on ``V``.
 
