@@ -220,11 +220,9 @@ class FluidProblem:
             self._VTr = self._Vr.T.tocsr()
             self._VTr_ones = sp.csr_matrix((np.ones_like(self._VTr.data), self._VTr.indices,
                                             self._VTr.indptr), shape=self._VTr.shape)
-            self._Vr_ones = sp.csr_matrix((np.ones_like(self._Vr.data), self._Vr.indices,
-                                           self._Vr.indptr), shape=self._Vr.shape)
         else:
-            (self.V, self.cap, self.links, self._Vr, self._VTr, self._VTr_ones,
-             self._Vr_ones) = _prepared_links
+            (self.V, self.cap, self.links, self._Vr, self._VTr,
+             self._VTr_ones) = _prepared_links
         if self.F.shape[1] != self.V.shape[0]:
             raise ValueError(f"F has {self.F.shape[1]} segments, V has {self.V.shape[0]}")
         # F's transpose (segment -> flow lists) is built per solve for the active rows only
@@ -236,7 +234,7 @@ class FluidProblem:
     def with_flows(self, F) -> "FluidProblem":
         """The same links and segments with another flow matrix ``F`` (V-side work reused)."""
         return FluidProblem(F, None, None, _prepared_links=(self.V, self.cap, self.links, self._Vr,
-                                                           self._VTr, self._VTr_ones, self._Vr_ones))
+                                                           self._VTr, self._VTr_ones))
 
     def solve(self, *, active=None, limit=None, rtol: float = 1e-9) -> FluidRates:
         """Max-min fair rates of the active flows.
@@ -290,7 +288,7 @@ class FluidProblem:
         if n == 0:
             return rates, 0
         Vr, VTr = self._Vr, self._VTr
-        Vr_ones, VTr_ones = self._Vr_ones, self._VTr_ones
+        VTr_ones = self._VTr_ones
         cap = self.cap[self.links]
         # When the active flows use few of the segments (and those carry fewer link entries than
         # F has), renumber segments and links to the used ones: the per-batch passes over all
@@ -310,8 +308,6 @@ class FluidProblem:
                     Vr = sp.csr_matrix((sub.data, lmap[sub.indices], sub.indptr),
                                        shape=(used.size, lk.size))
                     VTr = Vr.T.tocsr()
-                    Vr_ones = sp.csr_matrix((np.ones_like(Vr.data), Vr.indices, Vr.indptr),
-                                            shape=Vr.shape)
                     VTr_ones = sp.csr_matrix((np.ones_like(VTr.data), VTr.indices, VTr.indptr),
                                              shape=VTr.shape)
                     cap = cap[lk]
@@ -361,6 +357,7 @@ class FluidProblem:
 
         uniq_seg = _Unique(S)
         uniq_flow = _Unique(n)
+        uniq_link = _Unique(cap.size)
         iterations = 0
         win = cand
         while True:
@@ -449,22 +446,46 @@ class FluidProblem:
             # remove the new flows from d and cnt, add their load
             Fn = F[new]                                  # (new flows are sorted)
             fs = Fn.indices
-            ones_new = np.ones(new.size)
-            seg = Fn.T @ np.column_stack([ones_new, r])  # per segment: d, load
-            seg_cnt = sp.csr_matrix((ones_nnz[:fs.size], fs, Fn.indptr), shape=Fn.shape).T @ ones_new
-            segs = np.flatnonzero(seg_cnt > 0)
-            # per link: d removed, load added, incidences gone (each a sum over the link's
-            # segments in segment order, whichever of the two forms is taken)
-            if 3 * int((Vr_ptr[segs + 1] - Vr_ptr[segs]).sum()) > Vr.nnz:
-                delta = VTr @ seg
-                gone = VTr_ones @ seg_cnt
+            nl = cap.size
+            if fs.size * 8 < S:
+                # few entries: everything on the touched segments and links only (sums in the
+                # same order as the mat-vecs below: segments, and per link its segments, ascending)
+                segs, inv = uniq_seg(fs)
+                k = segs.size
+                w = Fn.data
+                which = np.repeat(np.arange(new.size), np.diff(Fn.indptr))
+                sd = np.bincount(inv, weights=w, minlength=k)
+                sl = np.bincount(inv, weights=w * r[which], minlength=k)
+                sc = np.bincount(inv, minlength=k).astype(np.float64)
+                sub = Vr[segs]
+                touched, linv = uniq_link(sub.indices)
+                m = touched.size
+                sw = np.repeat(np.arange(k), np.diff(sub.indptr))
+                c = sub.data
+                d[touched] -= np.bincount(linv, weights=c * sd[sw], minlength=m)
+                load[touched] += np.bincount(linv, weights=c * sl[sw], minlength=m)
+                cnt[touched] -= np.rint(np.bincount(linv, weights=sc[sw], minlength=m)
+                                        ).astype(np.int64)
             else:
-                delta = Vr[segs].T @ seg[segs]
-                gone = Vr_ones[segs].T @ seg_cnt[segs]
-            d -= delta[:, 0]
-            load += delta[:, 1]
-            touched = np.flatnonzero(gone > 0)
-            cnt[touched] -= np.rint(gone[touched]).astype(np.int64)
+                ones_new = np.ones(new.size)
+                seg = Fn.T @ np.column_stack([ones_new, r])      # per segment: d, load
+                seg_cnt = sp.csr_matrix((ones_nnz[:fs.size], fs, Fn.indptr),
+                                        shape=Fn.shape).T @ ones_new
+                segs = np.flatnonzero(seg_cnt > 0)
+                # per link: d removed, load added, incidences gone (each a sum over the link's
+                # segments in segment order, whichever of the two forms is taken)
+                if 3 * int((Vr_ptr[segs + 1] - Vr_ptr[segs]).sum()) > Vr.nnz:
+                    delta = VTr @ seg
+                    gone = VTr_ones @ seg_cnt
+                else:
+                    sub = Vr[segs]
+                    delta = sub.T @ seg[segs]
+                    gone = sp.csr_matrix((np.ones(sub.nnz), sub.indices, sub.indptr),
+                                         shape=sub.shape).T @ seg_cnt[segs]
+                d -= delta[:, 0]
+                load += delta[:, 1]
+                touched = np.flatnonzero(gone > 0)
+                cnt[touched] -= np.rint(gone[touched]).astype(np.int64)
             dead = touched[cnt[touched] <= 0]
             alive[dead] = False
             d[dead] = 0.0
