@@ -86,6 +86,7 @@ __all__ = ["FluidProblem", "FluidRates", "max_min_fair", "check_max_min"]
 _WINDOW = 4096
 #: (flow, segment, link) incidences per batch (the lowest-level links of the window up to it)
 _BUDGET = 1 << 18
+_COMPRESS = 2
 
 
 @dataclass(frozen=True)
@@ -297,7 +298,7 @@ class FluidProblem:
         ft_ptr, ft_ind = _transpose_structure(F)
         if F.nnz and S:
             used = np.flatnonzero(ft_ptr[1:] > ft_ptr[:-1])
-            if used.size * 2 < S:
+            if used.size * _COMPRESS < S:
                 sub = Vr[used]
                 if sub.nnz <= F.nnz:
                     lk = np.zeros(cap.size, bool)
