@@ -472,10 +472,14 @@ class FluidProblem:
                 seg = Fn.T @ np.column_stack([ones_new, r])      # per segment: d, load
                 seg_cnt = sp.csr_matrix((ones_nnz[:fs.size], fs, Fn.indptr),
                                         shape=Fn.shape).T @ ones_new
-                segs = np.flatnonzero(seg_cnt > 0)
                 # per link: d removed, load added, incidences gone (each a sum over the link's
                 # segments in segment order, whichever of the two forms is taken)
-                if 3 * int((Vr_ptr[segs + 1] - Vr_ptr[segs]).sum()) > Vr.nnz:
+                if Vr.nnz <= 4 * fs.size:
+                    full = True
+                else:
+                    segs = np.flatnonzero(seg_cnt > 0)
+                    full = 3 * int((Vr_ptr[segs + 1] - Vr_ptr[segs]).sum()) > Vr.nnz
+                if full:
                     delta = VTr @ seg
                     gone = VTr_ones @ seg_cnt
                 else:
