@@ -25,12 +25,20 @@ flows)`` is the common rate at which it would saturate; levels only rise as flow
 link is a *local bottleneck* when no unfrozen flow crossing it has a lower limit or crosses a
 link of lower level: nothing can freeze its flows sooner, so progressive filling saturates it at
 exactly its own ``t``. Each iteration freezes every local bottleneck among the lowest-level
-links (a window of a few hundred, rebuilt with one pass over the links when used up), each at its
-own level, and every flow whose limit is below all its links' levels. The result is that of
+links (a window of a few thousand, rebuilt with one pass over the links when used up; a batch takes
+its lowest links up to a work budget, the rest of the window staying candidates), each at its own
+level, and every flow whose limit is below all its links' levels. The result is that of
 sequential progressive filling (within ``rtol``) in far fewer iterations: 500,000 flows on 131,072
 links take about 500 (benchmarks/bench_fluid_solver.py). Per iteration the work is proportional
 to the flows on the window's links and the entries of the newly frozen flows, plus the window;
 ``A`` is never formed.
+
+A solve works on the active rows of ``F`` only: it takes them out (``F[active]``), builds their
+segment -> flow lists (the structure of the transpose, by scipy's counting sort), and when they
+use few of the segments renumbers segments and links to the used ones. Sets of segments and flows
+are found with marking arrays, not sorting; the loads and fill denominators of the links are
+updated by sparse mat-vecs over the frozen flows' rows. benchmarks/bench_solver_cases.py times
+this against the previous version on instances captured from engine runs.
 
 >>> import numpy as np, scipy.sparse as sp
 >>> F = sp.identity(3, format="csr")                   # one segment per flow
@@ -66,7 +74,19 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+try:                                      # the C counting sort behind csr.tocsc()
+    from scipy.sparse._sparsetools import csr_tocsc as _csr_tocsc
+except ImportError:                       # pragma: no cover
+    _csr_tocsc = None
+
 __all__ = ["FluidProblem", "FluidRates", "max_min_fair", "check_max_min"]
+
+#: links in the candidate window (the lowest levels, all ties included); 4096 and the budget 2^18
+#: measured best of 256..16384 x 2^16..2^22 on benchmarks/bench_solver_cases.py instances
+_WINDOW = 4096
+#: (flow, segment, link) incidences per batch (the lowest-level links of the window up to it)
+_BUDGET = 1 << 18
+_COMPRESS = 2
 
 
 @dataclass(frozen=True)
@@ -105,9 +125,52 @@ def _gather(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if total == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     which = np.repeat(np.arange(rows.size), lens)
-    offs = np.cumsum(lens) - lens
-    pos = np.arange(total) - np.repeat(offs, lens) + np.repeat(starts, lens)
+    pos = np.arange(total, dtype=np.int64)
+    pos += np.repeat(starts - (np.cumsum(lens) - lens), lens)
     return pos, which
+
+
+def _transpose_structure(m: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """``indptr`` and ``indices`` of the CSR transpose of ``m`` (column -> rows, rows ascending),
+    without the values: scipy's counting sort run over one-byte placeholder data."""
+    n_row, n_col = m.shape
+    if _csr_tocsc is not None:
+        try:
+            ptr = np.empty(n_col + 1, m.indptr.dtype)
+            ind = np.empty(m.nnz, m.indices.dtype)
+            _csr_tocsc(n_row, n_col, m.indptr, m.indices, np.ones(m.nnz, np.int8), ptr, ind,
+                       np.empty(m.nnz, np.int8))
+            return ptr, ind
+        except (TypeError, ValueError):                  # a scipy without this kernel signature
+            pass
+    t = m.tocsc()
+    return t.indptr, t.indices
+
+
+class _Unique:
+    """``np.unique(x, return_inverse=True)`` for integers in ``[0, size)`` without sorting: a
+    marking array (allocated once) for large ``x``, ``np.unique`` itself for small ones. The
+    result is the same (sorted unique values, inverse)."""
+
+    __slots__ = ("flag", "slot", "size")
+
+    def __init__(self, size: int):
+        self.size = size
+        self.flag = np.zeros(size, bool)
+        self.slot = np.empty(size, np.int64)
+
+    def __call__(self, x: np.ndarray, inverse: bool = True):
+        if x.size * 64 < self.size:
+            return np.unique(x, return_inverse=inverse)
+        flag = self.flag
+        flag[x] = True
+        u = np.flatnonzero(flag)
+        flag[u] = False
+        if not inverse:
+            return u
+        slot = self.slot
+        slot[u] = np.arange(u.size)
+        return u, slot[x]
 
 
 def _row_reduce(indptr: np.ndarray, values: np.ndarray, ufunc, empty: float) -> np.ndarray:
@@ -123,9 +186,10 @@ def _row_reduce(indptr: np.ndarray, values: np.ndarray, ufunc, empty: float) -> 
 class FluidProblem:
     """A max-min problem prepared for repeated solves.
 
-    Validation, canonicalisation (duplicates summed, zeros dropped), the transposes and the
-    restriction of the links to those with finite capacity that some segment uses are done once
-    here; :meth:`solve` then costs a few mat-vecs plus the filling itself. Between solves,
+    Validation, canonicalisation (duplicates summed, zeros dropped), the transposes of ``V`` and
+    the restriction of the links to those with finite capacity that some segment uses are done
+    once here; :meth:`solve` then costs the transpose of the active rows of ``F``, a few mat-vecs
+    and the filling itself. Between solves,
     finished or not-yet-started flows are switched off with ``active`` instead of rebuilding
     ``F``; :meth:`with_flows` swaps ``F`` while reusing the link-side work on ``V``.
 
@@ -155,15 +219,14 @@ class FluidProblem:
             self._Vr = self.V[:, self.links].tocsr()
             self._Vr.sort_indices()
             self._VTr = self._Vr.T.tocsr()
-            self._Vr_ones = sp.csr_matrix((np.ones_like(self._Vr.data), self._Vr.indices,
-                                           self._Vr.indptr), shape=self._Vr.shape)
+            self._VTr_ones = sp.csr_matrix((np.ones_like(self._VTr.data), self._VTr.indices,
+                                            self._VTr.indptr), shape=self._VTr.shape)
         else:
-            (self.V, self.cap, self.links, self._Vr, self._VTr, self._Vr_ones) = _prepared_links
+            (self.V, self.cap, self.links, self._Vr, self._VTr,
+             self._VTr_ones) = _prepared_links
         if self.F.shape[1] != self.V.shape[0]:
             raise ValueError(f"F has {self.F.shape[1]} segments, V has {self.V.shape[0]}")
-        self._FT = self.F.T.tocsr()
-        self._F_ones = sp.csr_matrix((np.ones_like(self.F.data), self.F.indices, self.F.indptr),
-                                     shape=self.F.shape)
+        # F's transpose (segment -> flow lists) is built per solve for the active rows only
 
     @property
     def n_flows(self) -> int:
@@ -172,7 +235,7 @@ class FluidProblem:
     def with_flows(self, F) -> "FluidProblem":
         """The same links and segments with another flow matrix ``F`` (V-side work reused)."""
         return FluidProblem(F, None, None, _prepared_links=(self.V, self.cap, self.links, self._Vr,
-                                                           self._VTr, self._Vr_ones))
+                                                           self._VTr, self._VTr_ones))
 
     def solve(self, *, active=None, limit=None, rtol: float = 1e-9) -> FluidRates:
         """Max-min fair rates of the active flows.
@@ -193,30 +256,86 @@ class FluidProblem:
         FluidRates
         """
         n = self.n_flows
-        free = np.ones(n, bool) if active is None else np.asarray(active, bool).copy()
-        if free.shape != (n,):
-            raise ValueError(f"active must have shape ({n},)")
-        lim = np.full(n, np.inf) if limit is None else np.asarray(limit, np.float64).ravel()
-        if lim.shape != (n,):
-            raise ValueError(f"limit must have shape ({n},)")
-        if np.isnan(lim).any() or (lim < 0).any():
-            raise ValueError("limit must be >= 0 (inf allowed)")
+        if active is None:
+            act = np.arange(n)
+        else:
+            active = np.asarray(active, bool)
+            if active.shape != (n,):
+                raise ValueError(f"active must have shape ({n},)")
+            act = np.flatnonzero(active)
+        if limit is None:
+            lim = None
+        else:
+            lim = np.asarray(limit, np.float64).ravel()
+            if lim.shape != (n,):
+                raise ValueError(f"limit must have shape ({n},)")
+            if np.isnan(lim).any() or (lim < 0).any():
+                raise ValueError("limit must be >= 0 (inf allowed)")
+            lim = lim[act]
         rates = np.zeros(n)
         if n == 0:
             return FluidRates(rates, 0)
-        u = free.astype(np.float64)
-        F, FT, Vr, VTr = self.F, self._FT, self._Vr, self._VTr
+        # work on the active rows only (local flow numbers, in the same order as the global ones)
+        local, it = self._solve_rows(act, lim, rtol)
+        rates[act] = local
+        return FluidRates(rates, it)
+
+    def _solve_rows(self, act, lim, rtol):
+        F = self.F if act.size == self.n_flows else self.F[act]
+        n = F.shape[0]
+        S = F.shape[1]
+        rates = np.zeros(n)
+        free = np.ones(n, bool)
+        if n == 0:
+            return rates, 0
+        Vr, VTr = self._Vr, self._VTr
+        VTr_ones = self._VTr_ones
         cap = self.cap[self.links]
-        d = VTr @ (FT @ u)                        # sum of A[f, l] over unfrozen flows
+        # When the active flows use few of the segments (and those carry fewer link entries than
+        # F has), renumber segments and links to the used ones: the per-batch passes over all
+        # segments and links shrink. The renumbering keeps the order, so every sum is the same.
+        # segment -> flow lists (F's transpose), trimmed of frozen flows as the solve goes
+        ft_ptr, ft_ind = _transpose_structure(F)
+        if F.nnz and S:
+            used = np.flatnonzero(ft_ptr[1:] > ft_ptr[:-1])
+            if used.size * _COMPRESS < S:
+                sub = Vr[used]
+                if sub.nnz <= F.nnz:
+                    lk = np.zeros(cap.size, bool)
+                    lk[sub.indices] = True
+                    lk = np.flatnonzero(lk)
+                    lmap = np.empty(cap.size, sub.indices.dtype)
+                    lmap[lk] = np.arange(lk.size)
+                    Vr = sp.csr_matrix((sub.data, lmap[sub.indices], sub.indptr),
+                                       shape=(used.size, lk.size))
+                    VTr = Vr.T.tocsr()
+                    VTr_ones = sp.csr_matrix((np.ones_like(VTr.data), VTr.indices, VTr.indptr),
+                                             shape=VTr.shape)
+                    cap = cap[lk]
+                    smap = np.empty(S, F.indices.dtype)
+                    smap[used] = np.arange(used.size)
+                    S = used.size
+                    F = sp.csr_matrix((F.data, smap[F.indices], F.indptr), shape=(n, S))
+                    ft_ptr = np.append(ft_ptr[used], ft_ptr[-1])
+        Vr_ptr = Vr.indptr.astype(np.int64)
+        f_ind, f_dat, f_ptr = F.indices, F.data, F.indptr
+        ones_nnz = np.ones(F.nnz)
+        ft_row = None
+        seg_sum = F.T @ np.ones(n)                # per segment, summed in flow order
+        d = VTr @ seg_sum                         # sum of A[f, l] over unfrozen flows
         # number of (unfrozen flow, segment, link) incidences: exact zero <=> no unfrozen flow left
-        cnt = np.rint(self._Vr_ones.T @ (self._F_ones.T @ u)).astype(np.int64)
+        cnt = np.rint(VTr_ones @ np.diff(ft_ptr).astype(np.float64)).astype(np.int64)
         load = np.zeros(cap.size)                 # load of frozen flows
         alive = cnt > 0
         d[~alive] = 0.0
 
-        fin = np.flatnonzero(free & np.isfinite(lim))
-        lim_order = fin[np.argsort(lim[fin], kind="stable")]
-        lim_sorted = lim[lim_order]
+        limited = lim is not None
+        if limited:
+            fin = np.flatnonzero(np.isfinite(lim))
+            lim_order = fin[np.argsort(lim[fin], kind="stable")]
+            lim_sorted = lim[lim_order]
+        else:
+            lim_order = np.empty(0, np.int64)
         lp = 0                                    # next candidate in lim_order
 
         def fill(idx):
@@ -224,8 +343,8 @@ class FluidProblem:
 
         # candidate window: every alive link whose fill level is <= theta is in cand; levels only
         # rise, so links outside stay out of reach until the window is rebuilt
-        window = 256                              # measured best of 256..16384 at 131k links
-        budget = 1 << 16                          # (flow, segment, link) incidences per batch
+        window = _WINDOW
+        budget = _BUDGET
         cand = np.empty(0, np.int64)
         theta = -np.inf
 
@@ -237,12 +356,13 @@ class FluidProblem:
             th = np.partition(t, window)[window]
             return idx[t <= th], th
 
-        # segment -> flow lists, trimmed of frozen flows as the solve goes
-        ft_ptr, ft_ind = FT.indptr, FT.indices
-        ft_row = np.repeat(np.arange(FT.shape[0]), np.diff(FT.indptr))
+        uniq_seg = _Unique(S)
+        uniq_flow = _Unique(n)
+        uniq_link = _Unique(cap.size)
         iterations = 0
+        win = cand
         while True:
-            cand = cand[alive[cand]]
+            cand = win[alive[win]]
             tc = fill(cand)
             keep = tc <= theta
             cand, tc = cand[keep], tc[keep]
@@ -256,7 +376,9 @@ class FluidProblem:
             iterations += 1
             # bound the work: the lowest links of the window up to a budget of incidences; links
             # left out (and those outside the window) all fill at tau or above
+            # (the window itself is kept: its links left out of this batch stay candidates)
             tau = theta
+            win = cand
             if cand.size > 1 and cnt[cand].sum() > budget:
                 order = np.argsort(tc, kind="stable")
                 k = max(1, int(np.searchsorted(np.cumsum(cnt[cand[order]]), budget, side="right")))
@@ -269,26 +391,37 @@ class FluidProblem:
             # earlier, so progressive filling would saturate it at exactly t. All local
             # bottlenecks of the window are taken in one batch, each at its own level.
             pos, wl = _gather(VTr.indptr, cand)          # (link of cand, segment) pairs
-            segs, ws = np.unique(VTr.indices[pos], return_inverse=True)
+            segs, ws = uniq_seg(VTr.indices[pos])
             seg_t = np.full(segs.size, np.inf)
             np.minimum.at(seg_t, ws, tc[wl])
             pos, ps = _gather(ft_ptr, segs)              # (segment, flow) pairs
             pf = ft_ind[pos]
             ok = free[pf]
-            if pf.size > max(4 * int(ok.sum()), 1 << 16):
+            n_ok = int(np.count_nonzero(ok))
+            if pf.size > max(4 * n_ok, 1 << 16):
                 # mostly frozen flows met again: drop frozen flows from the segment -> flow lists
+                if ft_row is None:
+                    ft_row = np.repeat(np.arange(S), np.diff(ft_ptr))
                 keep_e = free[ft_ind]
                 ft_ind, ft_row = ft_ind[keep_e], ft_row[keep_e]
-                ft_ptr = np.concatenate([[0], np.cumsum(np.bincount(ft_row, minlength=FT.shape[0]))])
-            ps, pf = ps[ok], pf[ok]
-            hi = np.searchsorted(lim_sorted, tau, side="right")
-            extra = lim_order[lp:hi]
-            extra = extra[free[extra]]                   # limited flows that may bind below theta
-            flows, fi = np.unique(np.concatenate([pf, extra]), return_inverse=True)
-            pfi = fi[:pf.size]
+                ft_ptr = np.concatenate([[0], np.cumsum(np.bincount(ft_row, minlength=S))])
+            if n_ok < pf.size:
+                ps, pf = ps[ok], pf[ok]
+            if limited:
+                hi = np.searchsorted(lim_sorted, tau, side="right")
+                extra = lim_order[lp:hi]
+                extra = extra[free[extra]]               # limited flows that may bind below theta
+                flows, pfi = uniq_flow(np.concatenate([pf, extra]) if extra.size else pf)
+                pfi = pfi[:pf.size]
+            else:
+                flows, pfi = uniq_flow(pf)
             fmin = np.full(flows.size, np.inf)           # lowest level among the flow's window links
             np.minimum.at(fmin, pfi, seg_t[ps])
-            key = np.minimum(fmin, lim[flows])           # the flow freezes at most here
+            if limited:
+                lim_f = lim[flows]
+                key = np.minimum(fmin, lim_f)            # the flow freezes at most here
+            else:
+                key = fmin
             seg_key = np.full(segs.size, np.inf)
             np.minimum.at(seg_key, ps, key[pfi])
             link_key = np.full(cand.size, np.inf)
@@ -298,7 +431,8 @@ class FluidProblem:
             seg_sat[ws[sat[wl]]] = True
             frz = np.zeros(flows.size, bool)
             frz[pfi[seg_sat[ps]]] = True
-            frz |= (lim[flows] <= fmin) & (lim[flows] <= tau)
+            if limited:
+                frz |= (lim_f <= fmin) & (lim_f <= tau)
             new = flows[frz]
             if new.size == 0:                            # only by rounding: take the lowest link
                 sat = tc <= tc.min() * (1.0 + rtol)
@@ -311,26 +445,59 @@ class FluidProblem:
             rates[new] = r
             free[new] = False
             # remove the new flows from d and cnt, add their load
-            pos, which = _gather(F.indptr, new)
-            segs, inv = np.unique(F.indices[pos], return_inverse=True)
-            w = F.data[pos]
-            seg_d = np.bincount(inv, weights=w, minlength=segs.size)
-            seg_load = np.bincount(inv, weights=w * r[which], minlength=segs.size)
-            seg_cnt = np.bincount(inv, minlength=segs.size)
-            pos, which = _gather(Vr.indptr, segs)
-            if pos.size:
-                lk = Vr.indices[pos]
-                c = Vr.data[pos]
-                np.subtract.at(d, lk, c * seg_d[which])
-                np.add.at(load, lk, c * seg_load[which])
-                np.subtract.at(cnt, lk, seg_cnt[which])
-                dead = lk[cnt[lk] <= 0]
-                alive[dead] = False
-                d[dead] = 0.0
+            Fn = F[new]                                  # (new flows are sorted)
+            fs = Fn.indices
+            nl = cap.size
+            if fs.size * 8 < S:
+                # few entries: everything on the touched segments and links only (sums in the
+                # same order as the mat-vecs below: segments, and per link its segments, ascending)
+                segs, inv = uniq_seg(fs)
+                k = segs.size
+                w = Fn.data
+                which = np.repeat(np.arange(new.size), np.diff(Fn.indptr))
+                sd = np.bincount(inv, weights=w, minlength=k)
+                sl = np.bincount(inv, weights=w * r[which], minlength=k)
+                sc = np.bincount(inv, minlength=k).astype(np.float64)
+                sub = Vr[segs]
+                touched, linv = uniq_link(sub.indices)
+                m = touched.size
+                sw = np.repeat(np.arange(k), np.diff(sub.indptr))
+                c = sub.data
+                d[touched] -= np.bincount(linv, weights=c * sd[sw], minlength=m)
+                load[touched] += np.bincount(linv, weights=c * sl[sw], minlength=m)
+                cnt[touched] -= np.rint(np.bincount(linv, weights=sc[sw], minlength=m)
+                                        ).astype(np.int64)
+            else:
+                ones_new = np.ones(new.size)
+                seg = Fn.T @ np.column_stack([ones_new, r])      # per segment: d, load
+                seg_cnt = sp.csr_matrix((ones_nnz[:fs.size], fs, Fn.indptr),
+                                        shape=Fn.shape).T @ ones_new
+                # per link: d removed, load added, incidences gone (each a sum over the link's
+                # segments in segment order, whichever of the two forms is taken)
+                if Vr.nnz <= 4 * fs.size:
+                    full = True
+                else:
+                    segs = np.flatnonzero(seg_cnt > 0)
+                    full = 3 * int((Vr_ptr[segs + 1] - Vr_ptr[segs]).sum()) > Vr.nnz
+                if full:
+                    delta = VTr @ seg
+                    gone = VTr_ones @ seg_cnt
+                else:
+                    sub = Vr[segs]
+                    delta = sub.T @ seg[segs]
+                    gone = sp.csr_matrix((np.ones(sub.nnz), sub.indices, sub.indptr),
+                                         shape=sub.shape).T @ seg_cnt[segs]
+                d -= delta[:, 0]
+                load += delta[:, 1]
+                touched = np.flatnonzero(gone > 0)
+                cnt[touched] -= np.rint(gone[touched]).astype(np.int64)
+            dead = touched[cnt[touched] <= 0]
+            alive[dead] = False
+            d[dead] = 0.0
         # flows never frozen cross no finite link that binds them: their limit, or unbounded
         rest = np.flatnonzero(free)
-        rates[rest] = lim[rest]
-        return FluidRates(rates, iterations)
+        rates[rest] = lim[rest] if limited else np.inf
+        return rates, iterations
 
 
 def max_min_fair(F, V, cap, *, limit=None, active=None, rtol: float = 1e-9) -> FluidRates:
