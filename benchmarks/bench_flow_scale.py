@@ -97,10 +97,10 @@ print(json.dumps(out))
 """
 
 
-def run_case(trace: Path, topology: str, routing: str, group: float) -> dict:
+def run_case(trace: Path, topology: str, routing: str, group: float, releases: str) -> dict:
     scenario = {"name": "dsv3_layer", "topology": {"kind": "file", "path": str(ROOT / "topologies" / topology)},
                 "traffic": {"pattern": "trace", "path": str(trace)}, "routing": {"policy": routing},
-                "simulation": {"engine": "flow", "time_limit": "1s", "flow": {"group": group}},
+                "simulation": {"engine": "flow", "time_limit": "1s", "flow": {"group": group, "releases": releases}},
                 "outputs": {"link_sample_interval": "off"}}
     p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(scenario)], capture_output=True, text=True,
                        cwd=ROOT)
@@ -115,6 +115,8 @@ def main(argv=None):
     ap.add_argument("--routing", nargs="+", default=["ecmp", "adaptive"])
     ap.add_argument("--placements", nargs="+", default=["contiguous", "across_racks"])
     ap.add_argument("--group", type=float, default=0.01, help="simulation.flow.group (grouping window)")
+    ap.add_argument("--releases", default="grouped", choices=["on_time", "grouped"],
+                    help="simulation.flow.releases (grouped: every release in a window waits for its end)")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/fabricsim_bench_traces"))
     ap.add_argument("--out", type=Path, default=HERE / "results" / "flow_scale.json")
     args = ap.parse_args(argv)
@@ -129,8 +131,9 @@ def main(argv=None):
         for placement in args.placements:
             trace = base if placement == "contiguous" else across_racks(base, topo_gpus)
             for routing in args.routing:
-                r = run_case(trace, topo, routing, args.group)
-                r.update(gpus=gpus, topology=topo, placement=placement, routing=routing, group=args.group)
+                r = run_case(trace, topo, routing, args.group, args.releases)
+                r.update(gpus=gpus, topology=topo, placement=placement, routing=routing, group=args.group,
+                         releases=args.releases)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
         rows[-1]["trace_generation_s"] = gen_s

@@ -221,6 +221,7 @@ class FlowEngine:
         n = len(t)
         self.ideal = self.sim.ideal_model()        # shared with build_result (its memos)
         self._fct = self.ideal.fct_rows(t)          # every message's idle-fabric time, at once
+        self._tail = np.maximum(0.0, self._fct - self._alone_rows(t))   # and its pipeline latency
         self.replay = Replay(t, self.sim.scenario.simulation.compute)
         self.conns = Connections(t)
         self.recs: list = [None] * n
@@ -704,13 +705,29 @@ class FlowEngine:
         """(idle-fabric packet-train time, pipeline latency) of row ``i``: the pipeline latency is
         the packet-train time less the message's idle fluid transfer time, the time its last byte
         still needs once it has left the sender (and its first byte needs to arrive)."""
+        if i < len(self._fct):
+            return int(self._fct[i]), float(self._tail[i])
         got = self._lat.get(i)
-        if got is None:
-            r = self.recs[i]
-            m = r.msg if r is not None else _Msg(self.table, i)
-            fct = int(self._fct[i]) if i < len(self._fct) else self.ideal.fct(m)
+        if got is None:                      # a PXN piece
+            m = self.recs[i].msg
+            fct = self.ideal.fct(m)
             got = self._lat[i] = (fct, max(0.0, fct - self._alone_ps(m)))
         return got
+
+    def _alone_rows(self, t) -> np.ndarray:
+        """:meth:`_alone_ps` of every row, computed once per (pair class, queue pairs): the line
+        rate and framing of a pair depend on its two hosts only through their classes."""
+        if not len(t):
+            return np.zeros(0)
+        cls = self.ideal.pair_classes(t.src, t.dst)
+        key = cls * 1024 + np.minimum(t.qps, 1023)
+        uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        per_byte = np.empty(len(uk))
+        for j, f in enumerate(first.tolist()):
+            m = _Msg(t, f)
+            m.size_bytes = 1
+            per_byte[j] = self._alone_ps(m)
+        return t.size_bytes * per_byte[inv.ravel()]
 
     def _alone_ps(self, m) -> float:
         """Fluid time of ``m`` alone on an idle fabric at full capacity: its payload over the

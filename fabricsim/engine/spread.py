@@ -71,6 +71,7 @@ class SpreadBuilder:
         self._cap_to: dict = {}
         self._rows: dict = {}
         self._cand: dict = {}
+        self._first: dict = {}
         self._attach_id = None
         self._attach_keys = None
         self._switch_stub: dict = {}
@@ -107,7 +108,11 @@ class SpreadBuilder:
         first = self.paths.first_hops(src, dst)
         if not first:
             raise ValueError(f"host {src} has no port towards host {dst}")
-        return self.links.ports_towards(src, sorted(first))
+        key = (src, tuple(first))
+        got = self._first.get(key)
+        if got is None:
+            got = self._first[key] = self.links.ports_towards(src, sorted(first))
+        return got
 
     def _weights(self, node: int, ports: np.ndarray, dst: int, qp) -> np.ndarray:
         n = len(ports)
