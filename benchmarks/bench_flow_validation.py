@@ -102,7 +102,9 @@ def matrix(quick: bool):
 def scenario(topo: str, pat: str, policy: str, engine: str, tmp: Path, seed: int = 1, profile: bool = False):
     t, gpus = TOPOLOGIES[topo]
     sc = {"name": f"{topo}-{pat}-{policy}", "topology": t, "traffic": traffic(pat, gpus, tmp),
-          "routing": {"policy": policy}, "simulation": {"seed": seed, "engine": engine, "time_limit": "100ms"}}
+          "routing": {"policy": policy}, "simulation": {"seed": seed, "engine": engine, "time_limit": "100ms",
+                                                       # the table is the exact fluid model (no grouping window)
+                                                       **({"flow": {"group": 0}} if engine == "flow" else {})}}
     if profile and policy == "adaptive" and engine == "packet":
         sc["profile"] = "spectrum_x"
         del sc["routing"]
