@@ -68,6 +68,8 @@ class Recorder:
         self._writer = None
         self.hists: list = []                 # (src, dst, reorder histogram) per message, for per-NIC tables
         self._states: list = []               # the MessageState of each row, for refresh()
+        self._keep = True                     # keep each row (False: streamed only; see hand_over())
+        self._frame = None
         if stream_path is not None:
             self._fh = open(stream_path, "w", newline="")
             self._writer = csv.writer(self._fh)
@@ -93,9 +95,10 @@ class Recorder:
             self.first_end = end
             self.delivered_at_first_end = self.delivered_total
         row = self._row(st)
-        self.hists.append((st.msg.src, st.msg.dst, st.reorder_hist))
-        self.rows.append(row)
-        self._states.append(st)
+        if self._keep:
+            self.hists.append((st.msg.src, st.msg.dst, st.reorder_hist))
+            self.rows.append(row)
+            self._states.append(st)
         if self._writer is not None:
             self._writer.writerow(["" if v is None else v for v in row])
             if len(self.rows) % 256 == 0:
@@ -110,6 +113,24 @@ class Recorder:
                (end - st.release) if completed else None, st.delivered, st.dropped, completed, st.reason)
         # an engine that models no transport (the flow engine) leaves those columns empty (NA)
         return row + (transport_row(st) if hasattr(st, "rtx_bytes") else NO_TRANSPORT)
+
+    def stream_only(self):
+        """Rows from now on are streamed to ``messages.partial.csv`` but not kept: the engine hands
+        the whole table over at the end (:meth:`hand_over`), as columns (a million messages as
+        tuples cost about 1 GB)."""
+        self._keep = False
+
+    def hand_over(self, frame):
+        """The messages table (a DataFrame with :data:`ALL_MESSAGE_COLUMNS`), from an engine that
+        keeps its per-message figures as columns."""
+        self._frame = frame
+
+    def frame(self):
+        """The messages table: what the engine handed over, or the kept rows."""
+        import pandas as pd
+        if self._frame is not None:
+            return self._frame
+        return pd.DataFrame(self.rows, columns=ALL_MESSAGE_COLUMNS)
 
     def refresh(self):
         """Rebuild every row from its message's counters as they are now (called at the run's

@@ -159,7 +159,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     sc = sim.scenario
     simcfg = sc.simulation
     topo = sim.topology
-    msgs = pd.DataFrame(recorder.rows, columns=ALL_MESSAGE_COLUMNS)
+    msgs = recorder.frame()
     msgs = msgs.sort_values("message_id", kind="stable").reset_index(drop=True)
     for c in ("release_ps", "end_ps", "fct_ps"):
         msgs[c] = msgs[c].astype("Int64")

@@ -43,6 +43,7 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config.types import Time
+from ..errors import SimulationError
 from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
 from ..flows.fluid import FluidProblem
 from ..flows.links import LinkTable
@@ -225,6 +226,7 @@ class FlowEngine:
         self.replay = Replay(t, self.sim.scenario.simulation.compute)
         self.conns = Connections(t)
         self.recs: list = [None] * n
+        self.recorder.stream_only()              # rows streamed; the table is handed over as columns
         self.heap: list = []
         self.seq = 0
         for at, i in self.replay.initial():
@@ -621,6 +623,7 @@ class FlowEngine:
                     d += float(self.delivered[self.u_next[p - n]])      # second legs: what arrived
                 r.delivered = int(round(d))
             self.recorder.on_message(r)
+        self.recorder.hand_over(self._messages_frame())
         # goodput bins hold whole bytes
         self.recorder.goodput[:] = _whole(self.recorder.goodput)
         sent = self._sizes_sent(np.arange(self.nf))
@@ -643,6 +646,27 @@ class FlowEngine:
                           links=links, counters=counters, warnings=list(self.warnings),
                           link_samples=samples, link_samples_truncated=self.link_samples_truncated,
                           not_modelled=dict(NOT_MODELLED))
+
+    def _messages_frame(self):
+        """The messages table as columns (the recorder streamed the rows; it keeps none)."""
+        import pandas as pd
+        from ..analysis.recorder import MESSAGE_COLUMNS, TRANSPORT_COLUMNS
+        t = self.table
+        recs = self.recs[:len(t)]
+        release = pd.array([r.release for r in recs], dtype="Int64")
+        done = np.fromiter((r.done and not r.reason for r in recs), dtype=bool, count=len(t))
+        end = pd.array([r.end if (r.done and not r.reason) else None for r in recs], dtype="Int64")
+        cols = {"message_id": np.asarray(t.id), "src": np.asarray(t.src), "dst": np.asarray(t.dst),
+                "size_bytes": np.asarray(t.size_bytes), "qps": np.asarray(t.qps), "start_ps": np.asarray(t.start_ps),
+                "release_ps": release, "end_ps": end, "fct_ps": end - release,
+                "delivered_bytes": np.fromiter((r.delivered for r in recs), dtype=np.int64, count=len(t)),
+                "dropped_bytes": np.zeros(len(t), dtype=np.int64), "completed": done,
+                "incomplete_reason": np.array([r.reason for r in recs], dtype=object)}
+        if list(cols) != MESSAGE_COLUMNS:     # the recorder's schema is the one source of truth
+            raise SimulationError(f"flow engine messages columns {list(cols)} differ from {MESSAGE_COLUMNS}")
+        for c in TRANSPORT_COLUMNS:
+            cols[c] = pd.array([None] * len(t), dtype="Int64")
+        return pd.DataFrame(cols)
 
     def _sizes_sent(self, flows: np.ndarray) -> np.ndarray:
         """Payload each flow has sent (its bytes less what remains)."""
