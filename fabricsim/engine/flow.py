@@ -223,6 +223,18 @@ class FlowEngine:
         self.ideal = self.sim.ideal_model()        # shared with build_result (its memos)
         self._fct = self.ideal.fct_rows(t)          # every message's idle-fabric time, at once
         self._tail = np.maximum(0.0, self._fct - self._alone_rows(t))   # and its pipeline latency
+        # rows whose completion starts more work: dependents, or a later message on their connection
+        ptr, _rows = t.dependents()
+        self._follow = np.diff(ptr) > 0 if len(t) else np.zeros(0, dtype=bool)
+        if len(t):
+            conn = np.asarray(t.conn)
+            on = conn >= 0
+            if on.any():
+                key = np.stack([conn[on], np.asarray(t.src)[on], np.asarray(t.dst)[on]], axis=1)
+                _u, inv, cnt = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+                shared = np.zeros(len(t), dtype=bool)
+                shared[np.flatnonzero(on)] = cnt[inv.ravel()] > 1
+                self._follow = self._follow | shared
         self.replay = Replay(t, self.sim.scenario.simulation.compute)
         self.conns = Connections(t)
         self.recs: list = [None] * n
@@ -253,6 +265,8 @@ class FlowEngine:
         # message: src -> relay over NVLink, then relay -> dst), as the packet engine cuts them
         self._plan_pieces()
         units = n + len(self.u_src)
+        # a PXN piece's completion always starts more work (its second leg, or its message's end)
+        self._follow = np.concatenate([self._follow, np.ones(len(self.u_src), dtype=bool)])
         self.qps_left = np.zeros(units, dtype=np.int64)
         self.f_start_of = np.zeros(units)     # when each unit started sending
         self._lat: dict = {}
@@ -340,8 +354,15 @@ class FlowEngine:
                 if self.group else self.quantum
             first = min(dt, t_ev)
             horizon = min(first + window, limit - self.now)
-            if window and self.on_time and self.heap and self.heap[0][0] < self.now + horizon:
-                horizon = self._release_horizon(horizon)
+            if window and self.on_time:
+                # work a completion inside the window would start (dependents, the next message on
+                # its connection) must not wait for the window's end either: stop at that finish
+                last = (self.qps_left[self.f_row[alive]] == 1) & self._follow[self.f_row[alive]]
+                early = tf[last & (tf < horizon)]
+                if len(early):
+                    horizon = max(float(early.min()), first)
+                if self.heap and self.heap[0][0] < self.now + horizon:
+                    horizon = self._release_horizon(horizon)
             fin = tf <= horizon * (1 + 1e-12)
             step = horizon if window else min(first, horizon)
             if not window and fin.any():
@@ -366,6 +387,8 @@ class FlowEngine:
             if len(done_flows):
                 self.f_alive[done_flows] = False
                 self._dirty = True
+                order = np.argsort(finish_at, kind="stable")       # in the order they finish
+                done_flows, finish_at = done_flows[order], finish_at[order]
                 for i, tf_i in zip(self.f_row[done_flows].tolist(), finish_at.tolist()):
                     self.qps_left[i] -= 1
                     if tf_i > self.fluid_end[i]:
@@ -562,7 +585,8 @@ class FlowEngine:
         while self._next_sample <= end:
             ts = self._next_sample
             sent = self.f_size[:self.nf] - self.f_rem[:self.nf]
-            sent[alive] += np.minimum(r * (ts - self.now), self.f_rem[alive])
+            # a sample due in an idle gap before this step sees the bytes as they were (clip at 0)
+            sent[alive] += np.minimum(r * max(ts - self.now, 0.0), self.f_rem[alive])
             payload = self.link_payload + V.T @ (F.T @ sent)
             self.link_samples.append((int(ts), np.rint(payload / self.payload_share).astype(np.int64).tolist(), None))
             if len(self.link_samples) * len(self.links) >= self._sample_budget:
@@ -581,7 +605,7 @@ class FlowEngine:
         for a0, a1, b in arr:
             if a0 >= t:
                 break
-            part += b * (t - a0) / (a1 - a0) if a1 > a0 else b
+            part += b * min(1.0, (t - a0) / (a1 - a0)) if a1 > a0 else b
         return int(self._arrived + part)
 
     def _goodput(self, t0: float, t1: float, nbytes: float):
@@ -718,7 +742,8 @@ class FlowEngine:
             ev = heapq.heappop(self.heap)
             popped.append(ev)
             at, _s, kind, i = ev
-            if kind == _RELEASE and (end - at) > self.group * self._latency(i)[0]:
+            if ((kind == _RELEASE and (end - at) > self.group * self._latency(i)[0])
+                    or (kind == _DONE and i < len(self._follow) and self._follow[i])):
                 end = max(float(at), self.now)
                 break
         for ev in popped:

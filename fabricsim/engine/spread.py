@@ -27,7 +27,8 @@ spread between two groups of attachment switches, the last hop into a host), ``F
 queue pair holding the weights of its segments. At 8,192 GPUs ``A`` itself would hold hundreds of
 millions of entries; ``F`` holds three per queue pair (uniform and balanced policies). For a
 per-flow policy the switch-to-switch path is the queue pair's own: it is written on the links
-(segment ``l`` < number of links is link ``l`` alone), so ``V`` never grows during a run.
+(segment ``l`` < number of links is link ``l`` alone), so ``V`` grows only by the shared host
+segments (one per host and set of ports, and per last hop), not per queue pair.
 """
 from __future__ import annotations
 
