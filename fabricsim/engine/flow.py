@@ -23,10 +23,12 @@ recomputed whenever a flow starts or finishes. Assumptions (docs/fidelity.md, "F
   next change of the set of flows (a finish or a release), the step runs on for a window of
   ``max(quantum, group x the age of the oldest active flow)``. Flows finishing inside the window
   finish at their own times under the step's rates, and the capacity freed inside it is handed
-  out at its end. A release inside it ends the step there if waiting would cost its message more
-  than ``group`` x its idle-fabric time (``releases: on_time``, the default); with ``releases:
-  grouped`` every message released inside the window starts at its end (its release time, and so
-  its completion time, is kept). ``group: 0`` (and ``quantum: 0``) recomputes the rates at every
+  out at its end. A release already scheduled when the step begins ends the step there if waiting
+  would cost its message more than ``group`` x its idle-fabric time (``releases: on_time``, the
+  default); with ``releases: grouped`` every such release waits for the window's end. Work that a
+  completion inside the window starts (its dependents, the next message on its connection, a PXN
+  chunk's second leg) starts at the window's end in both modes. A message's release time, and so
+  its completion time, counts any wait. ``group: 0`` (and ``quantum: 0``) recomputes the rates at every
   change, exactly. The window bounds each change's delay, relative to how long the flows have run
   (docs/fidelity.md, "Flow engine", has the error measured against exact recomputation).
 """
@@ -79,10 +81,10 @@ class FlowParams(BaseModel):
         "grouping window as a fraction of the age of the oldest active flow: flows finishing and "
         "messages released within it of the next change share one rate recomputation (0: exact)"))
     releases: Literal["on_time", "grouped"] = Field("on_time", description=(
-        "with grouping: on_time ends a grouped step at a release that would otherwise wait more than "
-        "group x its message's idle-fabric time (short messages start on time); grouped lets every "
-        "release inside the window wait for its end (fewer rate recomputations at cluster scale, "
-        "larger per-message error: docs/fidelity.md)"))
+        "with grouping: on_time ends a grouped step at a scheduled release that would otherwise wait "
+        "more than group x its message's idle-fabric time; grouped lets every release inside the window "
+        "wait for its end (fewer rate recomputations at cluster scale, larger per-message error: "
+        "docs/fidelity.md). Work started by a completion inside the window waits for its end in both"))
     efficiency: Union[float, dict[str, float]] = Field(1.0, description=(
         "fraction of each link's payload capacity the transport reaches, as measured by packet runs; "
         "a number, or a mapping routing policy -> number (policies not named: 1.0)"))
@@ -223,18 +225,6 @@ class FlowEngine:
         self.ideal = self.sim.ideal_model()        # shared with build_result (its memos)
         self._fct = self.ideal.fct_rows(t)          # every message's idle-fabric time, at once
         self._tail = np.maximum(0.0, self._fct - self._alone_rows(t))   # and its pipeline latency
-        # rows whose completion starts more work: dependents, or a later message on their connection
-        ptr, _rows = t.dependents()
-        self._follow = np.diff(ptr) > 0 if len(t) else np.zeros(0, dtype=bool)
-        if len(t):
-            conn = np.asarray(t.conn)
-            on = conn >= 0
-            if on.any():
-                key = np.stack([conn[on], np.asarray(t.src)[on], np.asarray(t.dst)[on]], axis=1)
-                _u, inv, cnt = np.unique(key, axis=0, return_inverse=True, return_counts=True)
-                shared = np.zeros(len(t), dtype=bool)
-                shared[np.flatnonzero(on)] = cnt[inv.ravel()] > 1
-                self._follow = self._follow | shared
         self.replay = Replay(t, self.sim.scenario.simulation.compute)
         self.conns = Connections(t)
         self.recs: list = [None] * n
@@ -265,8 +255,6 @@ class FlowEngine:
         # message: src -> relay over NVLink, then relay -> dst), as the packet engine cuts them
         self._plan_pieces()
         units = n + len(self.u_src)
-        # a PXN piece's completion always starts more work (its second leg, or its message's end)
-        self._follow = np.concatenate([self._follow, np.ones(len(self.u_src), dtype=bool)])
         self.qps_left = np.zeros(units, dtype=np.int64)
         self.f_start_of = np.zeros(units)     # when each unit started sending
         self._lat: dict = {}
@@ -354,15 +342,8 @@ class FlowEngine:
                 if self.group else self.quantum
             first = min(dt, t_ev)
             horizon = min(first + window, limit - self.now)
-            if window and self.on_time:
-                # work a completion inside the window would start (dependents, the next message on
-                # its connection) must not wait for the window's end either: stop at that finish
-                last = (self.qps_left[self.f_row[alive]] == 1) & self._follow[self.f_row[alive]]
-                early = tf[last & (tf < horizon)]
-                if len(early):
-                    horizon = max(float(early.min()), first)
-                if self.heap and self.heap[0][0] < self.now + horizon:
-                    horizon = self._release_horizon(horizon)
+            if window and self.on_time and self.heap and self.heap[0][0] < self.now + horizon:
+                horizon = self._release_horizon(horizon)
             fin = tf <= horizon * (1 + 1e-12)
             step = horizon if window else min(first, horizon)
             if not window and fin.any():
@@ -742,8 +723,7 @@ class FlowEngine:
             ev = heapq.heappop(self.heap)
             popped.append(ev)
             at, _s, kind, i = ev
-            if ((kind == _RELEASE and (end - at) > self.group * self._latency(i)[0])
-                    or (kind == _DONE and i < len(self._follow) and self._follow[i])):
+            if kind == _RELEASE and (end - at) > self.group * self._latency(i)[0]:
                 end = max(float(at), self.now)
                 break
         for ev in popped:
