@@ -355,3 +355,22 @@ def test_an_interrupted_flow_run_keeps_what_finished(tmp_path, monkeypatch):
     assert 0 < int(m["completed"].sum()) < 8
     assert set(m.loc[~m["completed"], "incomplete_reason"]) == {"interrupted"}
     assert (tmp_path / "out" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("body,field,allowed", [
+    ("routing: {policy: pinned}\nsimulation: {engine: flow}\n", "routing.policy", "adaptive, ecmp, flowlet, spray"),
+    ("simulation: {engine: flow, flow: {grop: 1}}\n", "simulation.flow.grop", "quantum, group, releases, efficiency"),
+    ("simulation: {engine: flow, flow: {efficiency: 2}}\n", "simulation.flow.efficiency", "(0, 1]"),
+    ("simulation: {engine: flwo}\n", "simulation.engine", "flow, packet"),
+])
+def test_bad_flow_engine_input_is_one_located_line_and_writes_nothing(tmp_path, body, field, allowed):
+    from click.testing import CliRunner
+    from fabricsim.cli import main
+    sc = tmp_path / "bad.yaml"
+    sc.write_text("name: bad\n" + body)
+    r = CliRunner().invoke(main, ["run", str(sc), "-o", str(tmp_path / "out")])
+    assert r.exit_code == 2
+    line = r.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "bad.yaml:2" in line and field in line and allowed in line
+    assert not (tmp_path / "out").exists()

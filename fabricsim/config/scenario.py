@@ -70,7 +70,10 @@ class SimulationConfig(BaseModel):
             except ValidationError as exc:
                 err = exc.errors()[0]
                 loc = ".".join(str(x) for x in err["loc"])
-                raise ValueError(f"{other}.{loc}: {err['msg']}") from None
+                msg = err["msg"]
+                if err["type"] == "extra_forbidden":
+                    msg = f"unknown field (allowed: {', '.join(params_model.model_fields)})"
+                raise ValueError(f"{other}.{loc}: {msg}") from None
             if other == name:
                 chosen = params
         if chosen is None:
@@ -145,6 +148,11 @@ class Scenario(BaseModel):
         if sim.header >= sim.mtu * 4:
             raise ValueError(f"simulation.header: {sim.header} B overhead is implausible for a "
                              f"{sim.mtu} B MTU (allowed: less than 4 x mtu)")
+        # an engine may refuse combinations it has no model for (engine contract: check_scenario)
+        from ..engine import ENGINES
+        check = getattr(ENGINES.get(sim.engine), "check_scenario", None)
+        if check is not None:
+            check(self)
         return self
 
 

@@ -156,6 +156,17 @@ class FlowEngine:
     #: result figures this engine produces (the rest: NOT_MODELLED)
     not_modelled = NOT_MODELLED
 
+    @classmethod
+    def check_scenario(cls, sc) -> None:
+        """Combinations the flow engine cannot run, found while the scenario is validated (before
+        anything is written): ``ValueError("field: what is allowed")``."""
+        from ..routing import ROUTING
+        from .spread import fluid_kind
+        try:
+            fluid_kind(ROUTING.get(sc.routing.name))
+        except ValueError as exc:
+            raise ValueError(f"routing.policy: {exc}") from None
+
     def __init__(self, sim: SimulationInput, recorder):
         self.sim = sim
         self.recorder = recorder

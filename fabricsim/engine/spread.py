@@ -39,6 +39,22 @@ import numpy as np
 from ..errors import ConfigError
 
 
+FLUID_KINDS = ("per_flow", "uniform", "balanced")
+
+
+def fluid_kind(policy_cls) -> str:
+    """The flow-level meaning (``RoutingPolicy.fluid``) of a routing policy class; ``ValueError``
+    naming the policies that have one if it has none (the scenario check and the builder share it)."""
+    kind = getattr(policy_cls, "fluid", "")
+    if kind not in FLUID_KINDS:
+        from ..routing import ROUTING
+        name = getattr(policy_cls, "registry_name", policy_cls.__name__)
+        ok = [n for n in ROUTING.names() if getattr(ROUTING.get(n), "fluid", "") in FLUID_KINDS]
+        raise ValueError(f"routing policy {name!r} has no flow-level model (allowed with simulation.engine flow: "
+                         f"{', '.join(ok)})")
+    return kind
+
+
 class SpreadBuilder:
     """Segments and queue-pair rows for one run (see the module doc).
 
@@ -53,13 +69,10 @@ class SpreadBuilder:
     """
 
     def __init__(self, links, paths, policy, split):
-        kind = getattr(policy, "fluid", "")
-        if kind not in ("per_flow", "uniform", "balanced"):
-            name = getattr(policy, "registry_name", type(policy).__name__)
-            raise ConfigError(f"routing policy {name!r} has no flow-level model (allowed with simulation.engine "
-                              f"flow: policies whose `fluid` is set: ecmp, spray, adaptive, flowlet)",
-                              field="routing.policy")
-        self.kind = kind
+        try:
+            self.kind = fluid_kind(type(policy))
+        except ValueError as exc:
+            raise ConfigError(str(exc), field="routing.policy") from None
         self.links = links
         self.paths = paths
         self.policy = policy
