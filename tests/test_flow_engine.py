@@ -374,3 +374,11 @@ def test_bad_flow_engine_input_is_one_located_line_and_writes_nothing(tmp_path, 
     assert "\n" not in line and "Traceback" not in line
     assert "bad.yaml:2" in line and field in line and allowed in line
     assert not (tmp_path / "out").exists()
+
+
+def test_module_doctests():
+    import doctest
+    from fabricsim.engine import estimate, flow
+    from fabricsim.flows import identity, links, replay, table
+    for mod in (flow, estimate, identity, links, replay, table):
+        assert doctest.testmod(mod).failed == 0, mod.__name__

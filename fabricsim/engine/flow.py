@@ -103,6 +103,18 @@ class FlowParams(BaseModel):
         return float(e.get(policy, 1.0)) if isinstance(e, dict) else float(e)
 
 
+def payload_share(unit: int, header: int, packet_payload: int | None) -> float:
+    """Payload bytes per wire byte of a framing (:meth:`IdealModel.framing`'s triple): MTU packets
+    ``unit / (unit + header)``, or NVLink packets of ``packet_payload`` bytes with ``header`` each.
+
+    >>> round(payload_share(4096, 82, None), 4), round(payload_share(4096, 16, 256), 4)
+    (0.9804, 0.9412)
+    """
+    if packet_payload is None:
+        return unit / (unit + header)
+    return packet_payload / (packet_payload + header)
+
+
 def _whole(values) -> list[int]:
     """Fractional byte counts as integers with the same running total (largest-remainder free:
     each value is the rounded cumulative sum minus the previous one)."""
@@ -200,13 +212,13 @@ class FlowEngine:
         sc = self.sim.scenario
         g = self.sim.topology.graph
         mtu, hdr = sc.simulation.mtu, sc.simulation.header
-        share = np.full(len(self.links), mtu / (mtu + hdr))
+        share = np.full(len(self.links), payload_share(mtu, hdr, None))
         for i, (a, b) in enumerate(zip(self.links.src.tolist(), self.links.dst.tolist())):
             for n in (a, b):
                 d = g.nodes[n]
                 if d.get("nvlink_transport") == "credit":
                     pp, ph = d["nvlink_packet_payload_bytes"], d["nvlink_packet_header_bytes"]
-                    share[i] = pp / (pp + ph)
+                    share[i] = payload_share(d["nvlink_unit_bytes"], ph, pp)
                     break
         self.payload_share = share
         return self.links.rate_bps.astype(np.float64) / 8e12 * share * self.efficiency
@@ -267,7 +279,6 @@ class FlowEngine:
         self._plan_pieces()
         units = n + len(self.u_src)
         self.qps_left = np.zeros(units, dtype=np.int64)
-        self.f_start_of = np.zeros(units)     # when each unit started sending
         self._lat: dict = {}
         self.fluid_end = np.zeros(units)
         self.delivered = np.zeros(units)
@@ -275,7 +286,6 @@ class FlowEngine:
         self._arrived = 0.0
         self.remaining = n
         self.last_end = 0
-        self.first_release = None
         self.now = 0.0
         problem = None
         built_flows = built_segments = -1
@@ -400,8 +410,6 @@ class FlowEngine:
         """Row ``i`` is posted at ``at``: start it, or queue it on its busy connection."""
         r = self.recs[i] = _FlowRecord(_Msg(self.table, i))
         r.release = at
-        if self.first_release is None:
-            self.first_release = float(at)
         self.recorder.on_release(r, at)
         if self.conns.post(i) == "start":
             self._start(i, at)
@@ -436,7 +444,6 @@ class FlowEngine:
             opened = self.connections.open(src, dst, size, qps, conn)
             self.qps_left[i] = len(opened)
             self.fluid_end[i] = at
-            self.f_start_of[i] = at
             if size and i < n:
                 self._push(int(math.ceil(at + self._latency(i)[1])), _FIRST, i)
             if not opened:
@@ -775,11 +782,17 @@ class FlowEngine:
         if m.size_bytes == 0:
             return 0.0
         rate_bps = self.ideal.parallel_rate(m)
-        unit, hdr, pp = self.ideal.framing(m.src, m.dst)
-        share = (unit / (unit + hdr)) if pp is None else pp / (pp + hdr)
-        return m.size_bytes / (rate_bps / 8e12 * share)
+        return m.size_bytes / (rate_bps / 8e12 * payload_share(*self.ideal.framing(m.src, m.dst)))
 
     def _v_matrix(self):
+        """``V`` (segments x links), rebuilt only when segments were added since the last call."""
+        cached = getattr(self, "_v_cache", None)
+        if cached is not None and cached.shape[0] == self.spread.segments:
+            return cached
+        self._v_cache = self._build_v()
+        return self._v_cache
+
+    def _build_v(self):
         sb = self.spread
         lens = np.fromiter((len(x) for x in sb.seg_links), dtype=np.int64, count=len(sb.seg_links))
         ptr = np.zeros(len(lens) + 1, dtype=np.int64)

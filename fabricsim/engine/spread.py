@@ -83,7 +83,6 @@ class SpreadBuilder:
         self._mid: dict = {}
         self._down: dict = {}
         self._cap_to: dict = {}
-        self._rows: dict = {}
         self._cand: dict = {}
         self._first: dict = {}
         self._attach_id = None
@@ -186,13 +185,8 @@ class SpreadBuilder:
         qp = SimpleNamespace(uid=uid, hash=flow_hash)
         eligible = self._first_ports(src, dst)
         chosen = np.asarray(self.split.ports(qp, list(eligible)), dtype=np.int64)
-        if self.kind != "per_flow":
-            # the whole row depends only on (src, the ports chosen, dst): shared by its queue pairs
-            rkey = (src, dst, chosen.tobytes())
-            out = self._rows.get(rkey)
-            if out is None:
-                out = self._rows[rkey] = self._row(src, dst, qp, chosen)
-            return out
+        # (its parts are memoised per host, per attachment groups and per destination; a memo per
+        # (src, dst) pair would hold a million rows at 8,192 GPUs)
         return self._row(src, dst, qp, chosen)
 
     def _up_segment(self, src: int, chosen: np.ndarray) -> tuple[int, tuple]:
