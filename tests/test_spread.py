@@ -91,3 +91,23 @@ def test_ecmp_index_array_equals_ecmp_index(h, salt, switch, n):
     got = ecmp_index_array(np.array([h], dtype=np.uint64), salt, np.array([switch], dtype=np.uint64),
                            np.array([n], dtype=np.uint64))
     assert int(got[0]) == ecmp_index(h, salt, switch, n)
+
+
+@pytest.mark.parametrize("topology", [CLUSTER, LEAF_SPINE], ids=["cluster", "leaf_spine"])
+@pytest.mark.parametrize("split", ["per_packet", "per_flow"])
+def test_vectorised_ecmp_placement_shares_the_last_hop_segments(topology, split):
+    # the vectorised walk stops at the destination's attachment switches and takes the same shared
+    # last-hop segment as the per-queue-pair row: the same segments, not only the same link shares
+    sim, sb = builder(topology, "ecmp", split)
+    src, dst, uid, h = pairs(sim, seed=3)
+    counts, segs, ws = sb.rows(src, dst, uid, h)
+    ptr = np.concatenate([[0], np.cumsum(counts)])
+    n_links = len(sb.links)
+    shared = 0
+    for k in range(len(src)):
+        fast = sorted(zip(segs[ptr[k]:ptr[k + 1]].tolist(), ws[ptr[k]:ptr[k + 1]].tolist()))
+        slow = sorted(sb.row(int(src[k]), int(dst[k]), int(uid[k]), int(h[k])))
+        assert [s for s, _w in fast] == [s for s, _w in slow]
+        np.testing.assert_allclose([w for _s, w in fast], [w for _s, w in slow], rtol=1e-12)
+        shared += sum(1 for s, _w in fast if s >= n_links) - 1       # beyond the first hop's
+    assert shared == len(src)          # every queue pair's last hop is one shared segment

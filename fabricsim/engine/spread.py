@@ -37,6 +37,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..errors import ConfigError
+from ..flows.identity import mix64_array
 
 
 FLUID_KINDS = ("per_flow", "uniform", "balanced")
@@ -53,6 +54,22 @@ def fluid_kind(policy_cls) -> str:
         raise ValueError(f"routing policy {name!r} has no flow-level model (allowed with simulation.engine flow: "
                          f"{', '.join(ok)})")
     return kind
+
+
+def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of an int64 matrix and each row's index among them (the rows in order of
+    first appearance): rows grouped by a 64-bit hash, checked equal to their group's first row;
+    ``np.unique(axis=0)`` (a sort of whole rows, several times slower) only on a hash collision."""
+    h = np.zeros(len(key), np.uint64)
+    for c in range(key.shape[1]):
+        h = mix64_array(h ^ key[:, c].view(np.uint64))
+    uh, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    uk = key[first]
+    if not (uk[inv] == key).all():                   # a collision: group the rows themselves
+        uk, inv = np.unique(key, axis=0, return_inverse=True)
+        inv = inv.ravel()
+    return uk, inv
 
 
 class SpreadBuilder:
@@ -205,20 +222,11 @@ class SpreadBuilder:
             up = self._up[key] = (self._segment(acc), tuple(sorted(starts.items())))
         return up
 
-    def _row(self, src: int, dst: int, qp, chosen: np.ndarray) -> list[tuple[int, float]]:
-        up_seg, starts = self._up_segment(src, chosen)
-        attach = self.paths.attachments(dst)
-        if self.kind == "per_flow":
-            acc, exits = self._walk(dict(starts), dst, qp)
-            mid = (acc, tuple(sorted(exits.items())))
-        else:
-            mkey = (starts, attach)
-            mid = self._mid.get(mkey)
-            if mid is None:
-                acc, exits = self._walk(dict(starts), dst, qp)
-                mid = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
-        mid_seg, exits = mid
-        # the last hop is shared by every queue pair into dst unless a per-flow policy has a choice there
+    def _last_hop(self, dst: int, exits: tuple, qp):
+        """The last hop into ``dst`` from its attachment switches ``exits`` ((switch, weight),
+        sorted): a segment shared by every queue pair into ``dst`` with the same exits, unless a
+        per-flow policy has a choice there (parallel links into the host); then its links with
+        their coefficients, as a dict (written in F)."""
         shared = self.kind != "per_flow" or all(len(self.links.ports_towards(x, [dst])) == 1 for x, _w in exits)
         dkey = (dst, exits) if shared else None
         down = self._down.get(dkey) if dkey is not None else None
@@ -233,6 +241,22 @@ class SpreadBuilder:
                 down = acc
             else:
                 down = self._down[dkey] = self._segment(acc)
+        return down
+
+    def _row(self, src: int, dst: int, qp, chosen: np.ndarray) -> list[tuple[int, float]]:
+        up_seg, starts = self._up_segment(src, chosen)
+        attach = self.paths.attachments(dst)
+        if self.kind == "per_flow":
+            acc, exits = self._walk(dict(starts), dst, qp)
+            mid = (acc, tuple(sorted(exits.items())))
+        else:
+            mkey = (starts, attach)
+            mid = self._mid.get(mkey)
+            if mid is None:
+                acc, exits = self._walk(dict(starts), dst, qp)
+                mid = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
+        mid_seg, exits = mid
+        down = self._last_hop(dst, exits, qp)
         out = [(up_seg, 1.0)]
         if isinstance(mid_seg, dict):
             out.extend(sorted(mid_seg.items()))           # per-flow path: link segments
@@ -286,13 +310,21 @@ class SpreadBuilder:
         node = np.asarray(sn, dtype=np.int64)
         w = np.asarray(sw, dtype=np.float64)
         eq, el, ew = [], [], []
+        xq, xn, xw = [], [], []                 # exits: (queue pair, attachment switch, weight)
         hosts = self.links.topology.num_hosts
         while len(q):
             d = dst[q]
-            go = node != d                      # arrived at the destination host: done
+            go = node != d                      # (a first hop straight into the destination host)
             q, node, w, d = q[go], node[go], w[go], d[go]
-            if not len(q):
-                break
+            ex = self._is_attachment(node, d)   # at one of dst's attachment switches: the last hop
+            if ex.any():
+                xq.append(q[ex])
+                xn.append(node[ex])
+                xw.append(w[ex])
+                go = ~ex
+                q, node, w, d = q[go], node[go], w[go], d[go]
+                if not len(q):
+                    break
             ports, offset, count = self._candidates(node, d, hosts)
             idx = self.policy.flow_index(node.astype(np.uint64), count.astype(np.uint64), hashes[q])
             link = ports[offset + idx]
@@ -300,16 +332,71 @@ class SpreadBuilder:
             el.append(link)
             ew.append(w)
             node = self.links.dst[link]
+        dq, ds, dw = self._last_hops(dst, hashes, xq, xn, xw, hosts)
         eq = np.concatenate(eq) if eq else np.zeros(0, np.int64)
         el = np.concatenate(el) if el else np.zeros(0, np.int64)
         ew = np.concatenate(ew) if ew else np.zeros(0)
-        # F rows: the host segment first, then the path's links (link l is segment l)
-        allq = np.concatenate([np.arange(n, dtype=np.int64), eq])
-        segs = np.concatenate([up, el])
-        ws = np.concatenate([np.ones(n), ew])
+        # F rows: the host segment first, the path's links in link order (link l is segment l),
+        # then the last hop (a shared segment, or its links)
+        order = np.lexsort((el, eq))
+        eq, el, ew = eq[order], el[order], ew[order]
+        allq = np.concatenate([np.arange(n, dtype=np.int64), eq, dq])
+        segs = np.concatenate([up, el, ds])
+        ws = np.concatenate([np.ones(n), ew, dw])
         order = np.argsort(allq, kind="stable")
         counts = np.bincount(allq, minlength=n).astype(np.int64)
         return counts, segs[order], ws[order]
+
+    def _last_hops(self, dst, hashes, xq, xn, xw, hosts):
+        """The last hop of every queue pair from its exits (attachment switches reached, with
+        weights): as :meth:`_last_hop`, one shared segment per (destination, exits) when no exit
+        has a choice of link into the host, else the links the policy picks. Returns F entries
+        ``(queue pair, segment, weight)``."""
+        none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+        if not xq:
+            return none
+        q, node, w = np.concatenate(xq), np.concatenate(xn), np.concatenate(xw)
+        # one entry per (queue pair, switch), weights summed (a switch reached along two branches)
+        order = np.lexsort((node, q))
+        q, node, w = q[order], node[order], w[order]
+        first = np.ones(len(q), bool)
+        first[1:] = (q[1:] != q[:-1]) | (node[1:] != node[:-1])
+        starts = np.flatnonzero(first)
+        w = np.add.reduceat(w, starts)
+        q, node = q[starts], node[starts]
+        d = dst[q]
+        ports, offset, count = self._candidates(node, d, hosts)
+        nq = int(q.max()) + 1
+        choice = np.bincount(q, weights=(count != 1), minlength=nq) > 0
+        out_q, out_s, out_w = [], [], []
+        pick = choice[q]                      # queue pairs with a choice on some exit: links in F
+        if pick.any():
+            qq = q[pick]
+            idx = self.policy.flow_index(node[pick].astype(np.uint64), count[pick].astype(np.uint64), hashes[qq])
+            out_q.append(qq)
+            out_s.append(ports[offset[pick] + idx])
+            out_w.append(w[pick])
+        shared = ~pick
+        if shared.any():
+            q, node, w, link = q[shared], node[shared], w[shared], ports[offset[shared]]
+            # queue pairs with the same (destination, exits) share a segment: group them by that key
+            bounds = np.flatnonzero(np.r_[True, q[1:] != q[:-1], True])
+            lens = np.diff(bounds)
+            flows = q[bounds[:-1]]
+            for m in np.unique(lens).tolist():
+                sel = np.flatnonzero(lens == m)
+                rows = bounds[:-1][sel][:, None] + np.arange(m)[None, :]
+                key = np.column_stack([dst[flows[sel]], node[rows], w[rows].view(np.int64)])
+                uk, inv = _unique_rows(key)
+                seg = np.empty(len(uk), np.int64)
+                for u, k in enumerate(uk.tolist()):
+                    exits = tuple(zip(k[1:1 + m], np.asarray(k[1 + m:], np.int64).view(np.float64).tolist()))
+                    got = self._down.get((k[0], exits))       # (known to be shared: no choice)
+                    seg[u] = got if got is not None else self._last_hop(k[0], exits, None)
+                out_q.append(flows[sel])
+                out_s.append(seg[inv.ravel()])
+                out_w.append(np.ones(len(sel)))
+        return np.concatenate(out_q), np.concatenate(out_s), np.concatenate(out_w)
 
     def _candidates(self, node: np.ndarray, dst: np.ndarray, hosts: int):
         """Equal-cost egress links of every (switch, destination host) pair, as a flat array with
