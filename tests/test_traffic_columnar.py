@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from fabricsim.config.traffic import AllToAllTraffic, IncastTraffic, PermutationTraffic, TraceTraffic
 from fabricsim.engine.rng import RandomStreams
@@ -204,3 +205,28 @@ def test_kahn_remainder():
     dep = np.array([0, 1, 4, 3, 4])
     assert topological_remainder(6, ptr, dep).tolist() == [False, False, False, True, True, True]
     assert not topological_remainder(3, np.array([0, 0, 1, 2]), np.array([0, 1])).any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 7).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=12))),
+    st.randoms(use_true_random=False))
+def test_acyclicity_check_agrees_with_networkx(graph, rnd):
+    # dependencies on earlier rows only (the shortcut) or in any direction (Kahn), ids shuffled
+    # or in order: the trace is refused exactly when networkx finds a cycle
+    import networkx as nx
+    n, edges = graph
+    deps = {i: sorted({a for a, b in edges if b == i and a != i}) for i in range(n)}
+    ids = list(range(n))
+    if rnd.random() < 0.5:
+        rnd.shuffle(ids)
+    recs_ = [TraceRecord(ids[i], 0, 1, 10, "a", "dispatch", deps=tuple(ids[a] for a in deps[i])) for i in range(n)]
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from((a, i) for i in range(n) for a in deps[i])
+    t = Trace(recs_, "mem", [("row", i) for i in range(n)])
+    if nx.is_directed_acyclic_graph(g):
+        check_trace(t, num_hosts=4)
+    else:
+        with pytest.raises(TraceError, match="dependency cycle"):
+            check_trace(t, num_hosts=4)
