@@ -352,7 +352,12 @@ def _gumbel_of_bits(bits: np.ndarray) -> np.ndarray:
     """The Gumbel noise :func:`_gumbel` makes of the 32-bit words ``bits`` of the bit generator: the
     same float32 uniforms as ``Generator.random(dtype=float32)`` (``(word >> 8) * 2**-24``, exact),
     then the same float32 operations (a new contiguous array)."""
-    u = (bits >> np.uint32(8)).astype(np.float32)
+    return _gumbel_of_v(bits >> np.uint32(8))
+
+
+def _gumbel_of_v(v: np.ndarray) -> np.ndarray:
+    """:func:`_gumbel_of_bits` of words whose 24 high bits are ``v`` (integers below 2**24)."""
+    u = v.astype(np.float32)
     u *= np.float32(1.0 / 16777216.0)
     np.clip(u, 1e-12, 1.0 - 1e-7, out=u)
     np.log(u, out=u)
@@ -375,7 +380,7 @@ def _non_records() -> np.ndarray:
     if not _NON_RECORDS:
         out, run_max, step = [], -np.inf, 1 << 20
         for a in range(0, 1 << 24, step):
-            g = _gumbel_of_bits(np.arange(a, a + step, dtype=np.uint32) << np.uint32(8))
+            g = _gumbel_of_v(np.arange(a, a + step, dtype=np.uint32))
             pm = np.maximum.accumulate(g)
             np.maximum(pm, run_max, out=pm)
             shifted = np.concatenate([[run_max], pm[:-1]]).astype(np.float32)
@@ -385,16 +390,18 @@ def _non_records() -> np.ndarray:
     return _NON_RECORDS[0]
 
 
-def _is_non_record(v: np.ndarray) -> np.ndarray:
+def _non_record_at(v: np.ndarray) -> np.ndarray:
+    """Flat indices of the values of ``v`` (24-bit numerators, uint32) that are :func:`_non_records`."""
     nr = _non_records()
     if not nr.size:
-        return np.zeros(v.shape, dtype=bool)
-    out = (v >= nr[0]) & (v <= nr[-1])
-    idx = np.flatnonzero(out)
-    if idx.size:
-        w = v.ravel()[idx]
-        out.ravel()[idx] = nr[np.minimum(np.searchsorted(nr, w), nr.size - 1)] == w
-    return out
+        return np.zeros(0, dtype=np.int64)
+    lo = nr[0]
+    near = np.flatnonzero((v.ravel() - lo) <= (nr[-1] - lo))  # unsigned: one comparison for the range
+    if near.size:
+        table = np.zeros(int(nr[-1] - lo) + 1, dtype=bool)
+        table[nr - lo] = True
+        near = near[table[v.ravel()[near] - lo]]
+    return near
 
 
 def _uniform_layout(cfg: MoeTraceConfig, node: np.ndarray):
@@ -439,60 +446,73 @@ def _route_uniform(cfg: MoeTraceConfig, logw32: np.float32, bits: np.ndarray, no
     nb = (n_nodes - 1).bit_length()
     sb = (width - 1).bit_length()
     wide = nb + 24 + sb > 32
+    if not wide:
+        sb = 32 - 24 - nb  # the slot takes every bit left: a key is then exactly 32 bits
     kt = np.uint64 if wide else np.uint32
-    # pos = node << sb | slot; sorted keys node << (24 + sb) | v << sb | slot put node n at n * width..
-    e_pos = np.empty(E, dtype=np.int64)
-    e_pos[perm] = (np.arange(E) // width << sb) + np.arange(E) % width
-    expert_at = np.zeros(n_nodes << sb, dtype=np.int64)
-    expert_at[e_pos] = np.arange(E)
-    e_pos = e_pos.astype(kt)
-    base = ((e_pos >> kt(sb)) << kt(24 + sb)) | (e_pos & kt((1 << sb) - 1))
+    kbits = 64 if wide else 32
+    # key = node << (24 + sb) | v << sb | slot; sorted, node n holds positions n * width ..
+    e_node = np.zeros(E, dtype=np.int64)
+    e_node[perm] = np.arange(E) // width
+    e_slot = np.zeros(E, dtype=np.int64)
+    e_slot[perm] = np.arange(E) % width
+    base = ((e_node << (24 + sb)) | e_slot).astype(kt)
     if wide:
         key = (bits >> np.uint32(8)).astype(np.uint64) << np.uint64(sb)
     else:
-        key = bits  # in place
-        if sb <= 8:
-            np.right_shift(key, np.uint32(8 - sb), out=key)
-            np.bitwise_and(key, np.uint32(~((1 << sb) - 1) & 0xFFFFFFFF), out=key)
-        else:
-            np.right_shift(key, np.uint32(8), out=key)
-            np.left_shift(key, np.uint32(sb), out=key)
+        key = bits  # in place: (word >> 8) << sb, as the word's 24 high bits moved down by 8 - sb
+        np.right_shift(key, np.uint32(8 - sb), out=key)
+        np.bitwise_and(key, np.uint32(~((1 << sb) - 1) & 0xFFFFFFFF), out=key)
     np.bitwise_or(key, base, out=key)
     key.sort(axis=1)
-    key3 = key.reshape(t, n_nodes, width)
     vmask = kt((1 << 24) - 1)
     q = min(width, k + 1)
+    bad_at = []  # flat indices (token-major) of deciding values that are not records, per check
     if limited:
         m = cfg.max_nodes_per_token
-        top_v = ((key3[:, :, width - r:] >> kt(sb)) & vmask).astype(np.uint32)  # the r best of every node
-        bad = _is_non_record(top_v).reshape(t, -1).any(axis=1)
-        top_s = _gumbel_of_bits(top_v << np.uint32(8)) + logw32
+        key3 = key.reshape(t, n_nodes, width)
+        top_v = (key3[:, :, width - r:] >> kt(sb)) & vmask  # the r best of every node
+        if wide:
+            top_v = top_v.astype(np.uint32)
+        bad_at.append(_non_record_at(top_v) // (n_nodes * r))
+        top_s = _gumbel_of_v(top_v) + logw32
         node_score = top_s[:, :, 0] + top_s[:, :, 1] if r == 2 else top_s[:, :, 0]  # == .sum(axis=2), r <= 2
         chosen = np.argpartition(-node_score, m - 1, axis=1)[:, :m]
-        rows = (np.arange(t)[:, None] * n_nodes + chosen).ravel()
-        cand = np.take(key3[:, :, width - q:].reshape(t * n_nodes, q), rows, axis=0).reshape(t, m * q)
+        rows = (np.arange(0, t * n_nodes, n_nodes)[:, None] + chosen).ravel()
+        cand = np.take(key.reshape(t * n_nodes, width), rows, axis=0)[:, width - q:]  # the q best of each chosen
     else:
         m = 1
-        bad = np.zeros(t, dtype=bool)
         cand = key[:, width - q:]
-    # candidates by v, then pos (unique): v << (nb + sb) | pos
-    ck = (((cand >> kt(sb)) & vmask) << kt(nb + sb)) | ((cand >> kt(24 + sb)) << kt(sb)) | (cand & kt((1 << sb) - 1))
+    # candidates by v: the key rotated left by the node bits, v << (nb + sb) | slot << nb | node (unique)
+    if wide:
+        ck = (((cand >> kt(sb)) & vmask) << kt(nb + sb)) | ((cand & kt((1 << sb) - 1)) << kt(nb)) | \
+            (cand >> kt(24 + sb))
+    else:
+        ck = (cand << kt(nb)) | (cand >> kt(kbits - nb)) if nb else cand.copy()
+    ck = ck.reshape(t, m * q)
     ck.sort(axis=1)
     sel = ck[:, m * q - k:]
-    if m * q > k:  # the best expert left out must score strictly below every one taken
-        v_in = (sel >> kt(nb + sb)).astype(np.uint32)
+    bad = np.zeros(t, dtype=bool)
+    if m * q > k:
+        # every expert taken must score strictly above the best one left out (v_out): true when the
+        # taken are records (their lowest score is that of the lowest v, v_in), v_out is a record and
+        # s(v_out) < s(v_in)
+        v_in = (ck[:, m * q - k] >> kt(nb + sb)).astype(np.uint32)
         v_out = (ck[:, m * q - k - 1] >> kt(nb + sb)).astype(np.uint32)
-        s_in = (_gumbel_of_bits(v_in << np.uint32(8)) + logw32).min(axis=1)
-        s_out = _gumbel_of_bits(v_out << np.uint32(8)) + logw32
-        bad |= (s_out >= s_in) | _is_non_record(v_out)
-    out = expert_at[(sel & kt((1 << (nb + sb)) - 1)).astype(np.int64)]
+        s_in = _gumbel_of_v(v_in) + logw32
+        s_out = _gumbel_of_v(v_out) + logw32
+        bad |= s_out >= s_in
+        bad_at.append(_non_record_at(v_out))
+        bad_at.append(_non_record_at((sel >> kt(nb + sb)).astype(np.uint32)) // k)
+    for rows in bad_at:
+        bad[rows] = True
+    low = sel & kt((1 << (nb + sb)) - 1)  # slot << nb | node
+    out = perm[((low & kt((1 << nb) - 1)) * kt(width) + (low >> kt(nb))).astype(np.int64)]
     if bad.any():
         rows = np.flatnonzero(bad)
         kb = key[rows]  # the original words' 24 high bits, back in expert order
         orig = np.zeros((rows.size, E), dtype=np.uint32)
-        pos = ((kb >> kt(24 + sb)) << kt(sb)) | (kb & kt((1 << sb) - 1))
-        np.put_along_axis(orig, expert_at[pos.astype(np.int64)], (((kb >> kt(sb)) & vmask) << kt(8)).astype(np.uint32),
-                          axis=1)
+        e = perm[((kb >> kt(24 + sb)) * kt(width) + (kb & kt((1 << sb) - 1))).astype(np.int64)]
+        np.put_along_axis(orig, e, (((kb >> kt(sb)) & vmask) << kt(8)).astype(np.uint32), axis=1)
         out[rows] = _route(cfg, np.full(E, logw32, dtype=np.float32), _gumbel_of_bits(orig), node)
     return out
 
