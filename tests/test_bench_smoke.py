@@ -51,3 +51,18 @@ def test_bench_packet_quick_runs_and_writes_its_report(tmp_path, capsys):
         assert abs(sum(shares.values()) - 1) < 1e-6
     printed = capsys.readouterr().out
     assert "engine (fabricsim.run)" in printed and "bare_heapq" in printed
+
+
+def test_bench_trace_moe_tiny_runs_and_writes_its_report(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_trace_moe", BENCH.parent / "bench_trace_moe.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "moe.json"
+    bench.main(["--gpus", "64,128", "--tokens", "16", "--baseline-src", str(BENCH.parents[1]), "-o", str(out)])
+    res = json.loads(out.read_text())
+    assert res["identical_files"] == {"64": True, "128": True}  # the same code twice
+    assert res["bare_baseline"]["values"] == 128 * 16 * 256
+    rows = {(r["gpus"], r["code"]): r for r in res["rows"]}
+    assert set(rows) == {(n, c) for n in (64, 128) for c in ("current", "baseline")}
+    assert all(r["messages"] > 0 and r["peak_rss_mib"] > 0 and r["total_s"] > 0 for r in rows.values())
+    assert rows[(128, "current")]["messages"] > rows[(64, "current")]["messages"]

@@ -31,6 +31,7 @@ Values marked [EST] in the field descriptions are estimates, not measured figure
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal, Optional
@@ -347,10 +348,184 @@ def _gumbel(rng: np.random.Generator, shape) -> np.ndarray:
 CHUNK = 8192  # tokens routed per vectorised step (bounds memory at CHUNK x experts floats)
 
 
+def _gumbel_of_bits(bits: np.ndarray) -> np.ndarray:
+    """The Gumbel noise :func:`_gumbel` makes of the 32-bit words ``bits`` of the bit generator: the
+    same float32 uniforms as ``Generator.random(dtype=float32)`` (``(word >> 8) * 2**-24``, exact),
+    then the same float32 operations (a new contiguous array)."""
+    return _gumbel_of_v(bits >> np.uint32(8))
+
+
+def _gumbel_of_v(v: np.ndarray) -> np.ndarray:
+    """:func:`_gumbel_of_bits` of words whose 24 high bits are ``v`` (integers below 2**24)."""
+    u = v.astype(np.float32)
+    u *= np.float32(1.0 / 16777216.0)
+    np.clip(u, 1e-12, 1.0 - 1e-7, out=u)
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    np.log(u, out=u)
+    return np.negative(u, out=u)
+
+
+_NON_RECORDS: list = []  # memo of _non_records() (a pure function of this numpy build)
+
+
+def _non_records() -> np.ndarray:
+    """The 24-bit uniform numerators ``v`` whose Gumbel noise is below that of some smaller ``v``.
+
+    The float32 ``-log(-log(u))`` is monotone in ``u`` but for ulp-level exceptions of the log
+    implementation (a few hundred values on AVX-512 numpy 2.4). Ordering tokens' experts by ``v``
+    is ordering them by score except around these values, so :func:`_route_uniform` falls back to
+    the exact path whenever one of them could decide a selection. Computed once per process, in
+    blocks (the same contiguous float32 operations as the routing)."""
+    if not _NON_RECORDS:
+        out, run_max, step = [], -np.inf, 1 << 20
+        for a in range(0, 1 << 24, step):
+            g = _gumbel_of_v(np.arange(a, a + step, dtype=np.uint32))
+            pm = np.maximum.accumulate(g)
+            np.maximum(pm, run_max, out=pm)
+            shifted = np.concatenate([[run_max], pm[:-1]]).astype(np.float32)
+            out.append(a + np.flatnonzero(g < shifted))
+            run_max = pm[-1]
+        _NON_RECORDS.append(np.concatenate(out).astype(np.uint32))
+    return _NON_RECORDS[0]
+
+
+def _non_record_at(v: np.ndarray) -> np.ndarray:
+    """Flat indices of the values of ``v`` (24-bit numerators, uint32) that are :func:`_non_records`."""
+    nr = _non_records()
+    if not nr.size:
+        return np.zeros(0, dtype=np.int64)
+    lo = nr[0]
+    near = np.flatnonzero((v.ravel() - lo) <= (nr[-1] - lo))  # unsigned: one comparison for the range
+    if near.size:
+        table = np.zeros(int(nr[-1] - lo) + 1, dtype=bool)
+        table[nr - lo] = True
+        near = near[table[v.ravel()[near] - lo]]
+    return near
+
+
+def _uniform_layout(cfg: MoeTraceConfig, node: np.ndarray):
+    """For :func:`_route_uniform`: ``(n_nodes, width, perm, node_limited, r)`` when every node holds
+    the same number of experts (``perm[n * width + slot]``: the slot-th expert of node n, ascending
+    ids), else None (the general path)."""
+    n_nodes = int(node.max()) + 1
+    m = cfg.max_nodes_per_token
+    counts = np.bincount(node, minlength=n_nodes)
+    limited = m is not None and m < n_nodes
+    if not limited:
+        return 1, cfg.experts, np.arange(cfg.experts), False, 0
+    width = int(counts.max())
+    if not (counts == width).all():
+        return None
+    r = max(1, min(cfg.top_k // m, int(counts.min())))
+    if r > 2:  # a sum of more than two scores depends on the order partition leaves them in
+        return None
+    slot = np.zeros(cfg.experts, dtype=np.int64)
+    for n in range(n_nodes):
+        idx = np.flatnonzero(node == n)
+        slot[idx] = np.arange(len(idx))
+    perm = np.empty(cfg.experts, dtype=np.int64)
+    perm[node * width + slot] = np.arange(cfg.experts)
+    return n_nodes, width, perm, True, r
+
+
+def _route_uniform(cfg: MoeTraceConfig, logw32: np.float32, bits: np.ndarray, node: np.ndarray,
+                   layout) -> np.ndarray:
+    """:func:`_route` of the noise of ``bits`` (:func:`_gumbel_of_bits`) when every expert has the
+    same popularity ``logw32``: the same expert set for every token, without the noise of every
+    expert. ``bits`` is overwritten.
+
+    With equal weights a score is a non-decreasing function of the 24-bit uniform numerator ``v`` (but
+    at :func:`_non_records`), so one row sort of integer keys ``(node, v, slot)`` orders every node's
+    experts; the node scores and the final top-k boundary are then computed exactly on the few
+    experts that decide them. A token is re-routed by :func:`_route` itself (same rows, same
+    ``argpartition``) when a tie at a boundary or a non-record value could make the sets differ. The
+    experts of a row come in no particular order (as from :func:`_route`)."""
+    n_nodes, width, perm, limited, r = layout
+    t, k, E = bits.shape[0], cfg.top_k, cfg.experts
+    nb = (n_nodes - 1).bit_length()
+    sb = (width - 1).bit_length()
+    wide = nb + 24 + sb > 32
+    if not wide:
+        sb = 32 - 24 - nb  # the slot takes every bit left: a key is then exactly 32 bits
+    kt = np.uint64 if wide else np.uint32
+    kbits = 64 if wide else 32
+    # key = node << (24 + sb) | v << sb | slot; sorted, node n holds positions n * width ..
+    e_node = np.zeros(E, dtype=np.int64)
+    e_node[perm] = np.arange(E) // width
+    e_slot = np.zeros(E, dtype=np.int64)
+    e_slot[perm] = np.arange(E) % width
+    base = ((e_node << (24 + sb)) | e_slot).astype(kt)
+    if wide:
+        key = (bits >> np.uint32(8)).astype(np.uint64) << np.uint64(sb)
+    else:
+        key = bits  # in place: (word >> 8) << sb, as the word's 24 high bits moved down by 8 - sb
+        np.right_shift(key, np.uint32(8 - sb), out=key)
+        np.bitwise_and(key, np.uint32(~((1 << sb) - 1) & 0xFFFFFFFF), out=key)
+    np.bitwise_or(key, base, out=key)
+    key.sort(axis=1)
+    vmask = kt((1 << 24) - 1)
+    q = min(width, k + 1)
+    bad_at = []  # flat indices (token-major) of deciding values that are not records, per check
+    if limited:
+        m = cfg.max_nodes_per_token
+        key3 = key.reshape(t, n_nodes, width)
+        top_v = (key3[:, :, width - r:] >> kt(sb)) & vmask  # the r best of every node
+        if wide:
+            top_v = top_v.astype(np.uint32)
+        bad_at.append(_non_record_at(top_v) // (n_nodes * r))
+        top_s = _gumbel_of_v(top_v) + logw32
+        node_score = top_s[:, :, 0] + top_s[:, :, 1] if r == 2 else top_s[:, :, 0]  # == .sum(axis=2), r <= 2
+        chosen = np.argpartition(-node_score, m - 1, axis=1)[:, :m]
+        rows = (np.arange(0, t * n_nodes, n_nodes)[:, None] + chosen).ravel()
+        cand = np.take(key.reshape(t * n_nodes, width), rows, axis=0)[:, width - q:]  # the q best of each chosen
+    else:
+        m = 1
+        cand = key[:, width - q:]
+    # candidates by v: the key rotated left by the node bits, v << (nb + sb) | slot << nb | node (unique)
+    if wide:
+        ck = (((cand >> kt(sb)) & vmask) << kt(nb + sb)) | ((cand & kt((1 << sb) - 1)) << kt(nb)) | \
+            (cand >> kt(24 + sb))
+    else:
+        ck = (cand << kt(nb)) | (cand >> kt(kbits - nb)) if nb else cand.copy()
+    ck = ck.reshape(t, m * q)
+    ck.sort(axis=1)
+    sel = ck[:, m * q - k:]
+    bad = np.zeros(t, dtype=bool)
+    if m * q > k:
+        # every expert taken must score strictly above the best one left out (v_out): true when the
+        # taken are records (their lowest score is that of the lowest v, v_in), v_out is a record and
+        # s(v_out) < s(v_in)
+        v_in = (ck[:, m * q - k] >> kt(nb + sb)).astype(np.uint32)
+        v_out = (ck[:, m * q - k - 1] >> kt(nb + sb)).astype(np.uint32)
+        s_in = _gumbel_of_v(v_in) + logw32
+        s_out = _gumbel_of_v(v_out) + logw32
+        bad |= s_out >= s_in
+        bad_at.append(_non_record_at(v_out))
+        bad_at.append(_non_record_at((sel >> kt(nb + sb)).astype(np.uint32)) // k)
+    for rows in bad_at:
+        bad[rows] = True
+    low = sel & kt((1 << (nb + sb)) - 1)  # slot << nb | node
+    out = perm[((low & kt((1 << nb) - 1)) * kt(width) + (low >> kt(nb))).astype(np.int64)]
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        kb = key[rows]  # the original words' 24 high bits, back in expert order
+        orig = np.zeros((rows.size, E), dtype=np.uint32)
+        e = perm[((kb >> kt(24 + sb)) * kt(width) + (kb & kt((1 << sb) - 1))).astype(np.int64)]
+        np.put_along_axis(orig, e, (((kb >> kt(sb)) & vmask) << kt(8)).astype(np.uint32), axis=1)
+        out[rows] = _route(cfg, np.full(E, logw32, dtype=np.float32), _gumbel_of_bits(orig), node)
+    return out
+
+
 def sample_routing(cfg: MoeTraceConfig, layer: int, microbatch: int, group: int,
                    weights: np.ndarray | None = None) -> np.ndarray:
     """Experts (group-local ids) chosen by every token of one EP group: shape
-    ``(ep_size * tokens_per_gpu, top_k)``; token t comes from group-local GPU ``t // tokens_per_gpu``."""
+    ``(ep_size * tokens_per_gpu, top_k)``; token t comes from group-local GPU ``t // tokens_per_gpu``.
+    A row is a set of distinct experts, in no particular order.
+
+    The noise is drawn from the bit generator's raw 64-bit words (two float32 uniforms each, the
+    words ``Generator.random(dtype=float32)`` would use, so the same values); with uniform popularity
+    :func:`_route_uniform` picks the same experts as :func:`_route` without computing every score."""
     if weights is None:
         weights = popularity_weights(cfg, layer)
     logw = np.log(weights)
@@ -358,9 +533,21 @@ def sample_routing(cfg: MoeTraceConfig, layer: int, microbatch: int, group: int,
     rng = np.random.default_rng([cfg.seed, layer, microbatch, group])
     total = cfg.ep_size * cfg.tokens_per_gpu
     out = np.empty((total, cfg.top_k), dtype=np.int64)
+    logw32 = logw.astype(np.float32)
+    layout = _uniform_layout(cfg, node) if (logw32 == logw32[0]).all() and cfg.top_k < cfg.experts else None
+    raw = sys.byteorder == "little"  # a raw word holds the next two uint32 draws, low half first
     for a in range(0, total, CHUNK):
         b = min(total, a + CHUNK)
-        out[a:b] = _route(cfg, logw, _gumbel(rng, (b - a, cfg.experts)), node)
+        n = (b - a) * cfg.experts
+        raw = raw and n % 2 == 0  # an odd count leaves half a word in the generator for the next draw
+        if not raw:
+            out[a:b] = _route(cfg, logw, _gumbel(rng, (b - a, cfg.experts)), node)
+            continue
+        bits = rng.bit_generator.random_raw(n // 2).view(np.uint32).reshape(b - a, cfg.experts)
+        if layout is not None:
+            out[a:b] = _route_uniform(cfg, logw32[0], bits, node, layout)
+        else:
+            out[a:b] = _route(cfg, logw, _gumbel_of_bits(bits), node)
     return out
 
 
@@ -371,11 +558,32 @@ def imbalance_of(counts) -> float:
     return float((counts.max() - mean) / mean) if mean > 0 else 0.0
 
 
-def rank_receive_counts(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
+def rank_receive_counts(cfg: MoeTraceConfig, routing: np.ndarray, dests=None) -> np.ndarray:
     """Token copies each group-local rank receives for its experts, its own tokens included: per
     ``copies: per_gpu`` the tokens with at least one expert on the rank, per ``per_expert`` the
-    (token, expert) pairs on it."""
-    return _hits(cfg, routing).sum(axis=0)
+    (token, expert) pairs on it. ``dests``: :func:`_dest_gpus` of ``routing`` if already known."""
+    gs, first = _dest_gpus(cfg, routing) if dests is None else dests
+    return np.bincount(gs.ravel() if cfg.copies == "per_expert" else gs[first], minlength=cfg.ep_size)
+
+
+def _dest_gpus(cfg: MoeTraceConfig, routing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The group-local GPUs of every token's experts, sorted per token ``(T, top_k)``, and whether each
+    is the first of its GPU in its row (so the ``True`` ones are a token's distinct GPUs)."""
+    gs = np.take(_expert_gpu(cfg), routing)  # == routing % ep_size, without an integer division each
+    gs.sort(axis=1)
+    first = np.ones(gs.shape, dtype=bool)
+    first[:, 1:] = gs[:, 1:] != gs[:, :-1]
+    return gs, first
+
+
+def _copies(cfg: MoeTraceConfig, routing: np.ndarray, dests=None) -> np.ndarray:
+    """``full[s, d]``: copies of sender s's tokens for GPU d, d == s included (``_hits`` summed over
+    each sender's tokens, without the dense token x GPU matrix)."""
+    g = cfg.ep_size
+    gs, first = _dest_gpus(cfg, routing) if dests is None else dests
+    idx = (np.arange(gs.shape[0]) // cfg.tokens_per_gpu * g)[:, None] + gs
+    idx = idx.ravel() if cfg.copies == "per_expert" else idx[first]
+    return np.bincount(idx, minlength=g * g).reshape(g, g)
 
 
 def _tune_zipf(cfg: MoeTraceConfig, key: tuple, target: float, layer: int, measure, what: str,
@@ -489,10 +697,15 @@ class MoeTrace:
         }
 
 
-def nodes_per_token(cfg: MoeTraceConfig, routing: np.ndarray, group: int = 0) -> np.ndarray:
-    """Distinct nodes each token's experts live on."""
-    node = np.sort(_expert_node(cfg, group)[routing], axis=1)
-    return 1 + (np.diff(node, axis=1) != 0).sum(axis=1)
+def nodes_per_token(cfg: MoeTraceConfig, routing: np.ndarray, group: int = 0, dests=None) -> np.ndarray:
+    """Distinct nodes each token's experts live on. ``dests``: :func:`_dest_gpus` of ``routing``."""
+    gs, _ = _dest_gpus(cfg, routing) if dests is None else dests
+    gpu = group * cfg.ep_size + np.arange(cfg.ep_size)
+    node = np.take((gpu // cfg.gpus_per_node).astype(np.int32), gs)  # sorted per row: a node grows with its GPUs
+    out = np.ones(len(node), dtype=np.int64)
+    for j in range(1, node.shape[1]):  # column by column: a sum over a short last axis is slow
+        out += node[:, j] != node[:, j - 1]
+    return out
 
 
 def _hits(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
@@ -511,8 +724,7 @@ def _hits(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
 
 def dispatch_counts(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
     """``n[src, dst]`` (group-local GPUs): token copies src sends to dst (flat dispatch), dst != src."""
-    g = cfg.ep_size
-    n = _hits(cfg, routing).reshape(g, cfg.tokens_per_gpu, g).sum(axis=1)
+    n = _copies(cfg, routing)
     np.fill_diagonal(n, 0)
     return n
 
@@ -521,16 +733,31 @@ def dispatch_counts(cfg: MoeTraceConfig, routing: np.ndarray) -> np.ndarray:
 class _Plan:
     """Aggregated messages of one (layer, microbatch, EP group) all-to-all; group-local GPU ids.
 
-    ``first``: legs leaving the senders, ``(s, d, copies, chunk, scale_out)`` (flat: every dispatch
+    ``first`` (``legs``: the same as an int64 array ``(n, 5)``, scale_out 0/1): legs leaving the
+    senders, ``(s, d, copies, chunk, scale_out)`` (flat: every dispatch
     message; hierarchical: direct intra-node messages, and chunk ``chunk`` of the scale-out copies
     from s to its rail-aligned relay d); ``forward``: ``(r, d, copies, chunk, senders)``, chunk
     ``chunk`` of what relay r forwards over NVLink to d, carrying chunk ``chunk`` of the scale-out legs
     from ``senders``; ``load[d]``: token copies processed on d; ``pipelined``: forwards wait only for
     the chunks they carry (otherwise for every scale-out leg into the relay)."""
-    first: list
+    legs: np.ndarray
     forward: list
     load: np.ndarray
     pipelined: bool = False
+
+    @classmethod
+    def of_first(cls, first: list, forward: list, load: np.ndarray, pipelined: bool = False) -> "_Plan":
+        legs = np.array([x[:4] + (int(x[4]),) for x in first], dtype=np.int64).reshape(-1, 5)
+        return cls(legs, forward, load, pipelined)
+
+    @cached_property
+    def first(self) -> list:
+        return [(a, b, n, j, bool(so)) for a, b, n, j, so in self.legs.tolist()]
+
+    @property
+    def direct_only(self) -> bool:
+        """Every message is a direct first leg (flat dispatch): no forwards, no scale-out legs."""
+        return not self.forward and not self.legs[:, 4].any()
 
 
 def _unique_rows(cols: list) -> tuple[np.ndarray, np.ndarray]:
@@ -553,16 +780,23 @@ def _unique_rows(cols: list) -> tuple[np.ndarray, np.ndarray]:
     return out, counts
 
 
-def _plan(cfg: MoeTraceConfig, routing: np.ndarray) -> _Plan:
+def _plan(cfg: MoeTraceConfig, routing: np.ndarray, dests=None, full=None) -> _Plan:
+    """The messages of one routing (``dests``: its :func:`_dest_gpus`, ``full``: its :func:`_copies`,
+    if already known)."""
     g, tpg, gpn = cfg.ep_size, cfg.tokens_per_gpu, cfg.gpus_per_node
     t = routing.shape[0]
-    hit = _hits(cfg, routing)
-    full = hit.reshape(g, tpg, g).sum(axis=1)  # copies of s's tokens for d (d == s included)
-    load = np.bincount(routing.ravel() % g, minlength=g)
+    if dests is None:
+        dests = _dest_gpus(cfg, routing)
+    if full is None:
+        full = _copies(cfg, routing, dests)  # copies of s's tokens for d (d == s included)
+    load = np.bincount(dests[0].ravel(), minlength=g)
     if cfg.dispatch == "flat" or g <= gpn:  # flat, or the whole group inside one node: all direct
         flat = full.copy()
         np.fill_diagonal(flat, 0)
-        return _Plan([(int(a), int(b), int(flat[a, b]), 0, False) for a, b in np.argwhere(flat > 0)], [], load)
+        a, b = np.nonzero(flat)
+        legs = np.stack([a, b, flat[a, b], np.zeros_like(a), np.zeros_like(a)], axis=1)
+        return _Plan(legs, [], load)
+    hit = _hits(cfg, routing)
     # hierarchical, groups of whole nodes (validated): group-local node d // gpn, rail (local index) d % gpn
     nn = g // gpn
     gpu = np.arange(g)
@@ -594,7 +828,7 @@ def _plan(cfg: MoeTraceConfig, routing: np.ndarray) -> _Plan:
         entry[0] += k
         entry[1].append(s_)
     fw = [(r_, d_, k, j_, tuple(srcs)) for (r_, d_, j_), (k, srcs) in forward.items()]
-    return _Plan(first, fw, load, pipelined=cfg.chunk_tokens > 0)
+    return _Plan.of_first(first, fw, load, pipelined=cfg.chunk_tokens > 0)
 
 
 def _merge(*lists) -> tuple[int, ...]:
@@ -619,31 +853,32 @@ def send_order(cfg: MoeTraceConfig, legs: list, kind: str, stream: tuple) -> lis
 
     A NIC serves its queue pairs round robin in the order messages are released, and messages
     released together are released in trace order, so this order is the order on the wire."""
+    if not legs:
+        return []
+    a, b, j = (np.fromiter((x[i] for x in legs), dtype=np.int64, count=len(legs)) for i in (0, 1, 3))
+    return [legs[i] for i in send_order_index(cfg, a, b, j, kind, stream).tolist()]
+
+
+def send_order_index(cfg: MoeTraceConfig, a: np.ndarray, b: np.ndarray, chunk: np.ndarray, kind: str,
+                     stream: tuple) -> np.ndarray:
+    """The permutation :func:`send_order` applies to legs with senders ``a``, receivers ``b`` and chunks
+    ``chunk`` (arrays): by sender, chunk, then the rank of ``cfg.send_order``; a stable sort, as
+    ``sorted`` (legs with equal keys keep their order)."""
     g = cfg.ep_size
     if cfg.send_order == "random":
-        key = np.random.default_rng([cfg.seed, 5381, *stream, _LEGS[kind]]).random((g, g))
-        rank = lambda a, b: key[a, b]  # noqa: E731
+        rank = np.random.default_rng([cfg.seed, 5381, *stream, _LEGS[kind]]).random((g, g))[a, b]
     elif cfg.send_order == "ascending":
-        rank = lambda a, b: b  # noqa: E731
+        rank = b
     else:
-        rank = lambda a, b: (b - a) % g  # noqa: E731
-    return sorted(legs, key=lambda x: (x[0], x[3], rank(x[0], x[1])))
+        rank = (b - a) % g
+    return np.lexsort((rank, chunk, a))
 
 
 def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
     """Generate the trace of ``cfg`` (deterministic for a given config and seed)."""
     zipf = [zipf_exponent(cfg, layer) for layer in range(cfg.layers)]
     g = cfg.ep_size
-    # columns, one entry per message; deps as a tuple of pieces (lists / tuples of ids, shared
-    # between messages and never changed once referenced), concatenated into CSR at the end
-    c_src: list[int] = []
-    c_dst: list[int] = []
-    c_size: list[int] = []
-    c_op: list[int] = []        # index into op_names
-    c_layer: list[int] = []
-    c_mb: list[int] = []
-    c_gap: list[int] = []
-    c_deps: list[tuple] = []
+    cols = _Columns()
     op_names: list[str] = []
     op_index: dict[str, int] = {}
     out = MoeTrace(None, cfg, zipf)
@@ -658,20 +893,7 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
     disp_from: dict[tuple[int, int], dict[int, list[int]]] = {}
     comb_into: dict[tuple[int, int], dict[int, list[int]]] = {}
     last: dict[int, list[int]] = {}  # combines into each GPU of the previous step in generation order
-    next_id = 0
-
-    def add(src, dst, size, op, layer, mb, deps, gap) -> int:
-        nonlocal next_id
-        c_src.append(src)
-        c_dst.append(dst)
-        c_size.append(size)
-        c_op.append(op)
-        c_layer.append(layer)
-        c_mb.append(mb)
-        c_deps.append(deps)
-        c_gap.append(gap)
-        next_id += 1
-        return next_id - 1
+    add = cols.add
 
     def op_id(name: str) -> int:
         if name not in op_index:
@@ -705,12 +927,19 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
                     plan = plans[(layer, group)]
                 else:
                     routing = sample_routing(cfg, layer, mb, group, weights=w)
+                    dests = _dest_gpus(cfg, routing)
+                    full = _copies(cfg, routing, dests)
                     out.imbalances.append(imbalance_of(np.bincount(routing.ravel(), minlength=cfg.experts)))
-                    out.rank_imbalances.append(imbalance_of(rank_receive_counts(cfg, routing)))
-                    out.max_nodes_seen = max(out.max_nodes_seen, int(nodes_per_token(cfg, routing, group).max()))
-                    plan = plans[(layer, group)] = _plan(cfg, routing)
+                    out.rank_imbalances.append(imbalance_of(full.sum(axis=0)))  # == rank_receive_counts
+                    out.max_nodes_seen = max(out.max_nodes_seen,
+                                             int(nodes_per_token(cfg, routing, group, dests).max()))
+                    plan = plans[(layer, group)] = _plan(cfg, routing, dests, full)
                 comp = cfg.compute_ps(plan.load * (cfg.backward_compute_factor if bwd else 1.0))
                 out.compute_ps.extend(int(x) for x in comp)
+                if plan.direct_only:
+                    _direct_group(cols, cfg, plan, comp, base, stream, (own, prev_disp, prev2_comb),
+                                  (op_d, op_c, layer, mb, bd, bc), step_disp, step_comb)
+                    continue
                 into: dict[int, list[int]] = {d: [] for d in range(g)}      # every dispatch leg into d
                 so_into: dict[int, list[int]] = {d: [] for d in range(g)}   # scale-out legs into a relay
                 so_id: dict[tuple[int, int, int], int] = {}                 # (sender, relay, chunk) -> id
@@ -721,7 +950,7 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
                         deps, gap = ((so_id[(src, dst, j - win)],),), 0
                     else:
                         deps = (own.get(gs, ()), prev_disp.get(gs, ()), prev2_comb.get(gs, ()))
-                        gap = cfg.layer_gap_ps if any(deps) else 0
+                        gap = cfg.layer_gap_ps if any(len(p_) for p_ in deps) else 0
                     k = add(gs, base + dst, n * bd, op_d, layer, mb, deps, gap)
                     step_disp.setdefault(gs, []).append(k)
                     into[dst].append(k)
@@ -778,43 +1007,144 @@ def generate_moe_trace(cfg: MoeTraceConfig) -> MoeTrace:
             disp_from[(mb, i)] = step_disp
             comb_into[(mb, i)] = step_comb
             last = step_comb
-    if not c_src:
+    if not cols.n:
         raise ConfigError("the configuration produces no messages (every token stays on its own GPU)",
                           field="ep_size")
-    out.trace = _columns_trace(c_src, c_dst, c_size, c_op, op_names, c_layer, c_mb, c_gap, c_deps, conn)
+    out.trace = cols.trace(op_names, conn)
     return out
 
 
-def _columns_trace(c_src, c_dst, c_size, c_op, op_names, c_layer, c_mb, c_gap, c_deps, conn) -> Trace:
-    """The generated columns as a columnar :class:`Trace` (deps pieces concatenated into CSR)."""
-    n = len(c_src)
-    i64 = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
-    cache: dict[int, np.ndarray] = {}
-    flat: list[np.ndarray] = []
-    lens = np.zeros(n, dtype=np.int64)
-    for m, pieces in enumerate(c_deps):
-        total = 0
-        for p in pieces:
-            if p:
-                a = cache.get(id(p))
-                if a is None:
-                    a = cache[id(p)] = i64(p)
-                flat.append(a)
-                total += len(p)
-        lens[m] = total
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens, out=ptr[1:])
-    dep = np.concatenate(flat) if flat else np.zeros(0, dtype=np.int64)
-    ops = np.empty(len(op_names), dtype=object)
-    ops[:] = op_names
-    op = ops[i64(c_op)]
-    # every op name ends in .dispatch or .combine: its phase
-    phase_of = np.array(["dispatch" if s.endswith(".dispatch") else "combine" for s in op_names], dtype=object)
-    cols = {"id": np.arange(n, dtype=np.int64), "src": i64(c_src), "dst": i64(c_dst), "size_bytes": i64(c_size),
-            "op": op, "phase": phase_of[i64(c_op)], "layer": i64(c_layer), "microbatch": i64(c_mb),
-            "gap_ps": i64(c_gap), "start_ps": np.zeros(n, dtype=np.int64), "conn": np.full(n, conn, dtype=np.int64),
-            "collective": np.full(n, "all_to_all", dtype=object), "collective_bytes": np.zeros(n, dtype=np.int64)}
-    return Trace.from_columns(cols, ptr, dep, "<moe>")
+def _direct_group(cols: "_Columns", cfg: MoeTraceConfig, plan: _Plan, comp: np.ndarray, base: int, stream: tuple,
+                  waits: tuple, what: tuple, step_disp: dict, step_comb: dict) -> None:
+    """The messages of one EP group whose plan has only direct legs (flat dispatch), by arrays: the
+    same messages, ids, dependencies and order as the per-leg loop of :func:`generate_moe_trace`.
+
+    ``waits``: ``(own, prev_disp, prev2_comb)``, what the first legs from a GPU wait on; ``what``:
+    ``(op_d, op_c, layer, mb, dispatch bytes, combine bytes)``. Records each sender's dispatch ids in
+    ``step_disp`` and the combine ids into each GPU in ``step_comb``."""
+    op_d, op_c, layer, mb, bd, bc = what
+    g = cfg.ep_size
+    s0, d0, n0 = plan.legs[:, 0], plan.legs[:, 1], plan.legs[:, 2]
+    zero = np.zeros(len(s0), dtype=np.int64)
+    o = send_order_index(cfg, s0, d0, zero, "first", stream)
+    s, d, n = s0[o], d0[o], n0[o]
+    # what every sender's first legs wait on, and their gap
+    slots_of = np.full((g, _Columns.SLOTS), -1, dtype=np.int64)
+    gap_of = np.zeros(g, dtype=np.int64)
+    for x in np.unique(s).tolist():
+        deps = tuple(w.get(base + x, ()) for w in waits)
+        slots_of[x] = [cols.piece(p_) for p_ in deps]
+        gap_of[x] = cfg.layer_gap_ps if any(len(p_) for p_ in deps) else 0
+    first = cols.add_block(base + s, base + d, n * bd, op_d, layer, mb, gap_of[s], slots_of[s])
+    for x, ids in _split_by(s, first, g):
+        step_disp[base + x] = ids
+    into = dict(_split_by(d, first, g))  # every dispatch leg into a GPU, in id order
+    into_piece = np.array([cols.piece(into.get(x, ())) for x in range(g)], dtype=np.int64)
+    # combines: dst returns results to src after its expert compute, in the send order of the reverse legs
+    o = send_order_index(cfg, d0, s0, zero, "combine", stream)
+    cs, cd, cn = d0[o], s0[o], n0[o]
+    slots = np.full((len(cs), _Columns.SLOTS), -1, dtype=np.int64)
+    slots[:, 0] = into_piece[cs]
+    comb = cols.add_block(base + cs, base + cd, cn * bc, op_c, layer, mb, comp[cs], slots)
+    for x, ids in _split_by(cd, comb, g):
+        step_comb[base + x] = ids
+
+
+def _split_by(key: np.ndarray, ids: np.ndarray, g: int):
+    """``(x, ids[key == x])`` for every x in ``range(g)`` that occurs, ids in their order."""
+    o = np.argsort(key, kind="stable")
+    counts = np.bincount(key, minlength=g)
+    parts = np.split(ids[o], np.cumsum(counts)[:-1])
+    return [(x, parts[x]) for x in np.flatnonzero(counts).tolist()]
+
+
+class _Columns:
+    """The message columns of a generated trace in id order, added one message at a time
+    (:meth:`add`) or by arrays (:meth:`add_block`). A message's deps are up to ``SLOTS`` pieces:
+    sequences of ids, shared between messages and never changed once referenced, stored once and
+    concatenated into CSR by :meth:`trace`."""
+
+    SLOTS = 3
+
+    def __init__(self):
+        self.n = 0
+        self._blocks: list[tuple] = []       # (src, dst, size, op, layer, mb, gap, slots) arrays
+        self._rows: list[tuple] = []         # messages added one at a time, not yet in a block
+        self._pieces: list = []
+        self._piece_id: dict[int, int] = {}  # id(piece) -> index (the piece is kept alive in _pieces)
+
+    def piece(self, p) -> int:
+        """The index of piece ``p`` (-1 if empty)."""
+        if not len(p):
+            return -1
+        k = self._piece_id.get(id(p))
+        if k is None:
+            k = self._piece_id[id(p)] = len(self._pieces)
+            self._pieces.append(p)
+        return k
+
+    def add(self, src, dst, size, op, layer, mb, deps, gap) -> int:
+        """One message; ``deps``: a tuple of pieces. Returns its id."""
+        sl = [self.piece(p) for p in deps]
+        self._rows.append((src, dst, size, op, layer, mb, gap, *sl, *(-1,) * (self.SLOTS - len(sl))))
+        self.n += 1
+        return self.n - 1
+
+    def _flush(self):
+        if self._rows:
+            a = np.array(self._rows, dtype=np.int64)
+            self._blocks.append(tuple(a[:, i] for i in range(7)) + (a[:, 7:],))
+            self._rows = []
+
+    def add_block(self, src, dst, size, op, layer, mb, gap, slots) -> np.ndarray:
+        """Messages by arrays (scalars broadcast; ``slots``: piece indices, ``(n, SLOTS)``). Returns
+        their ids."""
+        self._flush()
+        m = len(src)
+        full = lambda v: np.broadcast_to(np.asarray(v, dtype=np.int64), (m,))  # noqa: E731
+        self._blocks.append(tuple(full(v) for v in (src, dst, size, op, layer, mb, gap)) +
+                            (np.asarray(slots, dtype=np.int64).reshape(m, self.SLOTS),))
+        self.n += m
+        return np.arange(self.n - m, self.n, dtype=np.int64)
+
+    def trace(self, op_names: list[str], conn: int) -> Trace:
+        """The columnar :class:`Trace` (deps pieces concatenated into CSR)."""
+        self._flush()
+        cat = [np.concatenate([b[i] for b in self._blocks]) if self._blocks else np.zeros(0, dtype=np.int64)
+               for i in range(7)]
+        src, dst, size, op_i, layer, mb, gap = cat
+        slots = np.concatenate([b[7] for b in self._blocks]) if self._blocks else \
+            np.zeros((0, self.SLOTS), dtype=np.int64)
+        n = len(src)
+        plen = np.array([len(p) for p in self._pieces] + [0], dtype=np.int64)  # [-1]: no piece
+        poff = np.zeros(len(plen), dtype=np.int64)
+        np.cumsum(plen[:-1], out=poff[1:])
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(plen[slots].sum(axis=1), out=ptr[1:])
+        pool = np.concatenate([np.asarray(p, dtype=np.int64) for p in self._pieces]) if self._pieces else \
+            np.zeros(0, dtype=np.int64)
+        ref = slots.ravel()
+        ref = ref[ref >= 0]  # the pieces in message order
+        dep = np.empty(int(ptr[-1]), dtype=np.int64)
+        at, step = 0, 1 << 16
+        for a in range(0, len(ref), step):  # a ragged gather, by bounded blocks of pieces
+            r = ref[a:a + step]
+            ln = plen[r]
+            tot = int(ln.sum())
+            idx = np.repeat(poff[r] - (np.cumsum(ln) - ln), ln)
+            idx += np.arange(tot, dtype=np.int64)
+            dep[at:at + tot] = pool[idx]
+            at += tot
+        ops = np.empty(len(op_names), dtype=object)
+        ops[:] = op_names
+        # every op name ends in .dispatch or .combine: its phase
+        phase_of = np.array(["dispatch" if x.endswith(".dispatch") else "combine" for x in op_names], dtype=object)
+        columns = {"id": np.arange(n, dtype=np.int64), "src": src, "dst": dst, "size_bytes": size,
+                   "op": ops[op_i], "phase": phase_of[op_i], "layer": layer, "microbatch": mb,
+                   "gap_ps": gap, "start_ps": np.zeros(n, dtype=np.int64), "conn": np.full(n, conn, dtype=np.int64),
+                   "collective": np.full(n, "all_to_all", dtype=object),
+                   "collective_bytes": np.zeros(n, dtype=np.int64)}
+        return Trace.from_columns(columns, ptr, dep, "<moe>")
 
 
 def format_summary(d: dict, path) -> str:
