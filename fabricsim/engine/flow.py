@@ -432,12 +432,15 @@ class FlowEngine:
                 self.f_alive[done_flows] = False
                 self._dirty = True
                 order = np.argsort(finish_at, kind="stable")       # in the order they finish
-                done_flows, finish_at = done_flows[order], finish_at[order]
-                for i, tf_i in zip(self.f_row[done_flows].tolist(), finish_at.tolist()):
-                    self.qps_left[i] -= 1
-                    if tf_i > self.fluid_end[i]:
-                        self.fluid_end[i] = tf_i
-                    if self.qps_left[i] == 0:
+                rows, finish_at = self.f_row[done_flows[order]], finish_at[order]
+                np.subtract.at(self.qps_left, rows, 1)
+                np.maximum.at(self.fluid_end, rows, finish_at)
+                # rows whose last queue pair finished, in the order of that finish
+                last = np.flatnonzero(self.qps_left[rows] == 0)
+                if len(last):
+                    back = rows[last][::-1]
+                    _u, k = np.unique(back, return_index=True)
+                    for i in rows[np.sort(last[len(last) - 1 - k])].tolist():
                         self._fluid_done(i, float(self.fluid_end[i]))
                 if self.nf > 4096 and self.nf > 2 * (len(alive) - len(done_flows)):
                     self._compact()
@@ -524,9 +527,16 @@ class FlowEngine:
             self.f_tail = np.concatenate([self.f_tail, np.zeros(grow - len(self.f_tail))])
             self.f_final = np.concatenate([self.f_final, np.zeros(grow - len(self.f_final), dtype=bool)])
         sl = slice(self.nf, need)
-        self.f_final[sl] = [i < n or self.u_final[i - n] for i in row_l]
         self.f_t0[sl] = t0_l
-        self.f_tail[sl] = [self._latency(i)[1] for i in row_l]
+        rows = np.asarray(row_l, dtype=np.int64)
+        msg = rows < n
+        tail = np.empty(k)
+        tail[msg] = self._tail[rows[msg]]                  # (as _latency)
+        tail[~msg] = [self._latency(i)[1] for i in rows[~msg].tolist()]
+        self.f_tail[sl] = tail
+        final = msg.copy()                                 # PXN first legs are not goodput
+        final[~msg] = [self.u_final[i - n] for i in rows[~msg].tolist()]
+        self.f_final[sl] = final
         self.f_rem[sl] = size_l
         self.f_size[sl] = size_l
         self.f_alive[sl] = True

@@ -86,6 +86,7 @@ class SpreadBuilder:
         self._first: dict = {}
         self._elig: list[np.ndarray] = []     # eligible port sets, by _eligible_id
         self._elig_src: list[int] = []
+        self._elig_n: list[int] = []          # their sizes
         # equal-cost egress links per _candidates key: sorted keys, their (offset, count) in _cand_flat
         self._cand_keys = np.zeros(0, dtype=np.int64)
         self._cand_off = np.zeros(0, dtype=np.int64)
@@ -135,6 +136,7 @@ class SpreadBuilder:
             got = self._first[key] = len(self._elig)
             self._elig.append(self.links.ports_towards(src, sorted(first)))
             self._elig_src.append(src)
+            self._elig_n.append(len(self._elig[-1]))
         return got
 
     def _first_ports(self, src: int, dst: int) -> np.ndarray:
@@ -314,14 +316,16 @@ class SpreadBuilder:
         """First hops of many queue pairs: each one's host segment (:meth:`_up_segment` of the
         ports the plane split gives it, :meth:`PlaneSplit.pinned`), and the switches it enters
         with their weights as flat arrays ``(queue pair, switch, weight)``, queue pair by queue
-        pair. Work per distinct (source, destination) and per distinct (eligible set, choice),
+        pair. Work per distinct (source, destination's attachments) and (eligible set, choice),
         not per queue pair; new segments are numbered in queue-pair order, as one by one."""
         n = len(src)
-        hosts = self.links.topology.num_hosts
-        pairs, pinv = np.unique(src * hosts + dst, return_inverse=True)
-        eid = np.fromiter((self._eligible_id(*divmod(p, hosts)) for p in pairs.tolist()),
+        # the eligible set depends on dst only through its attachment switches (first_hops)
+        group = self._attach_ids(dst)
+        pairs, pfirst, pinv = np.unique(src * (int(group.max()) + 1) + group, return_index=True,
+                                        return_inverse=True)
+        eid = np.fromiter((self._eligible_id(s_, d_) for s_, d_ in zip(src[pfirst].tolist(), dst[pfirst].tolist())),
                           dtype=np.int64, count=len(pairs))[pinv.ravel()]
-        n_elig = np.fromiter((len(e) for e in self._elig), dtype=np.int64, count=len(self._elig))
+        n_elig = np.asarray(self._elig_n, dtype=np.int64)
         pick = self.split.pinned(hashes, n_elig[eid])
         wide = int(n_elig.max()) + 1
         case = eid * wide + (0 if pick is None else pick + 1)      # 0: every eligible port
