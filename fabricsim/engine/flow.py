@@ -56,7 +56,7 @@ from .interface import ENGINES, RunOutcome, SimulationInput
 from .spread import SpreadBuilder
 
 PS_PER_S = 10**12
-_RELEASE, _DONE, _PIECE = 0, 1, 3
+_RELEASE, _DONE, _PIECE = 0, 1, 2
 
 #: what the flow engine does not produce, and why (summary["not_modelled"])
 NOT_MODELLED = {
@@ -145,7 +145,7 @@ class _Msg:
 class _Instants:
     """Instants a run must stop at that carry no work of their own (messages' first arrivals, a
     figure of the recorder), added in batches: a heap of sorted batches, so the agenda holds one
-    entry per batch, not one per message.
+    entry per batch, not one per message. A step ends at the next of them as at the next event.
 
     >>> d = _Instants(); d.add([30, 10]); d.add([20])
     >>> d.next(), d.pop_through(25), d.next(), d.pop_through(100), d.next()
