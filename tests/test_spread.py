@@ -111,3 +111,20 @@ def test_vectorised_ecmp_placement_shares_the_last_hop_segments(topology, split)
         np.testing.assert_allclose([w for _s, w in fast], [w for _s, w in slow], rtol=1e-12)
         shared += sum(1 for s, _w in fast if s >= n_links) - 1       # beyond the first hop's
     assert shared == len(src)          # every queue pair's last hop is one shared segment
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(1, 9)), min_size=1, max_size=30))
+def test_every_plane_split_pins_as_its_ports_choice(qps):
+    """``PlaneSplit.pinned`` (vectorised, for the flow engine's placement) agrees with ``ports``
+    (per queue pair, the packet engine's), queue pair by queue pair, for every registered split."""
+    from types import SimpleNamespace
+    hashes = np.array([h for h, _n in qps], dtype=np.uint64)
+    n = np.array([k for _h, k in qps], dtype=np.int64)
+    for name in SPLITS.names():
+        split = SPLITS.get(name)(None, None)
+        pick = split.pinned(hashes, n)
+        for j, (h, k) in enumerate(qps):
+            eligible = [100 + x for x in range(k)]
+            want = split.ports(SimpleNamespace(uid=j, hash=h), eligible)
+            assert want == (eligible if pick is None else [eligible[int(pick[j])]]), name

@@ -2,6 +2,12 @@
 
 Message rows are streamed to ``messages.partial.csv`` in the results folder as they finish
 (flushed every few hundred rows and at the end), so an interrupted run keeps what it finished.
+
+The run figures that need "payload delivered so far" at an instant (at the last release, the
+last first arrival, the first completion) read :attr:`Recorder.delivered_total`, which the packet
+engine's receivers keep up to date, or, if an engine sets :attr:`Recorder.delivered_by` (the flow
+engine, which knows its deliveries as a series), ask it for that instant only when the figure
+changes.
 """
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ TRANSPORT_COLUMNS = ["retransmitted_bytes", "rtx_sack_bytes", "rtx_timeout_bytes
                      "reorder_overflow_bytes", "discarded_out_of_order_bytes"]
 ALL_MESSAGE_COLUMNS = MESSAGE_COLUMNS + TRANSPORT_COLUMNS
 NO_TRANSPORT = (None,) * len(TRANSPORT_COLUMNS)
+_NO_TRANSPORT_CSV = [""] * len(TRANSPORT_COLUMNS)
+_END, _COMPLETED = MESSAGE_COLUMNS.index("end_ps"), MESSAGE_COLUMNS.index("completed")
 
 
 def hist_percentile(hist: dict, q: float) -> int:
@@ -64,6 +72,9 @@ class Recorder:
         self.delivered_at_first_end = None
         self.last_first_arrival = None
         self.delivered_at_last_first_arrival = 0
+        #: ``t -> payload delivered by t`` from an engine that computes it on demand (else None:
+        #: :attr:`delivered_total` is read)
+        self.delivered_by = None
         self._fh = None
         self._writer = None
         self.hists: list = []                 # (src, dst, reorder histogram) per message, for per-NIC tables
@@ -74,35 +85,58 @@ class Recorder:
             self._fh = open(stream_path, "w", newline="")
             self._writer = csv.writer(self._fh)
             self._writer.writerow(ALL_MESSAGE_COLUMNS)
+        self._unflushed = 0                   # rows written since the last flush
+
+    def _delivered(self, t) -> int:
+        return self.delivered_total if self.delivered_by is None else self.delivered_by(t)
 
     def on_release(self, st, t):
         if self.first_release is None or t < self.first_release:
             self.first_release = t
         if self.last_release is None or t >= self.last_release:
             self.last_release = t
-            self.delivered_at_last_release = self.delivered_total
+            self.delivered_at_last_release = self._delivered(t)
 
     def on_first_arrival(self, st, t):
-        """The first payload of a message reached its receiver (called once per message)."""
+        """The first payload of a message reached its receiver (called once per message, or once
+        for the latest of several arriving together)."""
         self.last_first_arrival = t
-        self.delivered_at_last_first_arrival = self.delivered_total
+        self.delivered_at_last_first_arrival = self._delivered(t)
+
+    def _on_end(self, end):
+        """A message completed at ``end``: the first completion and what was delivered by then."""
+        if self.first_end is None or end < self.first_end:
+            self.first_end = end
+            self.delivered_at_first_end = self._delivered(end)
 
     def on_message(self, st):
         """A message ended (completed or not): its row, as it stands now, is added and streamed."""
-        completed = st.done and not st.reason
-        end = st.end if completed else None
-        if completed and (self.first_end is None or end < self.first_end):
-            self.first_end = end
-            self.delivered_at_first_end = self.delivered_total
+        if st.done and not st.reason:
+            self._on_end(st.end)
         row = self._row(st)
         if self._keep:
             self.hists.append((st.msg.src, st.msg.dst, st.reorder_hist))
             self.rows.append(row)
             self._states.append(st)
         if self._writer is not None:
-            self._writer.writerow(["" if v is None else v for v in row])
-            if len(self.rows) % 256 == 0:
-                self._fh.flush()
+            self._stream([["" if v is None else v for v in row]])
+
+    def on_messages(self, rows: list[tuple]):
+        """Messages that ended (completed or not), from an engine that keeps its figures as columns
+        (:meth:`stream_only`, no transport figures): their :data:`MESSAGE_COLUMNS` values, in the
+        order they ended; streamed in one write."""
+        for row in rows:
+            if row[_COMPLETED]:
+                self._on_end(row[_END])
+        if self._writer is not None:
+            self._stream([["" if v is None else v for v in row] + _NO_TRANSPORT_CSV for row in rows])
+
+    def _stream(self, rows: list):
+        self._writer.writerows(rows)
+        self._unflushed += len(rows)
+        if self._unflushed >= 256:
+            self._fh.flush()
+            self._unflushed = 0
 
     @staticmethod
     def _row(st) -> tuple:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import gc
 import heapq
-from collections import deque
 import math
 from typing import Literal, Union
 
@@ -57,7 +56,7 @@ from .interface import ENGINES, RunOutcome, SimulationInput
 from .spread import SpreadBuilder
 
 PS_PER_S = 10**12
-_RELEASE, _DONE, _FIRST, _PIECE = 0, 1, 2, 3
+_RELEASE, _DONE, _PIECE = 0, 1, 2
 
 #: what the flow engine does not produce, and why (summary["not_modelled"])
 NOT_MODELLED = {
@@ -128,8 +127,8 @@ def _whole(values) -> list[int]:
 
 
 class _Msg:
-    """The columns of one message a result row and the idle-fabric references read (a row view
-    without its dependency list and tags)."""
+    """The columns of one message the idle-fabric references read (a row view without its
+    dependency list and tags): a PXN piece's, or a representative row's."""
 
     __slots__ = ("id", "src", "dst", "size_bytes", "qps", "start_ps", "conn")
 
@@ -143,20 +142,43 @@ class _Msg:
         self.conn = int(t.conn[i])
 
 
-class _FlowRecord:
-    """What the recorder's message row needs of one message (the flow engine keeps no per-packet state)."""
+class _Instants:
+    """Instants a run must stop at that carry no work of their own (messages' first arrivals, a
+    figure of the recorder), added in batches: a heap of sorted batches, so the agenda holds one
+    entry per batch, not one per message. A step ends at the next of them as at the next event.
 
-    __slots__ = ("msg", "release", "end", "delivered", "dropped", "done", "reason", "reorder_hist")
+    >>> d = _Instants(); d.add([30, 10]); d.add([20])
+    >>> d.next(), d.pop_through(25), d.next(), d.pop_through(100), d.next()
+    (10, 20, 30, 30, None)
+    """
 
-    def __init__(self, msg):
-        self.msg = msg
-        self.release = None
-        self.end = None
-        self.delivered = 0
-        self.dropped = 0
-        self.done = False
-        self.reason = ""
-        self.reorder_hist = {}
+    def __init__(self):
+        self._heap: list = []        # (head time, batch number, sorted times, head index)
+        self._batches = 0
+
+    def add(self, times: list):
+        if times:
+            a = np.sort(np.asarray(times, dtype=np.int64))
+            heapq.heappush(self._heap, (int(a[0]), self._batches, a, 0))
+            self._batches += 1
+
+    def next(self):
+        """The earliest pending instant (int ps), or None."""
+        return self._heap[0][0] if self._heap else None
+
+    def pop_through(self, t: float):
+        """Remove the instants ``<= t``; the latest of them, or None."""
+        latest = None
+        h = self._heap
+        while h and h[0][0] <= t:
+            _head, k, a, i = heapq.heappop(h)
+            j = int(np.searchsorted(a, t, side="right"))
+            last = int(a[j - 1])
+            if latest is None or last > latest:
+                latest = last
+            if j < len(a):
+                heapq.heappush(h, (int(a[j]), k, a, j))
+        return latest
 
 
 @ENGINES.register("flow")
@@ -228,7 +250,7 @@ class FlowEngine:
         """Run to the last completion (or the time limit). Status ``complete``, ``time_limit``,
         ``interrupted`` or ``stalled`` (nothing can progress, messages unfinished), as the packet
         engine's. The cyclic garbage collector is paused meanwhile (the run creates no cycles; its
-        passes over a million message records cost more than the rate computations)."""
+        passes over the run's containers cost more than the rate computations)."""
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -250,8 +272,8 @@ class FlowEngine:
         self._tail = np.maximum(0.0, self._fct - self._alone_rows(t))   # and its pipeline latency
         self.replay = Replay(t, self.sim.scenario.simulation.compute)
         self.conns = Connections(t)
-        self.recs: list = [None] * n
         self.recorder.stream_only()              # rows streamed; the table is handed over as columns
+        self.recorder.delivered_by = self._delivered_by
         self.heap: list = []
         self.seq = 0
         for at, i in self.replay.initial():
@@ -278,12 +300,22 @@ class FlowEngine:
         # message: src -> relay over NVLink, then relay -> dst), as the packet engine cuts them
         self._plan_pieces()
         units = n + len(self.u_src)
+        # per message (and PXN piece) state as columns: release (-1: not released), and of the n
+        # messages their completion, delivered payload and reason (a row of the messages table)
+        self.rel = np.full(units, -1, dtype=np.int64)
+        self.end = np.full(n, -1, dtype=np.int64)
+        self.dlv = np.zeros(n, dtype=np.int64)
+        self.done = np.zeros(n, dtype=bool)
+        self.reason = np.full(n, "", dtype=object)
+        self._ended: list = []               # rows ended in this round, streamed at its end
+        self._first_due = _Instants()        # messages' first arrivals (the recorder's figure)
         self.qps_left = np.zeros(units, dtype=np.int64)
         self._lat: dict = {}
         self.fluid_end = np.zeros(units)
         self.delivered = np.zeros(units)
-        self._arrivals: deque = deque()      # (arrival start, arrival end, bytes) per step
-        self._arrived = 0.0
+        self._arrivals: list = []            # (arrival start, arrival end, bytes) per step
+        self._arr_head = 0                   # arrivals before it are settled ...
+        self._arrived = 0.0                  # ... and their bytes summed
         self.remaining = n
         self.last_end = 0
         self.now = 0.0
@@ -302,17 +334,25 @@ class FlowEngine:
         self._sample_budget = out.link_sample_budget
         self._next_sample = 0.0
         while True:
-            while self.heap and self.heap[0][0] <= self.now * (1 + 1e-15):
+            # a round: every event due now, in time order (the times of a round never decrease)
+            due = self.now * (1 + 1e-15)
+            last = None
+            while self.heap and self.heap[0][0] <= due:
                 at, _s, kind, i = heapq.heappop(self.heap)
-                self.recorder.delivered_total = self._delivered_by(at)
+                last = at
                 if kind == _RELEASE:
                     self._release(i, at)
                 elif kind == _DONE:
                     self._done(i, at)
-                elif kind == _PIECE:
-                    self._piece_done(i, at)
                 else:
-                    self.recorder.on_first_arrival(self.recs[i], at)
+                    self._piece_done(i, at)
+            first = self._first_due.pop_through(due)
+            if first is not None:
+                self.recorder.on_first_arrival(None, first)
+                last = first if last is None or first > last else last
+            self._stream_ended()
+            if last is not None:
+                self._settle(last)
             if self.remaining == 0:
                 status = "complete"
                 break
@@ -320,14 +360,15 @@ class FlowEngine:
                 self._flush_starts()
             alive = np.flatnonzero(self.f_alive[:self.nf])
             if not len(alive):
-                if not self.heap:
+                nxt = self._next_event()
+                if nxt is None:
                     status = "stalled"
                     break
-                if self.heap[0][0] > limit:
+                if nxt > limit:
                     self.now = limit
                     status = "time_limit"
                     break
-                self.now = float(self.heap[0][0])
+                self.now = float(nxt)
                 continue
             if self.now >= limit:
                 status = "time_limit"
@@ -352,7 +393,8 @@ class FlowEngine:
             with np.errstate(divide="ignore", invalid="ignore"):
                 tf = np.where(r > 0, rem / r, np.inf)
             dt = float(tf.min())
-            t_ev = (self.heap[0][0] - self.now) if self.heap else math.inf
+            nxt = self._next_event()
+            t_ev = (nxt - self.now) if nxt is not None else math.inf
             if not math.isfinite(dt) and not math.isfinite(t_ev):
                 status = "stalled"
                 break
@@ -363,7 +405,7 @@ class FlowEngine:
                 if self.group else self.quantum
             first = min(dt, t_ev)
             horizon = min(first + window, limit - self.now)
-            if window and self.on_time and self.heap and self.heap[0][0] < self.now + horizon:
+            if window and self.on_time and nxt is not None and nxt < self.now + horizon:
                 horizon = self._release_horizon(horizon)
             fin = tf <= horizon * (1 + 1e-12)
             step = horizon if window else min(first, horizon)
@@ -390,12 +432,15 @@ class FlowEngine:
                 self.f_alive[done_flows] = False
                 self._dirty = True
                 order = np.argsort(finish_at, kind="stable")       # in the order they finish
-                done_flows, finish_at = done_flows[order], finish_at[order]
-                for i, tf_i in zip(self.f_row[done_flows].tolist(), finish_at.tolist()):
-                    self.qps_left[i] -= 1
-                    if tf_i > self.fluid_end[i]:
-                        self.fluid_end[i] = tf_i
-                    if self.qps_left[i] == 0:
+                rows, finish_at = self.f_row[done_flows[order]], finish_at[order]
+                np.subtract.at(self.qps_left, rows, 1)
+                np.maximum.at(self.fluid_end, rows, finish_at)
+                # rows whose last queue pair finished, in the order of that finish
+                last = np.flatnonzero(self.qps_left[rows] == 0)
+                if len(last):
+                    back = rows[last][::-1]
+                    _u, k = np.unique(back, return_index=True)
+                    for i in rows[np.sort(last[len(last) - 1 - k])].tolist():
                         self._fluid_done(i, float(self.fluid_end[i]))
                 if self.nf > 4096 and self.nf > 2 * (len(alive) - len(done_flows)):
                     self._compact()
@@ -406,11 +451,18 @@ class FlowEngine:
         heapq.heappush(self.heap, (at, self.seq, kind, row))
         self.seq += 1
 
+    def _next_event(self):
+        """The time of the next event or first arrival (int ps), or None."""
+        a = self.heap[0][0] if self.heap else None
+        b = self._first_due.next()
+        if a is None or (b is not None and b < a):
+            return b
+        return a
+
     def _release(self, i: int, at: int):
         """Row ``i`` is posted at ``at``: start it, or queue it on its busy connection."""
-        r = self.recs[i] = _FlowRecord(_Msg(self.table, i))
-        r.release = at
-        self.recorder.on_release(r, at)
+        self.rel[i] = at
+        self.recorder.on_release(None, at)
         if self.conns.post(i) == "start":
             self._start(i, at)
 
@@ -425,13 +477,14 @@ class FlowEngine:
         todo, self._to_start = self._to_start, []
         t = self.table
         src_l, dst_l, uid_l, h_l, size_l, row_l, t0_l = [], [], [], [], [], [], []
+        firsts = []                     # first arrivals of the messages starting
         n = len(t)
         for i, at in todo:
             if i < n and self.pieces_of.get(i):
                 # PXN: the message goes as chunks through its relay; every first leg starts now
-                self._push(int(math.ceil(at + self._latency(i)[1])), _FIRST, i)
+                firsts.append(int(math.ceil(at + self._latency(i)[1])))
                 for p in self.pieces_of[i]:
-                    self.recs[p].release = at
+                    self.rel[p] = at
                     self._to_start.append((p, at))
                 continue
             if i < n:
@@ -445,7 +498,7 @@ class FlowEngine:
             self.qps_left[i] = len(opened)
             self.fluid_end[i] = at
             if size and i < n:
-                self._push(int(math.ceil(at + self._latency(i)[1])), _FIRST, i)
+                firsts.append(int(math.ceil(at + self._latency(i)[1])))
             if not opened:
                 self._fluid_done(i, float(at))
                 continue
@@ -457,6 +510,7 @@ class FlowEngine:
                 size_l.append(qb)
                 row_l.append(i)
                 t0_l.append(at)
+        self._first_due.add(firsts)
         k = len(src_l)
         if not k:
             return
@@ -473,9 +527,16 @@ class FlowEngine:
             self.f_tail = np.concatenate([self.f_tail, np.zeros(grow - len(self.f_tail))])
             self.f_final = np.concatenate([self.f_final, np.zeros(grow - len(self.f_final), dtype=bool)])
         sl = slice(self.nf, need)
-        self.f_final[sl] = [i < n or self.u_final[i - n] for i in row_l]
         self.f_t0[sl] = t0_l
-        self.f_tail[sl] = [self._latency(i)[1] for i in row_l]
+        rows = np.asarray(row_l, dtype=np.int64)
+        msg = rows < n
+        tail = np.empty(k)
+        tail[msg] = self._tail[rows[msg]]                  # (as _latency)
+        tail[~msg] = [self._latency(i)[1] for i in rows[~msg].tolist()]
+        self.f_tail[sl] = tail
+        final = msg.copy()                                 # PXN first legs are not goodput
+        final[~msg] = [self.u_final[i - n] for i in rows[~msg].tolist()]
+        self.f_final[sl] = final
         self.f_rem[sl] = size_l
         self.f_size[sl] = size_l
         self.f_alive[sl] = True
@@ -492,9 +553,8 @@ class FlowEngine:
     def _fluid_done(self, i: int, tf: float):
         """Every byte of row ``i`` has left its sender (fluid): its connection's next message may
         start, and it completes after its path's pipeline latency (never before its ideal)."""
-        r = self.recs[i]
         fct, tail = self._latency(i)
-        end = int(math.ceil(max(tf + tail, r.release + fct)))
+        end = int(math.ceil(max(tf + tail, int(self.rel[i]) + fct)))
         if i >= len(self.table):            # a PXN piece: its next stage, or its parent, then
             self._push(end, _PIECE, i)
             return
@@ -508,14 +568,13 @@ class FlowEngine:
         k = p - len(self.table)
         nxt = self.u_next[k]
         if nxt >= 0:
-            self.recs[nxt].release = at
+            self.rel[nxt] = at
             self._start(nxt, at)
             return
         parent = self.u_parent[k]
         self.pieces_left[parent] -= 1
         if self.pieces_left[parent] == 0:
-            r = self.recs[parent]
-            self._push(max(at, int(math.ceil(r.release + self._latency(parent)[0]))), _DONE, parent)
+            self._push(max(at, int(math.ceil(int(self.rel[parent]) + self._latency(parent)[0]))), _DONE, parent)
 
     def _plan_pieces(self):
         """The PXN pieces of every relayed message (``nic.pxn``): chunks of ``pxn_chunk`` bytes,
@@ -550,12 +609,14 @@ class FlowEngine:
                 firsts.append(n + k)
             self.pieces_of[i] = firsts
             self.pieces_left[i] = len(firsts)
-        for k in range(len(self.u_src)):
-            m = _Msg.__new__(_Msg)
-            m.id, m.src, m.dst, m.size_bytes = int(t.id[self.u_parent[k]]), self.u_src[k], self.u_dst[k], \
-                self.u_size[k]
-            m.qps, m.start_ps, m.conn = self.u_qps[k], 0, self.u_conn[k]
-            self.recs.append(_FlowRecord(m))
+
+    def _piece_msg(self, k: int) -> _Msg:
+        """PXN piece ``k`` as a message (its leg's hosts, size, queue pairs, connection)."""
+        m = _Msg.__new__(_Msg)
+        m.id, m.src, m.dst, m.size_bytes = int(self.table.id[self.u_parent[k]]), self.u_src[k], self.u_dst[k], \
+            self.u_size[k]
+        m.qps, m.start_ps, m.conn = self.u_qps[k], 0, self.u_conn[k]
+        return m
 
     def _done(self, i: int, at: int):
         """Row ``i`` has all its bytes in at ``at``: it completes, with the rows deferred behind it
@@ -563,17 +624,33 @@ class FlowEngine:
         start, finish, _flush = self.conns.done(i)
         for x in start:
             self._start(x, at)
+        size = self.table.size_bytes
         for x in finish:
-            r = self.recs[x]
-            r.end = at
-            r.done = True
-            r.delivered = int(self.table.size_bytes[x])
+            self.end[x] = at
+            self.done[x] = True
+            self.dlv[x] = size[x]
             self.remaining -= 1
             if at > self.last_end:
                 self.last_end = at
-            self.recorder.on_message(r)
+            self._ended.append(x)
             for rel, j in self.replay.completed(x, at):
                 self._push(rel, _RELEASE, j)
+
+    def _stream_ended(self):
+        """Hand the rows that ended since the last call to the recorder (its figures, the
+        streamed ``messages.partial.csv``), as :data:`MESSAGE_COLUMNS` tuples."""
+        if not self._ended:
+            return
+        idx = np.asarray(self._ended, dtype=np.int64)
+        self._ended = []
+        t = self.table
+        ok = (self.done[idx] & (self.reason[idx] == "")).tolist()
+        rows = [(mid, s, d, b, q, st, None if r < 0 else r, e if c else None, (e - r) if c else None, dv, 0, c, why)
+                for mid, s, d, b, q, st, r, e, dv, c, why in zip(
+                    t.id[idx].tolist(), t.src[idx].tolist(), t.dst[idx].tolist(), t.size_bytes[idx].tolist(),
+                    t.qps[idx].tolist(), t.start_ps[idx].tolist(), self.rel[idx].tolist(), self.end[idx].tolist(),
+                    self.dlv[idx].tolist(), ok, self.reason[idx].tolist())]
+        self.recorder.on_messages(rows)
 
     def _take_samples(self, alive: np.ndarray, r: np.ndarray, step: float):
         """Link samples (``outputs.link_sample_interval``) falling inside this step: the wire bytes
@@ -594,18 +671,32 @@ class FlowEngine:
                 return
             self._next_sample = ts + self._sample_every
 
-    def _delivered_by(self, t: float) -> int:
-        """Payload arrived at its receivers by ``t`` (the steps' bytes, each spread evenly over its
-        arrival interval)."""
+    def _settled_by(self, t: float) -> tuple[int, float]:
+        """The arrivals settled by ``t``: (index of the first one still open, bytes of all before
+        it), continuing from those settled at the end of the last round (:meth:`_settle`)."""
         arr = self._arrivals
-        while arr and arr[0][1] <= t:
-            self._arrived += arr.popleft()[2]
+        i, done = self._arr_head, self._arrived
+        while i < len(arr) and arr[i][1] <= t:
+            done += arr[i][2]
+            i += 1
+        return i, done
+
+    def _settle(self, t: float):
+        """End of a round whose last event was at ``t``: the arrivals ended by ``t`` are settled."""
+        self._arr_head, self._arrived = self._settled_by(t)
+
+    def _delivered_by(self, t: float) -> int:
+        """Payload arrived at its receivers by ``t``, an instant of the current round (the steps'
+        bytes, each spread evenly over its arrival interval); the recorder asks when it needs it."""
+        arr = self._arrivals
+        i, done = self._settled_by(t)
         part = 0.0
-        for a0, a1, b in arr:
+        for k in range(i, len(arr)):
+            a0, a1, b = arr[k]
             if a0 >= t:
                 break
             part += b * min(1.0, (t - a0) / (a1 - a0)) if a1 > a0 else b
-        return int(self._arrived + part)
+        return int(done + part)
 
     def _goodput(self, t0: float, t1: float, nbytes: float):
         """Add ``nbytes`` delivered evenly over ``[t0, t1)`` to the recorder's goodput bins."""
@@ -632,20 +723,19 @@ class FlowEngine:
         n = len(t)
         end_ps = int(self.last_end) if status == "complete" else int(self.now)
         reason = {"time_limit": "time_limit", "interrupted": "interrupted"}.get(status, "")
-        for i in range(n):
-            r = self.recs[i]
-            if r is None:
-                r = self.recs[i] = _FlowRecord(_Msg(t, i))
-                r.reason = reason or "not_released"
-            elif r.done:
-                continue
+        self._stream_ended()                 # (an interrupted round)
+        unfinished = np.flatnonzero(~self.done).tolist()
+        for i in unfinished:
+            if self.rel[i] < 0:
+                self.reason[i] = reason or "not_released"
             else:
-                r.reason = reason or "stalled"
+                self.reason[i] = reason or "stalled"
                 d = float(self.delivered[i])
                 for p in self.pieces_of.get(i, ()):
                     d += float(self.delivered[self.u_next[p - n]])      # second legs: what arrived
-                r.delivered = int(round(d))
-            self.recorder.on_message(r)
+                self.dlv[i] = int(round(d))
+        self._ended = unfinished
+        self._stream_ended()
         self.recorder.hand_over(self._messages_frame())
         # goodput bins hold whole bytes
         self.recorder.goodput[:] = _whole(self.recorder.goodput)
@@ -653,7 +743,7 @@ class FlowEngine:
         link_payload = self.link_payload + self._v_matrix().T @ (self._f_matrix().T @ sent)
         # the fluid model has nothing in flight: a byte that left its sender is delivered
         # (its arrival is the pipeline latency later), so injected = delivered, per message
-        counters = {"injected_payload_bytes": sum(r.delivered for r in self.recs[:n]),
+        counters = {"injected_payload_bytes": int(self.dlv.sum()),
                     "dropped_payload_bytes": 0, "dropped_packets": 0,
                     "flow_rate_recomputations": solves, "flow_solver_iterations": iterations, "flow_steps": steps,
                     "flows": self.flows_opened, "flow_segments": self.spread.segments, "flow_peak_concurrent": peak,
@@ -675,16 +765,16 @@ class FlowEngine:
         import pandas as pd
         from ..analysis.recorder import MESSAGE_COLUMNS, TRANSPORT_COLUMNS
         t = self.table
-        recs = self.recs[:len(t)]
-        release = pd.array([r.release for r in recs], dtype="Int64")
-        done = np.fromiter((r.done and not r.reason for r in recs), dtype=bool, count=len(t))
-        end = pd.array([r.end if (r.done and not r.reason) else None for r in recs], dtype="Int64")
+        rel = self.rel[:len(t)]
+        release = pd.arrays.IntegerArray(rel.copy(), rel < 0)
+        done = self.done & (self.reason == "")
+        end = pd.arrays.IntegerArray(np.where(done, self.end, 0), ~done)
         cols = {"message_id": np.asarray(t.id), "src": np.asarray(t.src), "dst": np.asarray(t.dst),
                 "size_bytes": np.asarray(t.size_bytes), "qps": np.asarray(t.qps), "start_ps": np.asarray(t.start_ps),
                 "release_ps": release, "end_ps": end, "fct_ps": end - release,
-                "delivered_bytes": np.fromiter((r.delivered for r in recs), dtype=np.int64, count=len(t)),
+                "delivered_bytes": self.dlv.copy(),
                 "dropped_bytes": np.zeros(len(t), dtype=np.int64), "completed": done,
-                "incomplete_reason": np.array([r.reason for r in recs], dtype=object)}
+                "incomplete_reason": self.reason.copy()}
         if list(cols) != MESSAGE_COLUMNS:     # the recorder's schema is the one source of truth
             raise SimulationError(f"flow engine messages columns {list(cols)} differ from {MESSAGE_COLUMNS}")
         for c in TRANSPORT_COLUMNS:
@@ -756,7 +846,7 @@ class FlowEngine:
             return int(self._fct[i]), float(self._tail[i])
         got = self._lat.get(i)
         if got is None:                      # a PXN piece
-            m = self.recs[i].msg
+            m = self._piece_msg(i - len(self._fct))
             fct = self.ideal.fct(m)
             got = self._lat[i] = (fct, max(0.0, fct - self._alone_ps(m)))
         return got

@@ -100,8 +100,15 @@ class SpreadBuilder:
         self._mid: dict = {}
         self._down: dict = {}
         self._cap_to: dict = {}
-        self._cand: dict = {}
         self._first: dict = {}
+        self._elig: list[np.ndarray] = []     # eligible port sets, by _eligible_id
+        self._elig_src: list[int] = []
+        self._elig_n: list[int] = []          # their sizes
+        # equal-cost egress links per _candidates key: sorted keys, their (offset, count) in _cand_flat
+        self._cand_keys = np.zeros(0, dtype=np.int64)
+        self._cand_off = np.zeros(0, dtype=np.int64)
+        self._cand_cnt = np.zeros(0, dtype=np.int64)
+        self._cand_flat = np.zeros(0, dtype=np.int64)
         self._attach_id = None
         self._attach_keys = None
         self._switch_stub: dict = {}
@@ -134,15 +141,23 @@ class SpreadBuilder:
         return s
 
     # ------------------------------------------------------------------ the three parts
-    def _first_ports(self, src: int, dst: int) -> np.ndarray:
+    def _eligible_id(self, src: int, dst: int) -> int:
+        """Number of the eligible port set of ``src`` towards ``dst`` (its ports to the first-hop
+        switches, :meth:`EqualCostPaths.first_hops`, in NIC order); one per (host, first hops)."""
         first = self.paths.first_hops(src, dst)
         if not first:
             raise ValueError(f"host {src} has no port towards host {dst}")
         key = (src, tuple(first))
         got = self._first.get(key)
         if got is None:
-            got = self._first[key] = self.links.ports_towards(src, sorted(first))
+            got = self._first[key] = len(self._elig)
+            self._elig.append(self.links.ports_towards(src, sorted(first)))
+            self._elig_src.append(src)
+            self._elig_n.append(len(self._elig[-1]))
         return got
+
+    def _first_ports(self, src: int, dst: int) -> np.ndarray:
+        return self._elig[self._eligible_id(src, dst)]
 
     def _weights(self, node: int, ports: np.ndarray, dst: int, qp) -> np.ndarray:
         n = len(ports)
@@ -294,21 +309,7 @@ class SpreadBuilder:
     def _rows_per_flow(self, src, dst, uid, hashes):
         n = len(src)
         # first hop: the plane split's choice (per queue pair), the host's shared segment
-        up = np.empty(n, dtype=np.int64)
-        sq, sn, sw = [], [], []
-        for k in range(n):
-            s_, d_ = int(src[k]), int(dst[k])
-            qp = SimpleNamespace(uid=int(uid[k]), hash=int(hashes[k]))
-            chosen = np.asarray(self.split.ports(qp, list(self._first_ports(s_, d_))), dtype=np.int64)
-            got = self._up_segment(s_, chosen)
-            up[k] = got[0]
-            for node, w in got[1]:
-                sq.append(k)
-                sn.append(node)
-                sw.append(w)
-        q = np.asarray(sq, dtype=np.int64)
-        node = np.asarray(sn, dtype=np.int64)
-        w = np.asarray(sw, dtype=np.float64)
+        up, q, node, w = self._up_rows(src, dst, hashes)
         eq, el, ew = [], [], []
         xq, xn, xw = [], [], []                 # exits: (queue pair, attachment switch, weight)
         hosts = self.links.topology.num_hosts
@@ -398,36 +399,82 @@ class SpreadBuilder:
                 out_w.append(np.ones(len(sel)))
         return np.concatenate(out_q), np.concatenate(out_s), np.concatenate(out_w)
 
+    def _up_rows(self, src, dst, hashes):
+        """First hops of many queue pairs: each one's host segment (:meth:`_up_segment` of the
+        ports the plane split gives it, :meth:`PlaneSplit.pinned`), and the switches it enters
+        with their weights as flat arrays ``(queue pair, switch, weight)``, queue pair by queue
+        pair. Work per distinct (source, destination's attachments) and (eligible set, choice),
+        not per queue pair; new segments are numbered in queue-pair order, as one by one."""
+        n = len(src)
+        # the eligible set depends on dst only through its attachment switches (first_hops)
+        group = self._attach_ids(dst)
+        pairs, pfirst, pinv = np.unique(src * (int(group.max()) + 1) + group, return_index=True,
+                                        return_inverse=True)
+        eid = np.fromiter((self._eligible_id(s_, d_) for s_, d_ in zip(src[pfirst].tolist(), dst[pfirst].tolist())),
+                          dtype=np.int64, count=len(pairs))[pinv.ravel()]
+        n_elig = np.asarray(self._elig_n, dtype=np.int64)
+        pick = self.split.pinned(hashes, n_elig[eid])
+        wide = int(n_elig.max()) + 1
+        case = eid * wide + (0 if pick is None else pick + 1)      # 0: every eligible port
+        ucase, first, cinv = np.unique(case, return_index=True, return_inverse=True)
+        cinv = cinv.ravel()
+        useg = np.empty(len(ucase), dtype=np.int64)
+        unode: list = [None] * len(ucase)
+        uw: list = [None] * len(ucase)
+        for j in np.argsort(first, kind="stable").tolist():        # first-use order: segment numbers
+            e, c = divmod(int(ucase[j]), wide)
+            chosen = self._elig[e] if c == 0 else self._elig[e][c - 1:c]
+            seg, starts = self._up_segment(self._elig_src[e], chosen)
+            useg[j] = seg
+            unode[j] = [x for x, _w in starts]
+            uw[j] = [x for _n, x in starts]
+        clen = np.fromiter((len(x) for x in unode), dtype=np.int64, count=len(unode))
+        cptr = np.zeros(len(ucase) + 1, dtype=np.int64)
+        np.cumsum(clen, out=cptr[1:])
+        cnode = np.fromiter((x for xs in unode for x in xs), dtype=np.int64, count=int(cptr[-1]))
+        cw = np.fromiter((x for xs in uw for x in xs), dtype=np.float64, count=int(cptr[-1]))
+        cnt = clen[cinv]
+        q = np.repeat(np.arange(n, dtype=np.int64), cnt)
+        end = np.cumsum(cnt)
+        pos = np.arange(int(end[-1]) if n else 0, dtype=np.int64) - np.repeat(end - cnt, cnt) + np.repeat(cptr[cinv], cnt)
+        return useg[cinv], q, cnode[pos], cw[pos]
+
     def _candidates(self, node: np.ndarray, dst: np.ndarray, hosts: int):
         """Equal-cost egress links of every (switch, destination host) pair, as a flat array with
         per-pair offsets and counts (in the order a switch lists them), computed once per
         distinct (switch, destination's attachment group) and, at an attachment switch, per
-        (switch, destination)."""
+        (switch, destination), and kept in sorted key arrays (a lookup is a ``searchsorted``)."""
         att = self._attach_ids(dst)
         in_att = self._is_attachment(node, dst)
         keys = np.where(in_att, -(node * hosts + dst) - 1, node * (1 << 32) + att)
-        uniq, inv = np.unique(keys, return_inverse=True)
-        offs = np.zeros(len(uniq), dtype=np.int64)
-        cnts = np.zeros(len(uniq), dtype=np.int64)
-        flat = []
-        pos = 0
-        first = np.zeros(len(uniq), dtype=np.int64)
-        first[inv] = np.arange(len(keys))
-        for u, key in enumerate(uniq.tolist()):
-            got = self._cand.get(key)
-            if got is None:
+        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        pos = np.searchsorted(self._cand_keys, uniq)
+        known = pos < len(self._cand_keys)
+        known[known] = self._cand_keys[pos[known]] == uniq[known]
+        if not known.all():
+            new_keys, new_cnt, parts = [], [], []
+            start = len(self._cand_flat)
+            for u in np.flatnonzero(~known).tolist():
                 j = first[u]
                 x, d_ = int(node[j]), int(dst[j])
                 nxt = [d_] if in_att[j] else self.paths.next_hops(x, d_)
-                got = self._cand[key] = self.links.ports_towards(x, nxt)
+                got = self.links.ports_towards(x, nxt)
                 if not len(got):
                     raise ValueError(f"switch {x} has no route to host {d_}")
-            offs[u] = pos
-            cnts[u] = len(got)
-            flat.append(got)
-            pos += len(got)
-        ports = np.concatenate(flat)
-        return ports, offs[inv], cnts[inv]
+                new_keys.append(int(uniq[u]))
+                new_cnt.append(len(got))
+                parts.append(got)
+            new_cnt = np.asarray(new_cnt, dtype=np.int64)
+            new_off = start + np.concatenate([[0], np.cumsum(new_cnt)[:-1]]).astype(np.int64)
+            self._cand_flat = np.concatenate([self._cand_flat] + parts).astype(np.int64)
+            keys_all = np.concatenate([self._cand_keys, np.asarray(new_keys, dtype=np.int64)])
+            order = np.argsort(keys_all, kind="stable")
+            self._cand_keys = keys_all[order]
+            self._cand_off = np.concatenate([self._cand_off, new_off])[order]
+            self._cand_cnt = np.concatenate([self._cand_cnt, new_cnt])[order]
+            pos = np.searchsorted(self._cand_keys, uniq)
+        inv = inv.ravel()
+        return self._cand_flat, self._cand_off[pos][inv], self._cand_cnt[pos][inv]
 
     def _attach_ids(self, dst: np.ndarray) -> np.ndarray:
         if self._attach_id is None:

@@ -81,6 +81,20 @@ def _table(messages) -> MessageTable:
     return messages if isinstance(messages, MessageTable) else MessageTable.from_messages(messages)
 
 
+def _distinct_groups(ptr: np.ndarray, rows: np.ndarray) -> bool:
+    """True if no group ``rows[ptr[i]:ptr[i + 1]]`` of a CSR lists a row twice, found without a
+    sort when every group is ascending (as :meth:`MessageTable.dependents` builds them); False
+    (the caller's row-by-row path) if some group is not ascending or has a repeat."""
+    m = len(rows)
+    if m < 2:
+        return True
+    inner = np.ones(m - 1, dtype=bool)       # pairs (j, j + 1) inside one group
+    cut = ptr[1:-1]
+    cut = cut[(cut > 0) & (cut < m)]
+    inner[cut - 1] = False
+    return bool((rows[1:] > rows[:-1])[inner].all())
+
+
 class Replay:
     """Release times of a message pattern's rows (see the module doc).
 
@@ -96,6 +110,7 @@ class Replay:
         self._pending = np.diff(t.dep_ptr)            # unfinished dependencies per row
         self._status = np.zeros(len(t), dtype=np.int8)
         self._dep_ptr, self._dependents = t.dependents()
+        self._distinct = _distinct_groups(self._dep_ptr, self._dependents)
         self._jobs: dict = {}                         # (src, deps, gap) -> end of that compute job
         self.gpu_free: dict[int, int] = {}            # GPU -> when its current compute job ends
         #: GPU -> total compute time of the jobs started so far (``compute="gpu"``)
@@ -110,16 +125,26 @@ class Replay:
         """``row`` completed at ``t``: ``(release_ps, row)`` of each dependent whose last
         dependency this was, in the order the dependents are listed (row order)."""
         self._status[row] = _DONE
-        out = []
+        deps = self._dependents[self._dep_ptr[row]:self._dep_ptr[row + 1]]
+        if not len(deps):
+            return []
         pending = self._pending
+        if self._distinct:                # each dependent once: one vectorised decrement
+            left = pending[deps] - 1
+            pending[deps] = left
+            ready = deps[left == 0].tolist()
+        else:
+            ready = []
+            for d in deps.tolist():
+                pending[d] -= 1
+                if pending[d] == 0:
+                    ready.append(d)
+        out = []
         start = self.table.start_ps
-        for d in self._dependents[self._dep_ptr[row]:self._dep_ptr[row + 1]].tolist():
-            left = pending[d] - 1
-            pending[d] = left
-            if left == 0:
-                rel = self._compute(t, d)
-                s = int(start[d])
-                out.append((rel if rel >= s else s, d))
+        for d in ready:
+            rel = self._compute(t, d)
+            s = int(start[d])
+            out.append((rel if rel >= s else s, d))
         return out
 
     def failed(self, row: int) -> list[int]:
@@ -158,16 +183,30 @@ class Replay:
         return end
 
 
+def _connection_numbers(t: MessageTable) -> np.ndarray:
+    """Each row's connection ``(conn, src, dst)`` numbered (in order of the sorted triples), -1
+    for ``conn < 0``: the rows' keys as integers, found once for the whole table."""
+    cid = np.full(len(t), -1, dtype=np.int64)
+    on = np.flatnonzero(np.asarray(t.conn) >= 0)
+    if len(on):
+        triples = np.stack([np.asarray(t.conn)[on], np.asarray(t.src)[on], np.asarray(t.dst)[on]], axis=1)
+        _u, inv = np.unique(triples, axis=0, return_inverse=True)
+        cid[on] = inv.ravel()
+    return cid
+
+
 class Connections:
     """Posting-order FIFO of every persistent connection ``(conn, src, dst)`` (see the module doc)."""
 
     def __init__(self, messages):
         t = _table(messages)
         self._conn, self._src, self._dst = t.conn, t.src, t.dst
-        self._wait: dict = {}      # key -> rows posted behind the one sending (present: connection busy)
-        self._open: dict = {}      # key -> started rows not yet completed, in posting order
+        self._cid = _connection_numbers(t)
+        # connections below are their numbers in _cid
+        self._wait: dict = {}      # connection -> rows posted behind the one sending (present: busy)
+        self._open: dict = {}      # connection -> started rows not yet completed, in posting order
         self._err: set = set()     # connections in the error state
-        self._handed: set = set()  # rows that have handed their connection on (sent, or ended)
+        self._handed = np.zeros(len(t), dtype=bool)   # rows that have handed their connection on
         self._deferred: set = set()
 
     def key(self, row: int):
@@ -175,10 +214,15 @@ class Connections:
         c = int(self._conn[row])
         return None if c < 0 else (c, int(self._src[row]), int(self._dst[row]))
 
+    def _number(self, row: int):
+        """The number of ``row``'s connection (one per distinct :meth:`key`), or None."""
+        k = int(self._cid[row])
+        return None if k < 0 else k
+
     def post(self, row: int) -> str:
         """``row`` is released: ``"start"`` it now, it must ``"wait"`` (the engine will be told to
         start it by :meth:`sent` or :meth:`done`), or its connection is in ``"error"``."""
-        key = self.key(row)
+        key = self._number(row)
         if key is None:
             return "start"
         if key in self._err:
@@ -200,12 +244,10 @@ class Connections:
     def sent(self, row: int) -> list[int]:
         """``row`` has sent its last new byte: the rows to start now (the next one on its
         connection). Only the first call for a row (of :meth:`sent` and :meth:`done`) hands on."""
-        if row in self._handed:
+        key = self._number(row)
+        if key is None or self._handed[row]:
             return []
-        key = self.key(row)
-        if key is None:
-            return []
-        self._handed.add(row)
+        self._handed[row] = True
         waiting = self._wait.get(key)   # opened when row was posted; gone once flushed
         if waiting is None:
             return []
@@ -226,7 +268,7 @@ class Connections:
         ``start``) or queued, which fail with ``connection_error``; the connection then rejects
         every later post (``"error"``).
         """
-        key = self.key(row)
+        key = self._number(row)
         if key is None:
             return [], [row], []
         start = self.sent(row)
@@ -242,7 +284,7 @@ class Connections:
             self._err.add(key)
             flush = later + list(self._wait.pop(key, ()))
             for x in flush:
-                self._handed.add(x)
+                self._handed[x] = True
                 self._deferred.discard(x)
             self._deferred.discard(row)
             if not q:

@@ -7,5 +7,9 @@ class PerPacket(PlaneSplit):
     def ports(self, qp, eligible):
         return eligible
 
+    def pinned(self, hashes, n_eligible):
+        """None: every queue pair may use all its eligible ports (see :meth:`PlaneSplit.pinned`)."""
+        return None
+
     def parallel(self, qps, eligible):
         return eligible

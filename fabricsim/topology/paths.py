@@ -57,7 +57,9 @@ class EqualCostPaths:
     def first_hops(self, src: int, dst: int) -> list[int]:
         """The switches a host may hand a packet for ``dst`` to: among its neighbours that can
         reach ``dst``, those of the scale-up (NVLink) domain if any can, else the closest ones.
-        A GPU reaches a GPU of its own NVLink domain over NVLink, never through its NIC."""
+        A GPU reaches a GPU of its own NVLink domain over NVLink, never through its NIC. The answer
+        depends on ``dst`` only through :meth:`attachments` (the distances are to those switches),
+        so callers may share it between destinations with the same attachments."""
         key = (src, dst)
         hops = self._first_hops.get(key)
         if hops is None:
