@@ -115,6 +115,7 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
             bar.close()
         recorder.close()
     wall = time.perf_counter() - t0
+    del engine      # its working state (flows, connections, replay) is not needed for the results
     if estimate_warning:
         outcome.warnings.insert(0, estimate_warning)
     result = build_result(sim, recorder, outcome, wall, __version__)

@@ -265,6 +265,29 @@ def test_flow_engine_is_deterministic_and_seeded():
     assert not np.array_equal(_uplinks(a)["tx_data_bytes"].to_numpy(), _uplinks(c)["tx_data_bytes"].to_numpy())
 
 
+
+@pytest.mark.parametrize("pxn", [False, True])
+def test_placement_in_chunks_gives_the_same_run(monkeypatch, pxn):
+    # the engine opens the flows of many starting messages in chunks (bounded temporaries): any
+    # chunk size gives the same flows, segments, numbering and so the same results
+    from fabricsim.engine import flow as flow_mod
+    if pxn:
+        sc = {"name": "pxn", "topology": {"kind": "cluster", "domain": "nvl72", "racks": 2,
+                                          "nic": {"ports": 1, "rate": "400Gbps"}},
+              "traffic": {"pattern": "permutation", "message_size": "256KiB", "locality": "cross_leaf"},
+              "routing": {"policy": "ecmp"}, "nic": {"plane_split": "per_packet", "pxn": True, "pxn_chunk": "64KiB"},
+              "simulation": {"engine": "flow"}}
+    else:
+        sc = scenario(leaf_spine(n_per_leaf=8, leaves=4, spines=8), _perm("512KiB", qps_per_message=3), engine="flow")
+    whole = fabricsim.run(sc)
+    monkeypatch.setattr(flow_mod, "FLUSH_CHUNK", 5)
+    chunked = fabricsim.run(sc)
+    pd.testing.assert_frame_equal(whole.messages, chunked.messages)
+    pd.testing.assert_frame_equal(whole.links, chunked.links)
+    for k in ("flows", "flow_segments", "flow_rate_recomputations"):
+        assert whole.summary["run"][k] == chunked.summary["run"][k]
+
+
 # ---------------------------------------------------------------------------------------------
 # agreement with the packet engine where the fluid assumptions hold (fast subset of
 # benchmarks/bench_flow_validation.py; full table and the reasons outside 5 %: docs/fidelity/flow.md)

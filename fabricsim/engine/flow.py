@@ -56,6 +56,8 @@ from .interface import ENGINES, RunOutcome, SimulationInput
 from .spread import SpreadBuilder
 
 PS_PER_S = 10**12
+#: rows opened per placement pass (:meth:`FlowEngine._flush_starts`)
+FLUSH_CHUNK = 16384
 _RELEASE, _DONE, _PIECE = 0, 1, 2
 
 #: what the flow engine does not produce, and why (summary["not_modelled"])
@@ -261,6 +263,9 @@ class FlowEngine:
                 raise
             return self._outcome("interrupted")
         finally:
+            # the recorder's figures are settled: it no longer asks the engine (and does not keep
+            # the engine's working state alive while the results are built)
+            self.recorder.delivered_by = None
             if gc_was_enabled:
                 gc.enable()
 
@@ -473,8 +478,14 @@ class FlowEngine:
 
     def _flush_starts(self):
         """Open the queue pairs of the rows started since the last flush (the packet engine's
-        numbering, in start order) as fluid flows, and their rows of ``F``."""
+        numbering, in start order) as fluid flows, and their rows of ``F``: in chunks of
+        :data:`FLUSH_CHUNK` rows, so that the placement's temporaries stay small when half a
+        million messages start at once (the same flows, segments and numbering as in one pass)."""
         todo, self._to_start = self._to_start, []
+        for a in range(0, len(todo), FLUSH_CHUNK):
+            self._open_flows(todo[a:a + FLUSH_CHUNK])
+
+    def _open_flows(self, todo):
         t = self.table
         src_l, dst_l, uid_l, h_l, size_l, row_l, t0_l = [], [], [], [], [], [], []
         firsts = []                     # first arrivals of the messages starting
