@@ -112,6 +112,10 @@ class SpreadBuilder:
         self._attach_id = None
         self._attach_keys = None
         self._switch_stub: dict = {}
+        self._starts_id: dict = {}         # starts tuple (switches entered, weights) -> id
+        self._starts_by_id: list = []
+        self._direct_seg: dict = {}        # (starts id, destination) -> last-hop segment, -1: walk
+        self._multi_into = None
         rate = links.rate_bps.astype(np.float64)
         self._rate = rate
         if self.kind == "per_flow":
@@ -309,10 +313,17 @@ class SpreadBuilder:
     def _rows_per_flow(self, src, dst, uid, hashes):
         n = len(src)
         # first hop: the plane split's choice (per queue pair), the host's shared segment
-        up, q, node, w = self._up_rows(src, dst, hashes)
+        up, sid, q, node, w = self._up_rows(src, dst, hashes)
+        hosts = self.links.topology.num_hosts
+        # queue pairs whose first hop enters only attachment switches of the destination, none
+        # with parallel links into it: their last hop follows from (switches entered, destination)
+        # alone, the shared segment of the per-queue-pair row (NVLink inside a rack), no walk
+        direct, dq0, ds0 = self._direct(sid, dst, hosts)
+        if direct.any():
+            keep = ~direct[q]
+            q, node, w = q[keep], node[keep], w[keep]
         eq, el, ew = [], [], []
         xq, xn, xw = [], [], []                 # exits: (queue pair, attachment switch, weight)
-        hosts = self.links.topology.num_hosts
         while len(q):
             d = dst[q]
             go = node != d                      # (a first hop straight into the destination host)
@@ -341,12 +352,55 @@ class SpreadBuilder:
         # then the last hop (a shared segment, or its links)
         order = np.lexsort((el, eq))
         eq, el, ew = eq[order], el[order], ew[order]
-        allq = np.concatenate([np.arange(n, dtype=np.int64), eq, dq])
-        segs = np.concatenate([up, el, ds])
-        ws = np.concatenate([np.ones(n), ew, dw])
+        allq = np.concatenate([np.arange(n, dtype=np.int64), eq, dq0, dq])
+        segs = np.concatenate([up, el, ds0, ds])
+        ws = np.concatenate([np.ones(n), ew, np.ones(len(dq0)), dw])
         order = np.argsort(allq, kind="stable")
         counts = np.bincount(allq, minlength=n).astype(np.int64)
         return counts, segs[order], ws[order]
+
+    def _direct(self, sid, dst, hosts):
+        """Which queue pairs enter only attachment switches of their destination on the first
+        hop, with one link from each into it (:meth:`_rows_per_flow`), and for those the last-hop
+        segment: ``(mask, queue pairs, segments)``, worked out per distinct (switches entered,
+        destination)."""
+        n = len(sid)
+        if self._multi_into is None:
+            # hosts with parallel links from one of their attachment switches
+            L = self.links
+            self._multi_into = np.zeros(hosts, dtype=bool)
+            for h in self.links.topology.hosts:
+                self._multi_into[h] = any(len(L.between(x, h)) > 1 for x in self.paths.attachments(h))
+        key = sid * hosts + dst
+        uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        inv = inv.ravel()
+        useg = np.full(len(uk), -1, dtype=np.int64)
+        starts_of = self._starts_list()
+        for u, k in enumerate(uk.tolist()):
+            s_, d_ = divmod(k, hosts)
+            got = self._direct_seg.get(k)
+            if got is None:
+                starts = starts_of[s_]
+                attach = self.paths.attachments(d_)
+                if not self._multi_into[d_] and all(x in attach for x, _w in starts):
+                    got = self._down.get((d_, starts))
+                    if got is None:
+                        got = self._last_hop(d_, starts, None)
+                else:
+                    got = -1
+                self._direct_seg[k] = got
+            useg[u] = got
+        seg = useg[inv]
+        mask = seg >= 0
+        return mask, np.flatnonzero(mask), seg[mask]
+
+    def _starts_list(self) -> list:
+        """The ``starts`` tuples by id (:meth:`_up_rows`)."""
+        if len(self._starts_by_id) != len(self._starts_id):
+            self._starts_by_id = [None] * len(self._starts_id)
+            for t, i in self._starts_id.items():
+                self._starts_by_id[i] = t
+        return self._starts_by_id
 
     def _last_hops(self, dst, hashes, xq, xn, xw, hosts):
         """The last hop of every queue pair from its exits (attachment switches reached, with
@@ -401,9 +455,9 @@ class SpreadBuilder:
 
     def _up_rows(self, src, dst, hashes):
         """First hops of many queue pairs: each one's host segment (:meth:`_up_segment` of the
-        ports the plane split gives it, :meth:`PlaneSplit.pinned`), and the switches it enters
-        with their weights as flat arrays ``(queue pair, switch, weight)``, queue pair by queue
-        pair. Work per distinct (source, destination's attachments) and (eligible set, choice),
+        ports the plane split gives it, :meth:`PlaneSplit.pinned`), the id of the switches it
+        enters (one per distinct ``starts`` of :meth:`_up_segment`), and those switches with their
+        weights as flat arrays ``(queue pair, switch, weight)``, queue pair by queue pair. Work per distinct (source, destination's attachments) and (eligible set, choice),
         not per queue pair; new segments are numbered in queue-pair order, as one by one."""
         n = len(src)
         # the eligible set depends on dst only through its attachment switches (first_hops)
@@ -419,6 +473,7 @@ class SpreadBuilder:
         ucase, first, cinv = np.unique(case, return_index=True, return_inverse=True)
         cinv = cinv.ravel()
         useg = np.empty(len(ucase), dtype=np.int64)
+        ustart = np.empty(len(ucase), dtype=np.int64)             # id of the switches it enters
         unode: list = [None] * len(ucase)
         uw: list = [None] * len(ucase)
         for j in np.argsort(first, kind="stable").tolist():        # first-use order: segment numbers
@@ -426,6 +481,7 @@ class SpreadBuilder:
             chosen = self._elig[e] if c == 0 else self._elig[e][c - 1:c]
             seg, starts = self._up_segment(self._elig_src[e], chosen)
             useg[j] = seg
+            ustart[j] = self._starts_id.setdefault(starts, len(self._starts_id))
             unode[j] = [x for x, _w in starts]
             uw[j] = [x for _n, x in starts]
         clen = np.fromiter((len(x) for x in unode), dtype=np.int64, count=len(unode))
@@ -437,7 +493,7 @@ class SpreadBuilder:
         q = np.repeat(np.arange(n, dtype=np.int64), cnt)
         end = np.cumsum(cnt)
         pos = np.arange(int(end[-1]) if n else 0, dtype=np.int64) - np.repeat(end - cnt, cnt) + np.repeat(cptr[cinv], cnt)
-        return useg[cinv], q, cnode[pos], cw[pos]
+        return useg[cinv], ustart[cinv], q, cnode[pos], cw[pos]
 
     def _candidates(self, node: np.ndarray, dst: np.ndarray, hosts: int):
         """Equal-cost egress links of every (switch, destination host) pair, as a flat array with
