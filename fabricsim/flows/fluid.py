@@ -81,11 +81,15 @@ except ImportError:                       # pragma: no cover
 
 __all__ = ["FluidProblem", "FluidRates", "max_min_fair", "check_max_min"]
 
-#: links in the candidate window (the lowest levels, all ties included); 4096 and the budget 2^18
-#: measured best of 256..16384 x 2^16..2^22 on benchmarks/bench_solver_cases.py instances
+#: links in the candidate window (the lowest levels, all ties included): at least this many, and
+#: one per _LINKS_PER_SLOT constrained links up to 8x this (a rebuild passes over every link, so a
+#: large fabric wants a wider window). 4096 measured best of 256..16384 x 2^16..2^22 on the
+#: benchmarks/bench_solver_cases.py instances (2,048 GPUs, 106k links); 16,384 and the budget 2^20
+#: on instances of the 8,192-GPU layer (426k links: 21 % less time than 4096 and 2^18)
 _WINDOW = 4096
+_LINKS_PER_SLOT = 26
 #: (flow, segment, link) incidences per batch (the lowest-level links of the window up to it)
-_BUDGET = 1 << 18
+_BUDGET = 1 << 20
 _COMPRESS = 2
 
 
@@ -343,7 +347,7 @@ class FluidProblem:
 
         # candidate window: every alive link whose fill level is <= theta is in cand; levels only
         # rise, so links outside stay out of reach until the window is rebuilt
-        window = _WINDOW
+        window = max(_WINDOW, min(8 * _WINDOW, cap.size // _LINKS_PER_SLOT))
         budget = _BUDGET
         cand = np.empty(0, np.int64)
         theta = -np.inf
@@ -445,16 +449,14 @@ class FluidProblem:
             rates[new] = r
             free[new] = False
             # remove the new flows from d and cnt, add their load
-            Fn = F[new]                                  # (new flows are sorted)
-            fs = Fn.indices
-            nl = cap.size
+            pos, which = _gather(f_ptr, new)             # the new flows' entries (rows sorted)
+            fs = f_ind[pos]
             if fs.size * 8 < S:
                 # few entries: everything on the touched segments and links only (sums in the
                 # same order as the mat-vecs below: segments, and per link its segments, ascending)
                 segs, inv = uniq_seg(fs)
                 k = segs.size
-                w = Fn.data
-                which = np.repeat(np.arange(new.size), np.diff(Fn.indptr))
+                w = f_dat[pos]
                 sd = np.bincount(inv, weights=w, minlength=k)
                 sl = np.bincount(inv, weights=w * r[which], minlength=k)
                 sc = np.bincount(inv, minlength=k).astype(np.float64)
@@ -468,6 +470,7 @@ class FluidProblem:
                 cnt[touched] -= np.rint(np.bincount(linv, weights=sc[sw], minlength=m)
                                         ).astype(np.int64)
             else:
+                Fn = F[new]
                 ones_new = np.ones(new.size)
                 seg = Fn.T @ np.column_stack([ones_new, r])      # per segment: d, load
                 seg_cnt = sp.csr_matrix((ones_nnz[:fs.size], fs, Fn.indptr),
