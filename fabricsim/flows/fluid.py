@@ -91,6 +91,8 @@ _LINKS_PER_SLOT = 26
 #: (flow, segment, link) incidences per batch (the lowest-level links of the window up to it)
 _BUDGET = 1 << 20
 _COMPRESS = 2
+#: ... and when the used segments' entries are at most F's, or 1/_COMPRESS_V of V's
+_COMPRESS_V = 4
 
 
 @dataclass(frozen=True)
@@ -225,9 +227,11 @@ class FluidProblem:
             self._VTr = self._Vr.T.tocsr()
             self._VTr_ones = sp.csr_matrix((np.ones_like(self._VTr.data), self._VTr.indices,
                                             self._VTr.indptr), shape=self._VTr.shape)
+            self._cap_r = self.cap[self.links]
+            self._Vr_ptr = self._Vr.indptr.astype(np.int64)
         else:
             (self.V, self.cap, self.links, self._Vr, self._VTr,
-             self._VTr_ones) = _prepared_links
+             self._VTr_ones, self._cap_r, self._Vr_ptr) = _prepared_links
         if self.F.shape[1] != self.V.shape[0]:
             raise ValueError(f"F has {self.F.shape[1]} segments, V has {self.V.shape[0]}")
         # F's transpose (segment -> flow lists) is built per solve for the active rows only
@@ -239,7 +243,8 @@ class FluidProblem:
     def with_flows(self, F) -> "FluidProblem":
         """The same links and segments with another flow matrix ``F`` (V-side work reused)."""
         return FluidProblem(F, None, None, _prepared_links=(self.V, self.cap, self.links, self._Vr,
-                                                           self._VTr, self._VTr_ones))
+                                                           self._VTr, self._VTr_ones, self._cap_r,
+                                                           self._Vr_ptr))
 
     def solve(self, *, active=None, limit=None, rtol: float = 1e-9) -> FluidRates:
         """Max-min fair rates of the active flows.
@@ -294,17 +299,19 @@ class FluidProblem:
             return rates, 0
         Vr, VTr = self._Vr, self._VTr
         VTr_ones = self._VTr_ones
-        cap = self.cap[self.links]
-        # When the active flows use few of the segments (and those carry fewer link entries than
-        # F has), renumber segments and links to the used ones: the per-batch passes over all
-        # segments and links shrink. The renumbering keeps the order, so every sum is the same.
+        cap = self._cap_r
+        Vr_ptr = self._Vr_ptr
+        # When the active flows use few of the segments (and those carry few of V's entries),
+        # renumber segments and links to the used ones: the passes over all segments and links
+        # (per solve and per window rebuild) shrink. The renumbering keeps the order, so every sum
+        # is the same.
         # segment -> flow lists (F's transpose), trimmed of frozen flows as the solve goes
         ft_ptr, ft_ind = _transpose_structure(F)
         if F.nnz and S:
             used = np.flatnonzero(ft_ptr[1:] > ft_ptr[:-1])
             if used.size * _COMPRESS < S:
                 sub = Vr[used]
-                if sub.nnz <= F.nnz:
+                if sub.nnz <= max(F.nnz, Vr.nnz // _COMPRESS_V):
                     lk = np.zeros(cap.size, bool)
                     lk[sub.indices] = True
                     lk = np.flatnonzero(lk)
@@ -321,7 +328,7 @@ class FluidProblem:
                     S = used.size
                     F = sp.csr_matrix((F.data, smap[F.indices], F.indptr), shape=(n, S))
                     ft_ptr = np.append(ft_ptr[used], ft_ptr[-1])
-        Vr_ptr = Vr.indptr.astype(np.int64)
+                    Vr_ptr = Vr.indptr.astype(np.int64)
         f_ind, f_dat, f_ptr = F.indices, F.data, F.indptr
         ones_nnz = np.ones(F.nnz)
         ft_row = None
