@@ -13,7 +13,7 @@ nodes of 8 GPUs, as the DeepSeek-V3 report):
   different racks and every byte crosses the Spectrum-X fabric (EP64 across 8 nodes, as the
   DeepSeek-V3 report's H800 cluster).
 
-Traces are generated once (``fabricsim trace moe``; minutes at 8,192 GPUs, cached in --cache).
+Traces are generated once (``fabricsim trace moe``; about 25 s at 8,192 GPUs, cached in --cache).
 A bare baseline measured in the same run (a numpy sort of as many int64 as the largest case
 has messages) makes the figures comparable across machines::
 

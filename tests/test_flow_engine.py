@@ -269,7 +269,8 @@ def test_flow_engine_is_deterministic_and_seeded():
 @pytest.mark.parametrize("pxn", [False, True])
 def test_placement_in_chunks_gives_the_same_run(monkeypatch, pxn):
     # the engine opens the flows of many starting messages in chunks (bounded temporaries): any
-    # chunk size gives the same flows, segments, numbering and so the same results
+    # chunk size gives the same flows and segments (their numbering may differ: sums in another
+    # order), here the same results
     from fabricsim.engine import flow as flow_mod
     if pxn:
         sc = {"name": "pxn", "topology": {"kind": "cluster", "domain": "nvl72", "racks": 2,
@@ -405,3 +406,15 @@ def test_module_doctests():
     from fabricsim.flows import identity, links, replay, table
     for mod in (flow, estimate, identity, links, replay, table):
         assert doctest.testmod(mod).failed == 0, mod.__name__
+
+
+def test_recorder_refuses_column_rows_while_keeping_rows():
+    # an engine that reports ended rows in batches must stream only (else its rows would be lost)
+    from fabricsim.analysis.recorder import Recorder
+    from fabricsim.errors import SimulationError
+    rec = Recorder()
+    with pytest.raises(SimulationError, match="stream_only"):
+        rec.on_messages([(0, 0, 1, 10, 1, 0, 0, 5, 5, 10, 0, True, "")])
+    rec.stream_only()
+    rec.on_messages([(0, 0, 1, 10, 1, 0, 0, 5, 5, 10, 0, True, "")])
+    assert rec.first_end == 5

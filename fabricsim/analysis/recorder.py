@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 
+from ..errors import SimulationError
 from .histogram import LogHistogram
 
 MESSAGE_COLUMNS = ["message_id", "src", "dst", "size_bytes", "qps", "start_ps", "release_ps", "end_ps",
@@ -124,7 +125,11 @@ class Recorder:
     def on_messages(self, rows: list[tuple]):
         """Messages that ended (completed or not), from an engine that keeps its figures as columns
         (:meth:`stream_only`, no transport figures): their :data:`MESSAGE_COLUMNS` values, in the
-        order they ended; streamed in one write."""
+        order they ended; streamed in one write (the engine hands the table over at the end:
+        :meth:`hand_over`)."""
+        if self._keep:
+            raise SimulationError("Recorder.on_messages keeps no rows: call stream_only() first and "
+                                  "hand_over() the messages table at the end")
         for row in rows:
             if row[_COMPLETED]:
                 self._on_end(row[_END])

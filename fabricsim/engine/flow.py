@@ -480,7 +480,8 @@ class FlowEngine:
         """Open the queue pairs of the rows started since the last flush (the packet engine's
         numbering, in start order) as fluid flows, and their rows of ``F``: in chunks of
         :data:`FLUSH_CHUNK` rows, so that the placement's temporaries stay small when half a
-        million messages start at once (the same flows, segments and numbering as in one pass)."""
+        million messages start at once (the same flows and segments as in one pass; segments may
+        be numbered in another order, so sums over them can differ in the last bits)."""
         todo, self._to_start = self._to_start, []
         for a in range(0, len(todo), FLUSH_CHUNK):
             self._open_flows(todo[a:a + FLUSH_CHUNK])
@@ -693,8 +694,12 @@ class FlowEngine:
         return i, done
 
     def _settle(self, t: float):
-        """End of a round whose last event was at ``t``: the arrivals ended by ``t`` are settled."""
+        """End of a round whose last event was at ``t``: the arrivals ended by ``t`` are settled
+        (and dropped once they are most of the list: a long run keeps only the open ones)."""
         self._arr_head, self._arrived = self._settled_by(t)
+        if self._arr_head > 4096 and 2 * self._arr_head > len(self._arrivals):
+            del self._arrivals[:self._arr_head]
+            self._arr_head = 0
 
     def _delivered_by(self, t: float) -> int:
         """Payload arrived at its receivers by ``t``, an instant of the current round (the steps'

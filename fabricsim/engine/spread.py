@@ -57,8 +57,8 @@ def fluid_kind(policy_cls) -> str:
 
 
 def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of an int64 matrix and each row's index among them (the rows in order of
-    first appearance): rows grouped by a 64-bit hash, checked equal to their group's first row;
+    """Distinct rows of an int64 matrix and each row's index among them (the distinct rows in the
+    order of their hashes): rows grouped by a 64-bit hash, checked equal to their group's first row;
     ``np.unique(axis=0)`` (a sort of whole rows, several times slower) only on a hash collision."""
     h = np.zeros(len(key), np.uint64)
     for c in range(key.shape[1]):
@@ -114,7 +114,8 @@ class SpreadBuilder:
         self._switch_stub: dict = {}
         self._starts_id: dict = {}         # starts tuple (switches entered, weights) -> id
         self._starts_by_id: list = []
-        self._direct_seg: dict = {}        # (starts id, destination) -> last-hop segment, -1: walk
+        self._direct_ok: dict = {}         # (starts id, attachment id) -> last hop without a walk?
+        self._direct_seg: dict = {}        # (starts id, destination) -> its last-hop segment
         self._multi_into = None
         rate = links.rate_bps.astype(np.float64)
         self._rate = rate
@@ -313,7 +314,7 @@ class SpreadBuilder:
     def _rows_per_flow(self, src, dst, uid, hashes):
         n = len(src)
         # first hop: the plane split's choice (per queue pair), the host's shared segment
-        up, sid, q, node, w = self._up_rows(src, dst, hashes)
+        up, sid, q, node, w = self._up_rows(src, dst, uid, hashes)
         hosts = self.links.topology.num_hosts
         # queue pairs whose first hop enters only attachment switches of the destination, none
         # with parallel links into it: their last hop follows from (switches entered, destination)
@@ -362,37 +363,42 @@ class SpreadBuilder:
     def _direct(self, sid, dst, hosts):
         """Which queue pairs enter only attachment switches of their destination on the first
         hop, with one link from each into it (:meth:`_rows_per_flow`), and for those the last-hop
-        segment: ``(mask, queue pairs, segments)``, worked out per distinct (switches entered,
-        destination)."""
-        n = len(sid)
+        segment: ``(mask, queue pairs, segments)``, decided per distinct (switches entered,
+        destination's attachments) and the segment found per (switches entered, destination)."""
         if self._multi_into is None:
             # hosts with parallel links from one of their attachment switches
             L = self.links
             self._multi_into = np.zeros(hosts, dtype=bool)
             for h in self.links.topology.hosts:
                 self._multi_into[h] = any(len(L.between(x, h)) > 1 for x in self.paths.attachments(h))
-        key = sid * hosts + dst
-        uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        inv = inv.ravel()
-        useg = np.full(len(uk), -1, dtype=np.int64)
         starts_of = self._starts_list()
+        # the verdict depends on the destination through its attachment switches only
+        att = self._attach_ids(dst)
+        A = int(self._attach_id.max()) + 1
+        uv, vfirst, vinv = np.unique(sid * A + att, return_index=True, return_inverse=True)
+        ok = np.empty(len(uv), dtype=bool)
+        for u, (k, j) in enumerate(zip(uv.tolist(), vfirst.tolist())):
+            got = self._direct_ok.get(k)
+            if got is None:
+                attach = self.paths.attachments(int(dst[j]))
+                got = self._direct_ok[k] = all(x in attach for x, _w in starts_of[k // A])
+            ok[u] = got
+        mask = ok[vinv.ravel()] & ~self._multi_into[dst]
+        qs = np.flatnonzero(mask)
+        key = sid[qs] * hosts + dst[qs]
+        uk, inv = np.unique(key, return_inverse=True)
+        useg = np.empty(len(uk), dtype=np.int64)
         for u, k in enumerate(uk.tolist()):
-            s_, d_ = divmod(k, hosts)
             got = self._direct_seg.get(k)
             if got is None:
+                s_, d_ = divmod(k, hosts)
                 starts = starts_of[s_]
-                attach = self.paths.attachments(d_)
-                if not self._multi_into[d_] and all(x in attach for x, _w in starts):
-                    got = self._down.get((d_, starts))
-                    if got is None:
-                        got = self._last_hop(d_, starts, None)
-                else:
-                    got = -1
+                got = self._down.get((d_, starts))
+                if got is None:
+                    got = self._last_hop(d_, starts, None)
                 self._direct_seg[k] = got
             useg[u] = got
-        seg = useg[inv]
-        mask = seg >= 0
-        return mask, np.flatnonzero(mask), seg[mask]
+        return mask, qs, useg[inv.ravel()]
 
     def _starts_list(self) -> list:
         """The ``starts`` tuples by id (:meth:`_up_rows`)."""
@@ -453,12 +459,12 @@ class SpreadBuilder:
                 out_w.append(np.ones(len(sel)))
         return np.concatenate(out_q), np.concatenate(out_s), np.concatenate(out_w)
 
-    def _up_rows(self, src, dst, hashes):
+    def _up_rows(self, src, dst, uid, hashes):
         """First hops of many queue pairs: each one's host segment (:meth:`_up_segment` of the
         ports the plane split gives it, :meth:`PlaneSplit.pinned`), the id of the switches it
         enters (one per distinct ``starts`` of :meth:`_up_segment`), and those switches with their
         weights as flat arrays ``(queue pair, switch, weight)``, queue pair by queue pair. Work per distinct (source, destination's attachments) and (eligible set, choice),
-        not per queue pair; new segments are numbered in queue-pair order, as one by one."""
+        not per queue pair; new first-hop segments are numbered in queue-pair order, as one by one."""
         n = len(src)
         # the eligible set depends on dst only through its attachment switches (first_hops)
         group = self._attach_ids(dst)
@@ -468,7 +474,19 @@ class SpreadBuilder:
                           dtype=np.int64, count=len(pairs))[pinv.ravel()]
         n_elig = np.asarray(self._elig_n, dtype=np.int64)
         pick = self.split.pinned(hashes, n_elig[eid])
-        wide = int(n_elig.max()) + 1
+        subsets: list = []
+        if pick is NotImplemented:
+            # a split with no vectorised form: its ports() per queue pair, each distinct subset once
+            ids: dict = {}
+            pick = np.empty(n, dtype=np.int64)
+            for k, (e, u, h) in enumerate(zip(eid.tolist(), uid.tolist(), hashes.tolist())):
+                got = tuple(self.split.ports(SimpleNamespace(uid=u, hash=h), list(self._elig[e])))
+                j = ids.get((e, got))
+                if j is None:
+                    j = ids[(e, got)] = len(subsets)
+                    subsets.append(np.asarray(got, dtype=np.int64))
+                pick[k] = j
+        wide = (len(subsets) if subsets else int(n_elig.max())) + 1
         case = eid * wide + (0 if pick is None else pick + 1)      # 0: every eligible port
         ucase, first, cinv = np.unique(case, return_index=True, return_inverse=True)
         cinv = cinv.ravel()
@@ -478,7 +496,7 @@ class SpreadBuilder:
         uw: list = [None] * len(ucase)
         for j in np.argsort(first, kind="stable").tolist():        # first-use order: segment numbers
             e, c = divmod(int(ucase[j]), wide)
-            chosen = self._elig[e] if c == 0 else self._elig[e][c - 1:c]
+            chosen = self._elig[e] if c == 0 else subsets[c - 1] if subsets else self._elig[e][c - 1:c]
             seg, starts = self._up_segment(self._elig_src[e], chosen)
             useg[j] = seg
             ustart[j] = self._starts_id.setdefault(starts, len(self._starts_id))

@@ -32,7 +32,7 @@ class PlaneSplit:
     def ports(self, qp, eligible: list) -> list:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def pinned(self, hashes, n_eligible):  # pragma: no cover - abstract
+    def pinned(self, hashes, n_eligible):
         """:meth:`ports` for many queue pairs at once (numpy), for placing flows in one pass.
 
         ``hashes``: the queue pairs' 5-tuple hashes (uint64); ``n_eligible``: how many eligible
@@ -40,8 +40,10 @@ class PlaneSplit:
         of that port in the queue pair's eligible list (int64); ``None`` for a policy whose queue
         pairs may use every eligible port. Implementations share one private function with
         :meth:`ports` so the two cannot differ (tests/test_spread.py checks every registered policy).
+        This default, ``NotImplemented``, has the flow engine ask :meth:`ports` queue pair by queue
+        pair (any subset of the eligible ports; slower at scale).
         """
-        raise NotImplementedError
+        return NotImplemented
 
     def parallel(self, qps: int, eligible: int) -> int:
         """How many ports one message of ``qps`` queue pairs can use at once (for ideal figures)."""
