@@ -42,11 +42,8 @@ def pairs(sim, n=200, seed=0):
     return src, dst, np.array(uid), np.array(h, dtype=np.uint64)
 
 
-@pytest.mark.parametrize("topology", [CLUSTER, LEAF_SPINE], ids=["cluster", "leaf_spine"])
-@pytest.mark.parametrize("split", ["per_packet", "per_flow"])
-def test_vectorised_ecmp_placement_equals_the_per_queue_pair_walk(topology, split):
-    sim, sb = builder(topology, "ecmp", split)
-    src, dst, uid, h = pairs(sim)
+def assert_rows_equal_row(sb, src, dst, uid, h):
+    """The vectorised placement (``rows``) gives every queue pair the link shares of ``row``."""
     counts, segs, ws = sb.rows(src, dst, uid, h)
     ptr = np.concatenate([[0], np.cumsum(counts)])
     for k in range(len(src)):
@@ -54,6 +51,14 @@ def test_vectorised_ecmp_placement_equals_the_per_queue_pair_walk(topology, spli
         slow = sb.usage(sb.row(int(src[k]), int(dst[k]), int(uid[k]), int(h[k])))
         assert fast.keys() == slow.keys()
         assert all(abs(fast[x] - slow[x]) < 1e-12 for x in fast)
+
+
+@pytest.mark.parametrize("topology", [CLUSTER, LEAF_SPINE], ids=["cluster", "leaf_spine"])
+@pytest.mark.parametrize("split", ["per_packet", "per_flow"])
+def test_vectorised_ecmp_placement_equals_the_per_queue_pair_walk(topology, split):
+    sim, sb = builder(topology, "ecmp", split)
+    src, dst, uid, h = pairs(sim)
+    assert_rows_equal_row(sb, src, dst, uid, h)
 
 
 @pytest.mark.parametrize("routing", ["ecmp", "spray", "adaptive"])
@@ -151,10 +156,4 @@ def test_a_split_with_only_ports_is_placed_queue_pair_by_queue_pair(topology):
     policy = ROUTING.get(sc.routing.name)(sc.routing.params, sim.streams)
     sb = SpreadBuilder(LinkTable(sim.topology), sim.paths, policy, EveryOther())
     src, dst, uid, h = pairs(sim, seed=5)
-    counts, segs, ws = sb.rows(src, dst, uid, h)
-    ptr = np.concatenate([[0], np.cumsum(counts)])
-    for k in range(len(src)):
-        fast = sb.usage(list(zip(segs[ptr[k]:ptr[k + 1]].tolist(), ws[ptr[k]:ptr[k + 1]].tolist())))
-        slow = sb.usage(sb.row(int(src[k]), int(dst[k]), int(uid[k]), int(h[k])))
-        assert fast.keys() == slow.keys()
-        assert all(abs(fast[x] - slow[x]) < 1e-12 for x in fast)
+    assert_rows_equal_row(sb, src, dst, uid, h)
