@@ -202,7 +202,9 @@ class Connections:
         t = _table(messages)
         self._conn, self._src, self._dst = t.conn, t.src, t.dst
         self._cid = _connection_numbers(t)
-        # connections below are their numbers in _cid
+        # connections below are their numbers in _cid; a busy connection with nobody waiting holds
+        # () and one with a single open row holds that row, not a deque (a deque costs about
+        # 600 bytes: a million persistent connections started at once)
         self._wait: dict = {}      # connection -> rows posted behind the one sending (present: busy)
         self._open: dict = {}      # connection -> started rows not yet completed, in posting order
         self._err: set = set()     # connections in the error state
@@ -229,17 +231,30 @@ class Connections:
             return "error"
         waiting = self._wait.get(key)
         if waiting is not None:
-            waiting.append(row)
+            if type(waiting) is deque:
+                waiting.append(row)
+            else:
+                self._wait[key] = deque((row,))
             return "wait"
-        self._wait[key] = deque()
+        self._wait[key] = ()
         self._started(key, row)
         return "start"
 
     def _started(self, key, row: int):
         q = self._open.get(key)
         if q is None:
-            q = self._open[key] = deque()
-        q.append(row)
+            self._open[key] = row
+        elif type(q) is deque:
+            q.append(row)
+        else:
+            self._open[key] = deque((q, row))
+
+    def _open_rows(self, key) -> deque:
+        """The started rows of connection ``key`` as a deque (stored so from now on)."""
+        q = self._open[key]
+        if type(q) is not deque:
+            q = self._open[key] = deque((q,))
+        return q
 
     def sent(self, row: int) -> list[int]:
         """``row`` has sent its last new byte: the rows to start now (the next one on its
@@ -273,6 +288,10 @@ class Connections:
             return [], [row], []
         start = self.sent(row)
         q = self._open[key]
+        if not failed and type(q) is not deque:    # the connection's only open row: row itself
+            del self._open[key]
+            return start, [row], []
+        q = self._open_rows(key)
         if failed:
             later = []
             while True:             # this row and every row started after it
