@@ -1,5 +1,5 @@
 """FROZEN COPY (for benchmarks/bench_solver_cases.py) of fabricsim/flows/fluid.py as of commit
-677e8d8, before the solver speed-up. Not imported by the package; do not edit.
+677e8d8, before the solver speed-up, less its unchanged checker. Not imported by the package.
 
 Vectorised max-min fair rates of fluid flows whose link usage is given in factorised form.
 
@@ -57,8 +57,9 @@ A prepared problem is solved again with fewer flows through the ``active`` mask:
 >>> prob.solve(active=np.array([True, False, True])).rates.tolist()
 [1.0, 0.0, 3.0]
 
-:func:`check_max_min` states the optimality conditions and reports what an allocation violates:
+``fabricsim.flows.fluid.check_max_min`` states the optimality conditions and reports what an allocation violates:
 
+>>> from fabricsim.flows.fluid import check_max_min
 >>> check_max_min(prob.F, prob.V, prob.cap, np.array([0.5, 0.5, 2.0]))
 ['flow 2: rate 2 is neither at its limit nor bottlenecked by a saturated link on which it has the largest rate']
 """
@@ -69,7 +70,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["FluidProblem", "FluidRates", "max_min_fair", "check_max_min"]
+__all__ = ["FluidProblem", "FluidRates", "max_min_fair"]
 
 
 @dataclass(frozen=True)
@@ -111,16 +112,6 @@ def _gather(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarra
     offs = np.cumsum(lens) - lens
     pos = np.arange(total) - np.repeat(offs, lens) + np.repeat(starts, lens)
     return pos, which
-
-
-def _row_reduce(indptr: np.ndarray, values: np.ndarray, ufunc, empty: float) -> np.ndarray:
-    """``ufunc``-reduce ``values`` (one per CSR entry) per row; ``empty`` for rows without entries."""
-    n = indptr.size - 1
-    out = np.full(n, empty)
-    nonempty = np.flatnonzero(np.diff(indptr) > 0)
-    if nonempty.size:
-        out[nonempty] = ufunc.reduceat(values, indptr[nonempty])
-    return out
 
 
 class FluidProblem:
@@ -345,59 +336,4 @@ def max_min_fair(F, V, cap, *, limit=None, active=None, rtol: float = 1e-9) -> F
     return FluidProblem(F, V, cap).solve(active=active, limit=limit, rtol=rtol)
 
 
-def check_max_min(F, V, cap, rates, limit=None, rtol: float = 1e-6) -> list[str]:
-    """Violations of the max-min fairness conditions by ``rates`` (empty list when optimal).
-
-    The conditions, with ``A = F @ V`` and tolerance ``rtol`` (relative):
-
-    * feasibility: ``A.T @ rates <= cap * (1 + rtol)`` and ``rates <= limit * (1 + rtol)``;
-    * ``rates >= 0``, and ``inf`` only for a flow crossing no finite-capacity link and without
-      a finite limit;
-    * bottleneck: every flow with a finite rate is at its limit, or crosses (``A[f, l] > 0``) a
-      saturated link (load ``>= cap * (1 - rtol)``) on which no flow with a positive coefficient
-      has a rate above ``rates[f] * (1 + rtol)``.
-
-    Parameters are as for :class:`FluidProblem`; ``rates`` is ``float[n_flows]``. Inactive flows
-    must be left out of ``F`` (or given ``limit`` 0). ``A`` is never formed.
-
-    Returns
-    -------
-    list of str
-        One line per violation, naming the flow or link.
-    """
-    F = _as_csr(F, "F")
-    V = _as_csr(V, "V")
-    cap = np.asarray(cap, np.float64).ravel()
-    r = np.asarray(rates, np.float64).ravel()
-    n = F.shape[0]
-    lim = np.full(n, np.inf) if limit is None else np.asarray(limit, np.float64).ravel()
-    out: list[str] = []
-    if r.shape != (n,):
-        return [f"rates has shape {r.shape}, expected ({n},)"]
-    finite_link = np.isfinite(cap).astype(np.float64)
-    crosses_finite = (F @ (V @ finite_link)) > 0
-    for f in np.flatnonzero(np.isnan(r) | (r < 0)):
-        out.append(f"flow {f}: rate {r[f]:g} is negative or NaN")
-    for f in np.flatnonzero(np.isinf(r) & (crosses_finite | np.isfinite(lim))):
-        out.append(f"flow {f}: infinite rate on a finite link or with a finite limit")
-    rr = np.where(np.isfinite(r) & (r >= 0), r, 0.0)
-    load = V.T @ (F.T @ rr)
-    for l in np.flatnonzero(np.isfinite(cap) & (load > cap * (1 + rtol))):
-        out.append(f"link {l}: load {load[l]:g} exceeds capacity {cap[l]:g}")
-    for f in np.flatnonzero(rr > lim * (1 + rtol)):
-        out.append(f"flow {f}: rate {rr[f]:g} exceeds its limit {lim[f]:g}")
-    # largest rate on each segment, then on each link (over entries with positive coefficient)
-    FT = F.T.tocsr()
-    seg_max = _row_reduce(FT.indptr, rr[FT.indices], np.maximum, -np.inf)
-    VT = V.T.tocsr()
-    link_max = _row_reduce(VT.indptr, seg_max[VT.indices], np.maximum, -np.inf)
-    saturated = np.isfinite(cap) & (load >= cap * (1 - rtol))
-    bott = np.where(saturated, link_max, np.inf)
-    seg_best = _row_reduce(V.indptr, bott[V.indices], np.minimum, np.inf)
-    flow_best = _row_reduce(F.indptr, seg_best[F.indices], np.minimum, np.inf)
-    at_limit = rr >= lim * (1 - rtol)
-    bad = np.isfinite(r) & (r >= 0) & ~at_limit & ~(flow_best <= rr * (1 + rtol))
-    for f in np.flatnonzero(bad):
-        out.append(f"flow {f}: rate {rr[f]:g} is neither at its limit nor bottlenecked by a "
-                   "saturated link on which it has the largest rate")
-    return out
+# check_max_min is unchanged since this version: fabricsim.flows.fluid.check_max_min

@@ -19,7 +19,7 @@ from fabricsim.traces import Trace, TraceRecord, read_trace, write_trace
 from fabricsim.traces.io import read_trace_table
 from fabricsim.traces.schema import check_trace, topological_remainder
 from fabricsim.traffic import generate
-from fabricsim.traffic.patterns import _with_connection_qps
+from fabricsim.traffic.patterns import _repair_permutation, _with_connection_qps
 
 
 def topo(hosts_per_leaf=4, leaves=4):
@@ -30,24 +30,12 @@ def topo(hosts_per_leaf=4, leaves=4):
 # ----------------------------------------------------------------- reference (the replaced code)
 
 def ref_permutation(cfg, t, streams):
-    H = t.num_hosts
     rng = streams.py("traffic.permutation")
     group = {h: t.edge_switch(h) for h in t.hosts}
     bad = (lambda i, j: group[i] == group[j]) if cfg.locality == "cross_leaf" else (lambda i, j: i == j)
     perm = list(t.hosts)
     rng.shuffle(perm)
-    for _ in range(100 * H):
-        wrong = [i for i in range(H) if bad(i, perm[i])]
-        if not wrong:
-            break
-        for i in wrong:
-            if not bad(i, perm[i]):
-                continue
-            for _try in range(4 * H):
-                j = rng.randrange(H)
-                if not bad(i, perm[j]) and not bad(j, perm[i]):
-                    perm[i], perm[j] = perm[j], perm[i]
-                    break
+    assert _repair_permutation(perm, bad, rng)      # (the repair itself is unchanged: shared)
     return [Message(i, h, perm[h], cfg.message_size, cfg.start, cfg.qps_per_message) for i, h in enumerate(t.hosts)]
 
 

@@ -46,11 +46,22 @@ def permutation(cfg, topo, streams, source, resolve):
         bad = lambda i, j: i == j  # noqa: E731
     perm = list(topo.hosts)
     rng.shuffle(perm)
-    # repair forbidden pairs by random swaps that fix both ends (terminates quickly in practice)
+    if not _repair_permutation(perm, bad, rng):  # pragma: no cover - only for degenerate inputs
+        raise TrafficError("could not build a permutation with that locality", source=source,
+                           field="traffic.locality")
+    src = np.asarray(list(topo.hosts), dtype=np.int64)
+    return MessageTable.from_arrays(src=src, dst=np.asarray(perm, dtype=np.int64)[src],
+                                    size_bytes=cfg.message_size, start_ps=cfg.start, qps=cfg.qps_per_message)
+
+
+def _repair_permutation(perm: list, bad, rng) -> bool:
+    """Repair the forbidden pairs ``bad(i, perm[i])`` of a shuffled permutation in place by random
+    swaps that fix both ends (terminates quickly in practice); False if it gave up."""
+    H = len(perm)
     for _ in range(100 * H):
         wrong = [i for i in range(H) if bad(i, perm[i])]
         if not wrong:
-            break
+            return True
         for i in wrong:
             if not bad(i, perm[i]):
                 continue
@@ -59,12 +70,7 @@ def permutation(cfg, topo, streams, source, resolve):
                 if not bad(i, perm[j]) and not bad(j, perm[i]):
                     perm[i], perm[j] = perm[j], perm[i]
                     break
-    else:  # pragma: no cover - only for degenerate inputs
-        raise TrafficError("could not build a permutation with that locality", source=source,
-                           field="traffic.locality")
-    src = np.asarray(list(topo.hosts), dtype=np.int64)
-    return MessageTable.from_arrays(src=src, dst=np.asarray(perm, dtype=np.int64)[src],
-                                    size_bytes=cfg.message_size, start_ps=cfg.start, qps=cfg.qps_per_message)
+    return False
 
 
 @PATTERNS.register("all_to_all")
