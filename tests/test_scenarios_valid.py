@@ -4,8 +4,6 @@ Parametrised over ``scenarios/*.yaml``, so a new scenario file is tested automat
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import fabricsim
@@ -41,16 +39,13 @@ def test_small_scenario_runs_to_completion(path):
     offered = sum(m.size_bytes for m in sim.messages)
     if offered > SMALL_BYTES:
         pytest.skip(f"{offered} bytes offered: too large for the test suite")
-    t0 = time.perf_counter()
     res = fabricsim.run(path)
-    wall = time.perf_counter() - t0
     m = res.summary["messages"]
     assert m["total"] == len(sim.messages)
     assert m["completed"] == m["total"], m
     assert res.summary["run"]["status"] == "complete"
     assert res.summary["bytes"]["delivered_payload_bytes"] == offered
     assert bool(res.messages["completed"].all())
-    assert wall < 10, f"{path.name} took {wall:.1f}s"
 
 
 # --- what the specific scenarios promise ----------------------------------------------------
