@@ -139,6 +139,8 @@ class Scenario(BaseModel):
             data = apply_profile(dict(data))
             for section, key, default in (("topology", "kind", "leaf_spine"), ("traffic", "pattern", "permutation")):
                 if isinstance(data.get(section), dict) and key not in data[section]:
+                    if section == "topology" and "preset" in data[section]:
+                        default = "preset"      # topology: {preset: NAME}
                     data[section] = {key: default, **data[section]}
         return data
 
@@ -182,7 +184,7 @@ def _node_line(node: yaml.Node | None, path: tuple) -> int | None:
 
 
 _UNION_SECTIONS = {"topology", "traffic"}
-_UNION_TAGS = {"leaf_spine", "explicit", "file", "nvl72_rack", "hgx_node", "cluster", "permutation", "all_to_all", "incast", "csv"}
+_UNION_TAGS = {"leaf_spine", "explicit", "file", "preset", "nvl72_rack", "hgx_node", "cluster", "permutation", "all_to_all", "incast", "csv"}
 
 
 def _clean_loc(loc: tuple) -> tuple:

@@ -122,6 +122,18 @@ class TopologyFileRef(BaseModel):
     path: str
 
 
+class TopologyPresetRef(BaseModel):
+    """``preset: NAME``: one of the topologies shipped with fabricsim (``fabricsim topo list``).
+
+    Found by name from any directory (installed as package data, fabricsim/topology/catalog.py);
+    ``kind: preset`` may be left out.
+    """
+
+    model_config = STRICT
+    kind: Literal["preset"] = "preset"
+    preset: str
+
+
 # --------------------------------------------------------------------------------------------
 # NVLink domains and multi-plane clusters (built by fabricsim/topology/cluster.py)
 
@@ -321,5 +333,5 @@ class HgxNodeConfig(BaseModel):
 
 
 TopologyConfig = Annotated[Union[LeafSpineConfig, ExplicitTopologyConfig, NvlRackConfig, HgxNodeConfig,
-                                 ClusterConfig, TopologyFileRef],
+                                 ClusterConfig, TopologyFileRef, TopologyPresetRef],
                            Field(discriminator="kind")]

@@ -6,8 +6,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..config.topology import (ClusterConfig, ExplicitTopologyConfig, HgxNodeConfig, LeafSpineConfig,
-                               NvlRackConfig, TopologyFileRef)
+                               NvlRackConfig, TopologyFileRef, TopologyPresetRef)
 from ..errors import TopologyError
+from .catalog import preset_path
 from .cluster import build_cluster
 from .explicit import build_explicit
 from .leaf_spine import build_leaf_spine
@@ -56,6 +57,12 @@ def build_topology(cfg, source: str = "<scenario>", resolve=None, prefix: str = 
         if not Path(path).is_file():
             raise TopologyError(f"topology file {cfg.path!r} not found (looked at {path})", source=source,
                                 field=f"{prefix}.path" if prefix else "path")
+        return load_topology_file(path)
+    if isinstance(cfg, TopologyPresetRef):
+        try:
+            path = preset_path(cfg.preset)
+        except KeyError as exc:
+            raise TopologyError(exc.args[0], source=source, field=f"{prefix}.preset" if prefix else "preset") from None
         return load_topology_file(path)
     raise TopologyError(f"unsupported topology {type(cfg).__name__}", source=source, field="topology")
 
