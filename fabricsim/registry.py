@@ -3,6 +3,20 @@
 A new policy is one file that decorates its class with ``@REGISTRY.register("name")``;
 the datapath never tests names. Unknown names produce a did-you-mean error.
 
+Third-party packages add models without touching fabricsim, through entry points: a registry
+made with ``Registry(kind, group="fabricsim.routing")`` loads, on first use, every entry point
+of that group, registering the loaded object under the entry point's name (unless loading the
+module registered it already, through the decorator). The groups (docs/architecture.md,
+"Plug-ins"): ``fabricsim.routing``, ``fabricsim.cc``, ``fabricsim.receivers``,
+``fabricsim.patterns``, ``fabricsim.plane_splits``, ``fabricsim.engines``, ``fabricsim.profiles``
+and ``fabricsim.topologies``. In a plug-in's pyproject.toml::
+
+    [project.entry-points."fabricsim.routing"]
+    first_port = "my_policies:FirstPort"
+
+A plug-in that fails to import does not break fabricsim: its name is missing, and asking for it
+says why.
+
 >>> r = Registry("routing policy")
 >>> @r.register("ecmp")
 ... class Ecmp: pass
@@ -14,6 +28,7 @@ True
 from __future__ import annotations
 
 import difflib
+from importlib import metadata
 from typing import Callable, Generic, TypeVar
 
 T = TypeVar("T")
@@ -33,9 +48,29 @@ class UnknownName(KeyError):
 class Registry(Generic[T]):
     """A named family of implementations."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, group: str | None = None):
         self.kind = kind
+        #: the entry-point group plug-ins of this family register under (None: no plug-ins)
+        self.group = group
         self._items: dict[str, T] = {}
+        self._discovered = group is None
+        self._broken: dict[str, str] = {}      # plug-in name -> why it could not be loaded
+
+    def discover(self) -> None:
+        """Load this family's plug-ins (entry points of :attr:`group`), once; later calls do nothing."""
+        if self._discovered:
+            return
+        self._discovered = True
+        for ep in metadata.entry_points(group=self.group):
+            if ep.name in self._items:
+                continue        # registered already (a built-in keeps its name)
+            try:
+                obj = ep.load()
+            except Exception as exc:  # noqa: BLE001 - a broken plug-in must not break the others
+                self._broken[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+                continue
+            if ep.name not in self._items:      # importing it may have registered it
+                self.register(ep.name)(obj)
 
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -50,18 +85,24 @@ class Registry(Generic[T]):
         return deco
 
     def get(self, name: str) -> T:
+        self.discover()
         try:
             return self._items[name]
         except KeyError:
             raise UnknownName(self.unknown_message(name)) from None
 
     def unknown_message(self, name: str) -> str:
+        self.discover()
+        if name in self._broken:
+            return f"{self.kind} {name!r} is a plug-in that failed to load ({self._broken[name]})"
         close = difflib.get_close_matches(str(name), self._items, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         return f"unknown {self.kind} {name!r} (allowed: {', '.join(self.names())}){hint}"
 
     def names(self) -> list[str]:
+        self.discover()
         return sorted(self._items)
 
     def __contains__(self, name: str) -> bool:
+        self.discover()
         return name in self._items

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..registry import Registry
 
-CC: Registry = Registry("congestion control algorithm")
+CC: Registry = Registry("congestion control algorithm", group="fabricsim.cc")
 
 
 class CCParams(BaseModel):

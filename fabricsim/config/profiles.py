@@ -30,7 +30,7 @@ from typing import Any
 
 from ..registry import Registry
 
-PROFILES: Registry = Registry("profile")
+PROFILES: Registry = Registry("profile", group="fabricsim.profiles")
 
 #: sections whose model is chosen by name: section -> the key naming it
 NAMED_SECTIONS = {"routing": "policy", "receiver": "model", "congestion_control": "algorithm",

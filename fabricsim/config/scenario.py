@@ -184,7 +184,7 @@ def _node_line(node: yaml.Node | None, path: tuple) -> int | None:
 
 
 _UNION_SECTIONS = {"topology", "traffic"}
-_UNION_TAGS = {"leaf_spine", "explicit", "file", "preset", "nvl72_rack", "hgx_node", "cluster", "permutation", "all_to_all", "incast", "csv"}
+_UNION_TAGS = {"leaf_spine", "explicit", "file", "preset", "plugin", "nvl72_rack", "hgx_node", "cluster", "permutation", "all_to_all", "incast", "csv"}
 
 
 def _clean_loc(loc: tuple) -> tuple:

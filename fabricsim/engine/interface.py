@@ -13,7 +13,7 @@ from typing import Callable, Protocol
 
 from ..registry import Registry
 
-ENGINES: Registry = Registry("engine")
+ENGINES: Registry = Registry("engine", group="fabricsim.engines")
 
 
 #: the links table's columns (``RunOutcome.links``: one dict per directed link): name -> meaning

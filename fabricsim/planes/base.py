@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..config.types import PositiveSize
 from ..registry import Registry
 
-SPLITS: Registry = Registry("plane split policy")
+SPLITS: Registry = Registry("plane split policy", group="fabricsim.plane_splits")
 
 
 class SplitParams(BaseModel):

@@ -37,7 +37,7 @@ from ..net.packet import ACK, CNP, NAK, Packet
 from ..registry import Registry
 from ..routing.base import PolicyParams
 
-RECEIVERS: Registry = Registry("receiver model")
+RECEIVERS: Registry = Registry("receiver model", group="fabricsim.receivers")
 
 
 class TransportParams(PolicyParams):

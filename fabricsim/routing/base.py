@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..registry import Registry
 
-ROUTING: Registry = Registry("routing policy")
+ROUTING: Registry = Registry("routing policy", group="fabricsim.routing")
 
 
 class PolicyParams(BaseModel):
