@@ -8,8 +8,8 @@ made with ``Registry(kind, group="fabricsim.routing")`` loads, on first use, eve
 of that group, registering the loaded object under the entry point's name (unless loading the
 module registered it already, through the decorator). The groups (docs/architecture.md,
 "Plug-ins"): ``fabricsim.routing``, ``fabricsim.cc``, ``fabricsim.receivers``,
-``fabricsim.patterns``, ``fabricsim.plane_splits``, ``fabricsim.engines``, ``fabricsim.profiles``
-and ``fabricsim.topologies``. In a plug-in's pyproject.toml::
+``fabricsim.plane_splits``, ``fabricsim.engines``, ``fabricsim.profiles`` and
+``fabricsim.topologies`` (traffic patterns are not pluggable: each has its own config model). In a plug-in's pyproject.toml::
 
     [project.entry-points."fabricsim.routing"]
     first_port = "my_policies:FirstPort"
