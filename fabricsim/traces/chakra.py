@@ -1,8 +1,9 @@
 """Import MLCommons Chakra execution traces (ET) into trace format v1 (docs/traces.md, "Chakra import").
 
-Optional: needs the ``mlc-chakra`` package (``pip install --no-deps mlc-chakra protobuf`` or
-``pip install -e ".[chakra]"``). One ET file per rank (``et.0.et``, ``et.1.et``, ...): a
-``GlobalMetadata`` message, then ``Node`` messages, each length-prefixed (``protolib.encodeMessage``).
+Optional: needs the ``protobuf`` package (``pip install "fabricsim[chakra]"``); the ET schema is
+declared in :mod:`fabricsim.traces.et_format`, so mlc-chakra itself is not needed. One ET file per
+rank (``et.0.et``, ``et.1.et``, ...): a ``GlobalMetadata`` message, then ``Node`` messages, each
+preceded by its length as a varint.
 
 Mapping (rank r = the number in the file name = the GPU id in the trace):
 
@@ -61,13 +62,15 @@ class ChakraImport:
 
 
 def _pb():
+    """The ET schema (fabricsim/traces/et_format.py); ConfigError if protobuf is not installed."""
     try:
-        from chakra.schema.protobuf import et_def_pb2
-        from chakra.src.third_party.utils import protolib
+        import google.protobuf.message  # noqa: F401  (DecodeError, in read_et)
+
+        from .et_format import schema
+        return schema()
     except ImportError:
-        raise ConfigError("importing Chakra traces needs the optional package mlc-chakra "
-                          "(install: pip install --no-deps mlc-chakra protobuf)") from None
-    return et_def_pb2, protolib
+        raise ConfigError("importing Chakra traces needs the optional package protobuf "
+                          "(install: pip install 'fabricsim[chakra]', or pip install protobuf)") from None
 
 
 def find_rank_files(path) -> list[Path]:
@@ -102,17 +105,19 @@ def find_rank_files(path) -> list[Path]:
 
 def read_et(path, pb=None):
     """(GlobalMetadata, [Node]) of one ET file; ConfigError if it cannot be decoded."""
-    et_def_pb2, protolib = pb or _pb()
     from google.protobuf.message import DecodeError
-    meta, nodes = et_def_pb2.GlobalMetadata(), []
+
+    from .et_format import read_delimited
+    et = pb or _pb()
+    meta, nodes = et.GlobalMetadata(), []
     try:
         with open(path, "rb") as fh:
-            if not protolib.decodeMessage(fh, meta):
+            if not read_delimited(fh, meta):
                 raise ConfigError("empty file or no GlobalMetadata message (allowed: a Chakra ET file)",
                                   source=str(path))
             while True:
-                node = et_def_pb2.Node()
-                if not protolib.decodeMessage(fh, node):
+                node = et.Node()
+                if not read_delimited(fh, node):
                     break
                 nodes.append(node)
     except (DecodeError, IndexError, ValueError) as exc:
@@ -144,10 +149,9 @@ class _CommNode:
 def import_chakra(path, warn: bool = True) -> ChakraImport:
     """Read the per-rank ET files of ``path`` and expand them into a checked v1 :class:`Trace`."""
     pb = _pb()
-    et_def_pb2 = pb[0]
-    NT = et_def_pb2.NodeType
+    NT = pb.NodeType
     type_names = dict((v, k) for k, v in NT.items())
-    coll_names = dict((v, k) for k, v in et_def_pb2.CollectiveCommType.items())
+    coll_names = dict((v, k) for k, v in pb.CollectiveCommType.items())
     files = find_rank_files(path)
     n_ranks = len(files)
     node_types: Counter = Counter()
