@@ -66,7 +66,7 @@ def _print_summary(s: dict, out_dir):
     click.echo("\n".join(lines))
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fabricsim")
 def main():
     """fabricsim: simulate AI-cluster network fabrics (packet-level or flow-level)."""
