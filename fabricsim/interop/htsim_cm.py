@@ -356,7 +356,7 @@ def _dependencies(rd: _Reader, conns: list[dict], trig_defs: dict, multishot: st
 # export
 
 
-def format_cm(messages, nodes: int | None = None, source: str = "<messages>", done: str = "send",
+def format_cm(messages, nodes: int | None = None, source: str | None = None, done: str = "send",
               approximate: bool = False) -> tuple[str, CmExport]:
     """The connection matrix of ``messages`` (a :class:`~fabricsim.traces.Trace` or a
     :class:`~fabricsim.flows.MessageTable`) as text, and what it holds.
@@ -372,11 +372,14 @@ def format_cm(messages, nodes: int | None = None, source: str = "<messages>", do
     C ``int``, GPU ids >= ``nodes``; and, unless ``approximate``, ``start_ps`` or ``gap_ps`` > 0
     on a message with dependencies (htsim starts a triggered connection when the trigger fires):
     ``approximate=True`` drops them and counts them. ``qps``, ``conn`` and the tags are not
-    written. ``nodes`` default: the largest GPU id + 1.
+    written. ``nodes`` default: the largest GPU id + 1; ``source`` (default: the trace's file)
+    names the input in errors.
     """
     from ..flows.table import MessageTable
     if done not in DONE_KINDS:
         raise TraceError(f"got {done!r} (allowed: {', '.join(DONE_KINDS)})", column="done")
+    if source is None:
+        source = messages.source if isinstance(messages, Trace) else "<messages>"
     table = messages.to_table() if isinstance(messages, Trace) else messages
     if not isinstance(table, MessageTable):
         table = MessageTable.from_messages(table)
@@ -461,8 +464,6 @@ def write_cm(messages, path, nodes: int | None = None, source: str | None = None
              approximate: bool = False) -> CmExport:
     """Write :func:`format_cm` of ``messages`` to ``path`` (nothing is written on an error)."""
     path = Path(path)
-    if source is None:
-        source = getattr(messages, "source", "<messages>")
     text, info = format_cm(messages, nodes, source, done, approximate)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
