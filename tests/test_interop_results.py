@@ -162,3 +162,12 @@ def test_nccl_table_without_collectives_exits_2(tmp_path):
                   output_dir=tmp_path / "res")
     r = CliRunner().invoke(interop, ["nccl-table", str(tmp_path / "res")])
     assert r.exit_code == 2 and r.output.startswith("error: ") and r.output.count("\n") == 1
+
+
+def test_module_doctests():
+    import doctest
+
+    from fabricsim.interop import nccl_table, ns3_fct
+    for mod in (nccl_table, ns3_fct):
+        res = doctest.testmod(mod)
+        assert res.attempted > 0 and res.failed == 0

@@ -7,8 +7,8 @@
 The click group :data:`fabricsim.interop.cli.interop` holds the commands.
 """
 from .htsim_cm import CmExport, CmImport, format_cm, read_cm, write_cm
-from .nccl_table import bus_factor, format_nccl_tables, nccl_rows
+from .nccl_table import bus_factor, format_nccl_tables, nccl_rows, nccl_tables
 from .ns3_fct import fct_lines, node_ip, write_fct
 
 __all__ = ["CmExport", "CmImport", "bus_factor", "fct_lines", "format_cm", "format_nccl_tables", "nccl_rows",
-           "node_ip", "read_cm", "write_cm", "write_fct"]
+           "nccl_tables", "node_ip", "read_cm", "write_cm", "write_fct"]
