@@ -218,3 +218,79 @@ def test_export_refusals(tmp_path):
     r = CliRunner().invoke(interop, ["cm-export", str(write_trace(Trace(recs), tmp_path / "t.csv")),
                                      str(tmp_path / "t.cm")])
     assert r.exit_code == 2 and r.output.startswith("error: ") and not (tmp_path / "t.cm").exists()
+
+
+# the output of htsim's sim/datacenter/connection_matrices/gen_allreduce.py g4.cm 4 4 4 1000 1 1
+# (verbatim): 4 chains of 7 transfers, each step waiting (oneshot trigger) for the previous one
+GEN_ALLREDUCE = """\
+    Nodes 4
+    Connections 28
+    Triggers 24
+    0->1 id 1 start 0 size 1000 send_done_trigger 1
+    1->2 id 2 trigger 1 size 1000 send_done_trigger 2
+    2->3 id 3 trigger 2 size 1000 send_done_trigger 3
+    3->0 id 4 trigger 3 size 1000 send_done_trigger 4
+    0->1 id 5 trigger 4 size 1000 send_done_trigger 5
+    1->2 id 6 trigger 5 size 1000 send_done_trigger 6
+    2->3 id 7 trigger 6 size 1000
+    1->2 id 8 start 0 size 1000 send_done_trigger 7
+    2->3 id 9 trigger 7 size 1000 send_done_trigger 8
+    3->0 id 10 trigger 8 size 1000 send_done_trigger 9
+    0->1 id 11 trigger 9 size 1000 send_done_trigger 10
+    1->2 id 12 trigger 10 size 1000 send_done_trigger 11
+    2->3 id 13 trigger 11 size 1000 send_done_trigger 12
+    3->0 id 14 trigger 12 size 1000
+    2->3 id 15 start 0 size 1000 send_done_trigger 13
+    3->0 id 16 trigger 13 size 1000 send_done_trigger 14
+    0->1 id 17 trigger 14 size 1000 send_done_trigger 15
+    1->2 id 18 trigger 15 size 1000 send_done_trigger 16
+    2->3 id 19 trigger 16 size 1000 send_done_trigger 17
+    3->0 id 20 trigger 17 size 1000 send_done_trigger 18
+    0->1 id 21 trigger 18 size 1000
+    3->0 id 22 start 0 size 1000 send_done_trigger 19
+    0->1 id 23 trigger 19 size 1000 send_done_trigger 20
+    1->2 id 24 trigger 20 size 1000 send_done_trigger 21
+    2->3 id 25 trigger 21 size 1000 send_done_trigger 22
+    3->0 id 26 trigger 22 size 1000 send_done_trigger 23
+    0->1 id 27 trigger 23 size 1000 send_done_trigger 24
+    1->2 id 28 trigger 24 size 1000
+    trigger id 1 oneshot
+    trigger id 2 oneshot
+    trigger id 3 oneshot
+    trigger id 4 oneshot
+    trigger id 5 oneshot
+    trigger id 6 oneshot
+    trigger id 7 oneshot
+    trigger id 8 oneshot
+    trigger id 9 oneshot
+    trigger id 10 oneshot
+    trigger id 11 oneshot
+    trigger id 12 oneshot
+    trigger id 13 oneshot
+    trigger id 14 oneshot
+    trigger id 15 oneshot
+    trigger id 16 oneshot
+    trigger id 17 oneshot
+    trigger id 18 oneshot
+    trigger id 19 oneshot
+    trigger id 20 oneshot
+    trigger id 21 oneshot
+    trigger id 22 oneshot
+    trigger id 23 oneshot
+    trigger id 24 oneshot
+"""
+
+
+def test_htsim_gen_allreduce_output(tmp_path):
+    got = read_cm(_cm(tmp_path, "\n".join(x[4:] for x in GEN_ALLREDUCE.splitlines()) + "\n"))
+    assert got.nodes == 4 and got.triggers == 24 and got.send_done_deps == 24
+    recs = got.trace.records
+    assert [r.id for r in recs] == list(range(28))
+    for chain in range(4):
+        ids = list(range(7 * chain, 7 * chain + 7))
+        assert recs[ids[0]].deps == () and recs[ids[0]].start_ps == 0
+        assert [recs[i].deps for i in ids[1:]] == [(i - 1,) for i in ids[1:]]
+        assert all(recs[i].dst == recs[i + 1].src for i in ids[:-1])    # around the ring
+    text, info = format_cm(got.trace, nodes=4)
+    assert info.triggers == 24
+    assert _key(read_cm(_cm(tmp_path, text, "again.cm")).trace) == _key(got.trace)
