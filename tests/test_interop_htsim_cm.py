@@ -200,6 +200,15 @@ def test_cli_export_of_a_scenario_uses_its_hosts_and_messages(tmp_path):
     got = read_cm(tmp_path / "s.cm")
     assert got.nodes == 6 and len(got.trace) == 6
     assert {r.size_bytes for r in got.trace.records} == {65536}
+    r = CliRunner().invoke(interop, ["cm-export", str(sc), str(tmp_path / "x.cm"), "--topology", str(sc)])
+    assert r.exit_code == 2 and "--topology applies to a trace input" in r.output
+    tr = tmp_path / "t.csv"
+    write_trace(read_cm(tmp_path / "s.cm").trace, tr)
+    big = tmp_path / "big.yaml"
+    big.write_text(sc.read_text().replace("leaves: 3", "leaves: 5"))
+    r = CliRunner().invoke(interop, ["cm-export", str(tr), str(tmp_path / "y.cm"), "--topology", str(big)])
+    assert r.exit_code == 0, r.output
+    assert read_cm(tmp_path / "y.cm").nodes == 10       # the topology's GPUs, not the largest id + 1
 
 
 def test_export_refusals(tmp_path):

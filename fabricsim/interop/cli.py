@@ -70,6 +70,9 @@ def cm_export(source, out, nodes, topology, sets, done, approximate):
     from .htsim_cm import write_cm
     try:
         if Path(source).suffix.lower() in SCENARIO_SUFFIXES:
+            if topology is not None:
+                raise ConfigError("--topology applies to a trace input (a scenario brings its topology)",
+                                  field="--topology")
             from ..api import prepare
             _loaded, sim = prepare(source, overrides=sets)
             messages = sim.messages
