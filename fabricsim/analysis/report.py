@@ -19,8 +19,14 @@ DEFINITIONS = {
     "messages.completed / total": "messages whose payload all arrived / messages in the run",
     "effective_bandwidth.goodput_bps": "delivered payload bits over the pattern's duration (first release to last "
                                        "completion; run end if incomplete)",
-    "effective_bandwidth.sender_capacity_bps": "sum of NIC line rates of the sending hosts",
+    "effective_bandwidth.sender_capacity_bps": "sum of the line rates of every port (NVLink and scale-out NIC) by "
+                                               "which the senders' payload enters the network",
     "effective_bandwidth.goodput_fraction": "goodput_bps / sender_capacity_bps (at most payload/(payload+header))",
+    "effective_bandwidth.nic_capacity_bps": "sum of the scale-out NIC line rates of the hosts whose payload leaves "
+                                            "by a NIC (NVLink ports left out)",
+    "effective_bandwidth.nic_goodput_fraction": "nic_goodput_bps (payload of the messages that leave by a NIC, over "
+                                                "the pattern's duration) / nic_capacity_bps: the fraction of NIC "
+                                                "line rate; equals goodput_fraction without NVLink",
     "effective_bandwidth.completion_time_ratio": "ideal / actual duration of the whole pattern (1.0 = ideal fabric)",
     "effective_bandwidth.goodput_while_all_active_fraction": "goodput while every flow is running, over sender "
                                                              "capacity",
@@ -50,6 +56,8 @@ color:#222;padding:0 1em}
 h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;
 vertical-align:top}th{background:#f4f4f4}td.v{font-family:monospace;text-align:right}
+p.verdict{font-size:1.1em;background:#eef5ff;padding:.5em .8em;border-left:4px solid #4a7fd0}
+tr.flag td{background:#fff1f0}
 pre{background:#f7f7f7;padding:.8em;overflow:auto;font-size:.85em;max-height:30em}
 figure{margin:1em 0}img{max-width:100%}figcaption{font-size:.85em;color:#555}
 """
@@ -59,7 +67,12 @@ _CAPTIONS = {
     "latency_cdf": "Packet latency CDF with p50 / p99 / p99.9 marked.",
     "goodput": "Delivered payload rate per time bin.",
     "link_utilisation": "Utilisation of each directed link over the run, grouped by link kind.",
-    "collectives": "Completion time of each traced operation.",
+    "collectives": "Completion time of each traced operation (bar, value on top) and its ideal time (black tick).",
+    "link_utilisation_timeseries": "Utilisation per sample interval of the links busiest in any interval: when "
+                                   "and how long they were saturated (run averages hide it).",
+    "link_heatmap": "Utilisation of every link per sample interval, grouped by tier.",
+    "queue_timeseries": "Sampled queue of the ports with the largest peak queue.",
+    "reorder_distance": "Reorder distance per group of messages (p50, p99, max).",
 }
 
 
@@ -76,6 +89,8 @@ def _fmt_value(key: str, v) -> str:
             return f"{format_rate(v)}"
         if key.endswith("_bytes"):
             return f"{format_size(v)} ({int(v):,} B)"
+        if key.endswith("_per_s"):     # a rate per wall-clock second (events_per_s, packet_hops_per_s)
+            return f"{v:,.0f} /s"
         if key.endswith("_s"):
             return f"{v:.3f} s"
         if isinstance(v, float):
@@ -104,10 +119,42 @@ def _png_data_uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _pct_text(x) -> str:
+    return f"{100 * x:.0f}%" if x is not None else "n/a"
+
+
+def verdict(summary: dict) -> str:
+    """One line saying how the run went, computed from ``summary`` (a run's summary.json), e.g.
+    ``completed in 1.235ms at 71% of NIC line rate (ideal 0.9ms, 1.37x); 3 victim messages
+    slowed > 4x vs ideal``. The NIC figure is ``nic_goodput_fraction`` (all sender ports,
+    NVLink included, when no payload leaves by a NIC)."""
+    s = summary
+    run, msgs = s.get("run", {}), s.get("messages", {})
+    eb, pat, slow = s.get("effective_bandwidth", {}), s.get("pattern", {}), s.get("slowdown", {})
+    status = run.get("status")
+    if eb.get("nic_goodput_fraction") is not None:
+        rate = f"{_pct_text(eb['nic_goodput_fraction'])} of NIC line rate"
+    else:
+        rate = f"{_pct_text(eb.get('goodput_fraction'))} of sender line rate"
+    over = slow.get("messages_over_4x")
+    victims = ("no message slowed > 4x vs ideal" if over == 0 else
+               f"{over} victim message{'s' if over != 1 else ''} slowed > {4}x vs ideal" if over is not None else "")
+    if status == "complete" and pat.get("duration_ps") is not None:
+        text = f"completed in {format_time(pat['duration_ps'])} at {rate}"
+        ideal = pat.get("ideal_duration_ps")
+        if ideal:
+            text += f" ({pat['duration_ps'] / ideal:.2f}x the ideal {format_time(ideal)})"
+    else:
+        end = run.get("end_ps")
+        text = (f"did NOT complete ({status}): {msgs.get('completed')} of {msgs.get('total')} messages finished"
+                + (f" by {format_time(end)}" if end is not None else "") + f"; goodput {rate}")
+    drops = (s.get("drops") or {}).get("packets")
+    parts = [text] + ([victims] if victims else []) + ([f"{drops:,} packets dropped"] if drops else [])
+    return "; ".join(parts)
+
+
 def render_report(result) -> str:
     """The HTML text of the report of ``result`` (a :class:`Result`)."""
-    import matplotlib.pyplot as plt
-
     from .plots import figures
 
     s = result.summary
@@ -118,13 +165,15 @@ def render_report(result) -> str:
     run = s.get("run", {})
     parts.append(f"<p>routing <b>{e(str(s.get('routing')))}</b>, status <b>{e(str(run.get('status')))}</b>, "
                  f"fabricsim {e(str(run.get('version')))}</p>")
+    parts.append(f"<p class=\"verdict\"><b>Verdict:</b> {e(verdict(s))}</p>")
 
     eb, pl = s.get("effective_bandwidth", {}), s.get("packet_latency", {})
     msgs = s.get("messages", {})
     headline = [
         ("messages completed", f"{msgs.get('completed')} / {msgs.get('total')}"),
         ("goodput", _fmt_value("goodput_bps", eb.get("goodput_bps"))),
-        ("goodput fraction of sender line rate", _fmt_value("x", eb.get("goodput_fraction"))),
+        ("goodput fraction of scale-out NIC line rate", _fmt_value("x", eb.get("nic_goodput_fraction"))),
+        ("goodput fraction of all sender ports (NVLink + NIC)", _fmt_value("x", eb.get("goodput_fraction"))),
         ("completion time ratio (ideal / actual)", _fmt_value("x", eb.get("completion_time_ratio"))),
         ("message slowdown p99", _fmt_value("x", s.get("slowdown", {}).get("p99"))),
         ("messages slower than 4x ideal", _fmt_value("x", s.get("slowdown", {}).get("messages_over_4x"))),
@@ -151,7 +200,6 @@ def render_report(result) -> str:
         parts.append("<p>No plots apply (empty tables).</p>")
     for name, fig in figs.items():
         uri = _png_data_uri(fig)
-        plt.close(fig)
         cap = _CAPTIONS.get(name, name)
         parts.append(f"<figure><img src=\"{uri}\" alt=\"{e(name)}\"><figcaption>{e(cap)}</figcaption></figure>")
 
