@@ -233,3 +233,184 @@ def write_report(result_or_dir, path: str | Path | None = None) -> Path:
     tmp.write_text(render_report(result), encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+# ----------------------------------------------------------------------------- across runs
+
+#: figures where a smaller value is better (the rest of compare's metrics: larger is better)
+_LOWER_IS_BETTER_SUFFIXES = ("_us", "_s", "_bytes")
+_LOWER_IS_BETTER = {"slowdown_p99", "messages_over_4x", "drops", "out_of_order_fraction", "pfc_pause_events"}
+#: metrics shown in the cross-run summary table when present (then every other numeric column)
+_COMPARE_SHOWN = ("completion_time_ratio", "goodput_fraction", "fct_max_us", "fct_p99_us", "slowdown_p99",
+                  "messages_over_4x", "latency_p99_us", "drops", "retransmitted_bytes")
+
+
+def _lower_is_better(metric: str) -> bool:
+    return metric in _LOWER_IS_BETTER or metric.endswith(_LOWER_IS_BETTER_SUFFIXES)
+
+
+def _identity(table) -> list[str]:
+    ident = table.attrs.get("identity")
+    if ident is None:
+        cols = list(table.columns)
+        ident = cols[:cols.index("seed")] if "seed" in cols else []
+    return [c for c in ident if c in table.columns]
+
+
+def _complete_mask(table):
+    """Runs that count in the means: ``status == "complete"`` when the table has a status column,
+    else (older tables) every message completed when ``completed`` / ``messages`` are there."""
+    import pandas as pd
+    if "status" in table.columns:
+        return table["status"].astype(str).eq("complete").to_numpy()
+    if "completed" in table.columns and "messages" in table.columns:
+        return (pd.to_numeric(table["completed"], errors="coerce")
+                == pd.to_numeric(table["messages"], errors="coerce")).fillna(False).to_numpy()
+    return pd.Series(True, index=table.index).to_numpy()
+
+
+def _num_text(v) -> str:
+    import math
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return f"{v:.4g}"
+
+
+def compare_verdict(table, metric: str | None = None) -> str:
+    """One line naming the best and worst variant of a :func:`fabricsim.compare` table by the mean
+    of ``metric`` over each variant's complete runs (default ``completion_time_ratio``, ideal /
+    actual completion time, else ``goodput_fraction``), e.g. ``adaptive completes 2.1x sooner
+    than ecmp relative to the ideal (completion_time_ratio 0.95 vs 0.45, means over 3 and 3
+    complete runs)``. Runs that are not complete are left out and counted."""
+    import pandas as pd
+
+    from ..compare import summarize
+    ident = _identity(table)
+    ok = _complete_mask(table)
+    names = table[ident].astype(str).agg(" ".join, axis=1) if ident else pd.Series(["run"] * len(table),
+                                                                                    index=table.index)
+    if metric is None:
+        metric = next((m for m in ("completion_time_ratio", "goodput_fraction", "fct_max_us")
+                       if m in table.columns and pd.to_numeric(table.loc[ok, m], errors="coerce").notna().any()),
+                      None)
+    dropped = int((~ok).sum())
+    tail = f"; {dropped} run{'s' if dropped != 1 else ''} not complete, left out of the means" if dropped else ""
+    if metric is None or not ok.any():
+        return "no complete run with a figure to compare" + tail
+    good = table[ok].assign(_variant=names[ok].to_numpy())
+    s = summarize(good.drop(columns=ident), by=["_variant"])
+    s = s[s[f"{metric}_mean"].notna()]
+    if not len(s):
+        return f"no complete run has {metric}" + tail
+    lower = _lower_is_better(metric)
+    s = s.sort_values(f"{metric}_mean", ascending=lower, kind="stable")
+    best, worst = s.iloc[0], s.iloc[-1]
+    missing = sorted(set(names) - set(s["_variant"]))
+    if missing:
+        tail += "; no complete run of " + ", ".join(missing)
+    if len(s) == 1:
+        return f"only {best['_variant']} to compare: {metric} {_num_text(best[f'{metric}_mean'])}" + tail
+    b, w = float(best[f"{metric}_mean"]), float(worst[f"{metric}_mean"])
+    counts = f"means over {int(best['runs'])} and {int(worst['runs'])} complete runs"
+    if b == w:
+        return f"every variant has the same {metric} ({_num_text(b)}; {counts})" + tail
+    if metric == "completion_time_ratio":
+        head = f"{best['_variant']} completes {b / w:.2f}x sooner than {worst['_variant']} relative to the ideal"
+    elif lower and (metric.endswith("_us") or metric.endswith("_s")):
+        head = (f"{best['_variant']} is {w / b:.2f}x faster than {worst['_variant']} by {metric}"
+                if b > 0 else f"{best['_variant']} is fastest and {worst['_variant']} slowest by {metric}")
+    elif lower:
+        head = f"{best['_variant']} is best and {worst['_variant']} worst by {metric} (lower is better)"
+    else:
+        head = f"{best['_variant']} reaches {b / w:.2f}x the {metric} of {worst['_variant']}" if w > 0 else \
+            f"{best['_variant']} is best and {worst['_variant']} worst by {metric}"
+    return f"{head} ({metric} {_num_text(b)} vs {_num_text(w)}, {counts})" + tail
+
+
+def render_compare_report(table, title: str = "fabricsim compare", metric: str | None = None) -> str:
+    """The HTML text of :func:`write_compare_report`."""
+    import math
+
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from ..compare import summarize
+    from .plots import plot_effective_bandwidth
+
+    e = html.escape
+    ident = _identity(table)
+    ok = _complete_mask(table)
+    names = table[ident].astype(str).agg(" ".join, axis=1) if ident else pd.Series(["run"] * len(table),
+                                                                                    index=table.index)
+    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>",
+             f"<style>{_CSS}</style></head><body>", f"<h1>{e(title)}</h1>",
+             f"<p>{len(table)} runs, {names.nunique()} variants ({e(', '.join(ident) or 'one configuration')}), "
+             f"seeds {e(', '.join(map(str, pd.unique(table['seed'])))) if 'seed' in table else 'n/a'}</p>",
+             f"<p class=\"verdict\"><b>Verdict:</b> {e(compare_verdict(table, metric))}</p>"]
+    numeric = [c for c in table.columns if c not in ident and c not in ("seed", "status")
+               and pd.api.types.is_numeric_dtype(table[c])]
+    shown = [m for m in _COMPARE_SHOWN if m in numeric]
+    good = table[ok].assign(_variant=names[ok].to_numpy())
+    s = summarize(good.drop(columns=ident), by=["_variant"]) if ok.any() else pd.DataFrame(columns=["_variant"])
+    parts.append("<h2>Per variant (complete runs only)</h2><p>mean ± 95 % confidence half-width over seeds "
+                 "(Student t; none with one run). Lower is better for times, slowdowns, drops and bytes; "
+                 "higher for fractions and ratios.</p>")
+    parts.append("<table><tr><th>variant</th><th>complete / runs</th>"
+                 + "".join(f"<th>{e(m)}</th>" for m in shown) + "</tr>")
+    for variant in dict.fromkeys(names):
+        row = s[s["_variant"] == variant]
+        n_all = int((names == variant).sum())
+        n_ok = int(row["runs"].iloc[0]) if len(row) else 0
+        cells = []
+        for m in shown:
+            if not len(row):
+                cells.append("n/a")
+                continue
+            mean, ci = row[f"{m}_mean"].iloc[0], row[f"{m}_ci95"].iloc[0]
+            cells.append(_num_text(mean) + ("" if ci is None or math.isnan(ci) else f" ± {ci:.2g}"))
+        cls = " class=\"flag\"" if n_ok < n_all else ""
+        parts.append(f"<tr{cls}><td>{e(variant)}</td><td class=\"v\">{n_ok} / {n_all}</td>"
+                     + "".join(f"<td class=\"v\">{e(c)}</td>" for c in cells) + "</tr>")
+    parts.append("</table>")
+    if ok.any() and any(m in table.columns for m in ("goodput_fraction", "completion_time_ratio")):
+        fig = Figure(figsize=(max(5.0, 1.2 * good["_variant"].nunique() + 2), 4.0))
+        ax = fig.add_subplot()
+        plot_effective_bandwidth(good.assign(policy=good["_variant"]), ax=ax, by="policy")
+        ax.set_title(f"Effective bandwidth: {title}\ncomplete runs only; error bars 95 % CI of the mean",
+                     fontsize="medium")
+        fig.tight_layout()
+        parts.append(f"<figure><img src=\"{_png_data_uri(fig)}\" alt=\"effective bandwidth\"><figcaption>"
+                     "Mean over each variant's complete runs; error bars: 95 % confidence interval of the mean "
+                     "(Student t), the interval of the table above.</figcaption></figure>")
+    parts.append("<h2>Every run</h2><p>Rows in red did not complete (status other than <code>complete</code>) "
+                 "and are left out of the means.</p><table><tr>"
+                 + "".join(f"<th>{e(c)}</th>" for c in ident + ["seed", "status"] + shown) + "</tr>")
+    for i, (_, r) in enumerate(table.iterrows()):
+        status = str(r["status"]) if "status" in table.columns else ("complete" if ok[i] else "incomplete")
+        cls = "" if ok[i] else " class=\"flag\""
+        cells = [str(r[c]) for c in ident] + [str(r.get("seed", ""))] + [status + ("" if ok[i] else " (excluded)")]
+        cells += [_num_text(r[m]) for m in shown]
+        parts.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
+    parts.append("</table><h2>Definitions</h2><table><tr><th>figure</th><th>meaning</th></tr>")
+    for k, v in DEFINITIONS.items():
+        parts.append(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>")
+    parts.append("</table></body></html>\n")
+    return "\n".join(parts)
+
+
+def write_compare_report(table, out_path: str | Path, title: str = "fabricsim compare",
+                         metric: str | None = None) -> Path:
+    """Write one self-contained HTML report of a :func:`fabricsim.compare` table to ``out_path``.
+
+    ``table`` has the identity columns (``table.attrs['identity']``, else every column before
+    ``seed``), ``seed`` and metric columns, and optionally ``status``: runs whose status is not
+    ``complete`` (or, without a status column, whose ``completed`` differs from ``messages``) are
+    listed and flagged, and left out of every mean and of the verdict (:func:`compare_verdict`,
+    by ``metric``). Returns the path written (atomically: no half-written file)."""
+    path = Path(out_path)
+    text = render_compare_report(table, title=title, metric=metric)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
