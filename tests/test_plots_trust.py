@@ -218,8 +218,8 @@ def test_collective_bars_are_labelled():
     assert sorted(legend) == ["completion time", "ideal (lower bound)", "incomplete"]
     values = [t.get_text() for t in ax.texts]
     assert values == ["2", "3.5"]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["0 all_to_all dispatch", "1 all_to_all combine",
-                                                             "2 all_to_all dispatch"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0\nall_to_all\ndispatch", "1\nall_to_all\ncombine",
+                                                             "2\nall_to_all\ndispatch"]
 
 
 def test_report_has_a_verdict_computed_from_the_summary(written):

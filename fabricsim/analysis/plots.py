@@ -20,6 +20,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 PS_PER_US = 1e6
+#: utilisation of a sample interval counted as saturated by :func:`plot_link_utilisation_timeseries`
+SATURATED = 0.9
 
 
 def _ax(ax):
@@ -213,13 +215,18 @@ def plot_link_utilisation(links, ax=None, max_links: int = 400, link_timeseries=
 
 def plot_link_utilisation_timeseries(link_timeseries, links, ax=None, top: int = 6):
     """Utilisation (% of line rate) per sample interval against simulated time (µs) of the ``top``
-    links with the highest utilisation in any interval (``Result.link_timeseries``,
-    ``outputs.link_sample_interval``): when and for how long the busiest links were saturated,
-    which the run-average bars of :func:`plot_link_utilisation` cannot show."""
+    busiest links (``Result.link_timeseries``, ``outputs.link_sample_interval``): those that spent
+    longest at or above :data:`SATURATED` of line rate, then by highest interval. It shows when and
+    for how long links were saturated, which the run-average bars of
+    :func:`plot_link_utilisation` cannot."""
     ax, lt, lk = _link_series(link_timeseries, links, ax)
     if lt is None:
         return ax
-    peak = lt.groupby("link_id")["utilisation"].max().sort_values(ascending=False, kind="stable").head(top)
+    width = (lt["bin_end_ps"] - lt["bin_start_ps"]).astype("float64")
+    busy = (width * (lt["utilisation"] >= SATURATED)).groupby(lt["link_id"]).sum() / PS_PER_US
+    rank = pd.DataFrame({"busy_us": busy, "peak": lt.groupby("link_id")["utilisation"].max()})
+    rank = rank.sort_values(["busy_us", "peak"], ascending=False, kind="stable").head(top)
+    peak = rank["peak"]
     names = lk.set_index("link_id") if "link_id" in lk else None
     for link_id, p in peak.items():
         d = lt[lt["link_id"] == link_id].sort_values("bin_start_ps")
@@ -229,7 +236,8 @@ def plot_link_utilisation_timeseries(link_timeseries, links, ax=None, top: int =
         if names is not None and link_id in names.index:
             row = names.loc[link_id]
             label = f"{row.get('src_name', row.get('src'))}->{row.get('dst_name', row.get('dst'))}"
-        ax.stairs(u, t, label=f"{label} (peak {p * 100:.0f} %)")
+        ax.stairs(u, t, label=f"{label} (peak {p * 100:.0f} %, {rank.loc[link_id, 'busy_us']:.3g} µs "
+                              f"at >= {SATURATED * 100:.0f} %)")
     ax.axhline(100, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xlabel("simulated time (µs)")
     ax.set_ylabel("utilisation per interval (% of line rate)")
@@ -278,8 +286,9 @@ def plot_effective_bandwidth(df: pd.DataFrame, ax=None, metrics=("goodput_fracti
         ax.set_xticks(x)
         ax.set_xticklabels(groups)
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_ylim(0, max(1.0, ax.get_ylim()[1]) * 1.3)      # room for the legend above the bars
         ax.legend(fontsize="small", title="mean over seeds; error bars: 95 % CI of the mean" if any_ci else None,
-                  title_fontsize="x-small")
+                  title_fontsize="x-small", loc="upper left", ncol=len(metrics))
     ax.set_xlabel(by)
     ax.set_ylabel("fraction of ideal (1 = ideal fabric)")
     scen = df["scenario"].iloc[0] if len(df) and "scenario" in df.columns and df["scenario"].nunique() == 1 else None
@@ -321,7 +330,10 @@ def plot_collectives(collectives, ax=None, max_ops: int = 60):
             if col in c:
                 labels = [f"{o} {k}" if k not in ("", "nan", "None", "<NA>") else o
                           for o, k in zip(labels, c[col].astype(str))]
-        ax.set_xticklabels(labels, rotation=90, fontsize="x-small")
+        if len(labels) <= 8:      # few operations: horizontal, one word per line
+            ax.set_xticklabels([lab.replace(" ", "\n") for lab in labels], fontsize="x-small")
+        else:
+            ax.set_xticklabels(labels, rotation=90, fontsize="x-small")
         ax.legend(fontsize="small")
         ax.margins(y=0.12)
     ax.set_xlabel("operation")
