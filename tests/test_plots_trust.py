@@ -101,6 +101,16 @@ def test_load_results_reads_every_table_the_writer_writes(written):
     assert {"link_heatmap", "link_utilisation_timeseries"} <= set(plots.figures(loaded))
 
 
+def test_plot_command_writes_every_figure_run_report_draws(written, tmp_path):
+    from click.testing import CliRunner
+
+    from fabricsim.cli import main
+    res, out = written
+    r = CliRunner().invoke(main, ["plot", str(out)])
+    assert r.exit_code == 0, r.output
+    assert {p.stem for p in (out / "plots").glob("*.png")} == set(plots.figures(res))
+
+
 # ------------------------------------------------------------------ 3. goodput fraction of NIC line rate
 
 def test_nic_goodput_fraction_on_an_nvlink_cluster_is_against_the_nic_line_rate(tmp_path):

@@ -159,7 +159,7 @@ def render_report(result) -> str:
 
     s = result.summary
     e = html.escape
-    title = f"fabricsim report: {s.get('scenario', '')} (seed {s.get('seed', '')})"
+    title = f"fabricsim report: {s.get('scenario', '')}, routing {s.get('routing', '')}, seed {s.get('seed', '')}"
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>",
              f"<style>{_CSS}</style></head><body>", f"<h1>{e(title)}</h1>"]
     run = s.get("run", {})
