@@ -11,8 +11,10 @@ from ..errors import ConfigError
 from .result import Result
 
 #: Result attribute -> table file stem
+#: (every table :class:`~fabricsim.analysis.writer.ResultsFolder` writes; a test checks the two agree)
 _TABLES = {"messages": "messages", "links": "links", "latency": "latency_histogram",
-           "goodput": "goodput_timeseries", "collectives": "collectives", "nics": "nics"}
+           "goodput": "goodput_timeseries", "collectives": "collectives",
+           "link_timeseries": "link_timeseries", "nics": "nics"}
 
 
 def _read_table(folder: Path, stem: str) -> pd.DataFrame:

@@ -140,6 +140,12 @@ def _all_active(table, model, recorder, all_done: bool, sender_capacity: int):
     return b * 8 * PS_PER_S / window / sender_capacity, None, window, min_window
 
 
+def _is_nvlink(g, host: int, switch: int) -> bool:
+    """Whether the host's link(s) to ``switch`` are NVLink (scale-up), not a scale-out NIC port."""
+    return g.nodes[switch].get("domain") == "nvlink" or any(
+        d.get("kind") == "nvlink" for d in g.get_edge_data(host, switch).values())
+
+
 def _pct(values, q):
     if len(values) == 0:
         return None
@@ -211,19 +217,30 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     relay = model.relays(t_src, t_dst)
     host = np.where(relay < 0, t_src, relay)
     cls = model.pair_classes(host, t_dst)
+    g = topo.graph
+    nic_cls: set[int] = set()     # pair classes whose payload leaves by a scale-out NIC port
     if len(host):
         ncls = int(cls.max()) + 1
         for k in np.unique(host * ncls + cls, return_inverse=True)[0].tolist():   # (sort, not hash)
             h, c = divmod(k, ncls)
-            used_ports.setdefault(h, set()).update(model.ports(*model.representative(c))[0])
-    g = topo.graph
+            first = model.ports(*model.representative(c))[0]
+            used_ports.setdefault(h, set()).update(first)
+            if any(not _is_nvlink(g, h, s) for s in first):
+                nic_cls.add(c)
     sender_capacity = sum(d["rate_bps"] for h, sws in used_ports.items() for s in sws
                           for d in g.get_edge_data(h, s).values())
+    # the hosts' scale-out NIC line rate: the same ports without the NVLink ones
+    nic_capacity = sum(d["rate_bps"] for h, sws in used_ports.items() for s in sws if not _is_nvlink(g, h, s)
+                       for d in g.get_edge_data(h, s).values())
     delivered = int(msgs["delivered_bytes"].sum())
     span = max((t_end if t_end is not None else outcome.end_ps) - t0, 1)
     if not all_done:
         span = max(outcome.end_ps - t0, 1)
     goodput_bps = delivered * 8 * PS_PER_S / span
+    nic_msg = np.isin(cls, np.fromiter(nic_cls, dtype=np.int64, count=len(nic_cls)))[rows] if len(host) \
+        else np.zeros(len(msgs), dtype=bool)
+    nic_delivered = int(msgs["delivered_bytes"].to_numpy(dtype=np.int64)[nic_msg].sum())
+    nic_goodput_bps = nic_delivered * 8 * PS_PER_S / span
     # ideal duration: the dependency-aware lower bound (critical path and port load with
     # release heads and delivery tails; fabricsim/analysis/bound.py)
     bound = LowerBound(model, table)
@@ -269,6 +286,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
             "goodput_bps": goodput_bps,
             "sender_capacity_bps": sender_capacity,
             "goodput_fraction": goodput_bps / sender_capacity if sender_capacity else None,
+            "nic_capacity_bps": nic_capacity,
+            "nic_goodput_bps": nic_goodput_bps,
+            "nic_goodput_fraction": nic_goodput_bps / nic_capacity if nic_capacity else None,
             "completion_time_ratio": (ideal_pattern / duration) if (duration and ideal_pattern) else None,
             "goodput_while_all_active_fraction": all_active,
             "goodput_while_all_active_null_reason": all_active_why,

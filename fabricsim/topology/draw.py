@@ -20,10 +20,10 @@ def draw_topology(topo: Topology, path: str | Path, source: str = "--draw") -> P
     if g.number_of_nodes() > MAX_NODES:
         raise TopologyError(f"{g.number_of_nodes()} nodes are too many to draw (allowed: at most {MAX_NODES}; "
                             f"try topologies/cluster_small_draw.yaml)", source=source, field="--draw")
+    # a Figure outside pyplot: rendered by Agg on savefig, no backend selected or changed
     import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
 
     def row(n):
         d = g.nodes[n]
@@ -41,8 +41,9 @@ def draw_topology(topo: Topology, path: str | Path, source: str = "--draw") -> P
         w = len(members)
         for i, n in enumerate(members):
             pos[n] = ((i + 0.5) / w, y)
-    cmap = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(12, 2 + 1.4 * len(rows)))
+    cmap = matplotlib.colormaps["tab10"]
+    fig = Figure(figsize=(12, 2 + 1.4 * len(rows)))
+    ax = fig.add_subplot()
     by_colour: dict = {}
     for u, v, d in g.edges(data=True):
         colour = (0.6, 0.6, 0.6, 0.35) if d.get("kind") == "nvlink" else cmap(d.get("plane", 0) % 10)
@@ -70,5 +71,4 @@ def draw_topology(topo: Topology, path: str | Path, source: str = "--draw") -> P
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=110)
-    plt.close(fig)
     return out
