@@ -1,7 +1,8 @@
 """Every notebook under notebooks/ executes and shows every figure it creates.
 
-nbmake (the default ``--nbmake`` run of notebooks/) only checks that no cell raises: a notebook
-whose figures silently vanish (a library switching matplotlib to Agg on import) passes it. Here
+This is the test run's only execution of the notebooks (a cell that raises fails it). Checking
+that no cell raises is not enough: a notebook whose figures silently vanish (a library switching
+matplotlib to Agg on import) would pass that. Here
 each notebook runs in a kernel with ``matplotlib.pyplot.figure`` counted (every pyplot figure,
 including those of ``plt.subplots`` and of ``fabricsim.plot_*`` without an ``ax``), and the
 number of ``image/png`` outputs must equal the number of figures created.
