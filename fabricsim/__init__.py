@@ -17,8 +17,10 @@ _LAZY = {
     "plot_fct_cdf": "fabricsim.analysis.plots", "plot_latency_cdf": "fabricsim.analysis.plots",
     "plot_goodput": "fabricsim.analysis.plots", "plot_link_utilisation": "fabricsim.analysis.plots",
     "plot_effective_bandwidth": "fabricsim.analysis.plots", "plot_collectives": "fabricsim.analysis.plots",
-    "plot_reorder_distance": "fabricsim.analysis.plots",
+    "plot_reorder_distance": "fabricsim.analysis.plots", "plot_link_utilisation_timeseries": "fabricsim.analysis.plots",
+    "plot_link_heatmap": "fabricsim.analysis.plots", "plot_queue_timeseries": "fabricsim.analysis.plots",
     "load_results": "fabricsim.analysis.load", "write_report": "fabricsim.analysis.report",
+    "write_compare_report": "fabricsim.analysis.report",
 }
 __all__ = ["__version__", *_LAZY]
 

@@ -37,7 +37,14 @@ def test_python_m_fabricsim_and_dash_h():
 
 
 def test_lazy_names_are_the_real_objects():
+    import importlib
+
     import fabricsim
     from fabricsim.api import run
     assert fabricsim.run is run
     assert set(fabricsim.__all__) <= set(dir(fabricsim))
+    for name in fabricsim.__all__:          # every advertised name resolves to its module's object
+        if name != "__version__":
+            obj = getattr(fabricsim, name)
+            assert callable(obj), name
+            assert obj is getattr(importlib.import_module(obj.__module__), obj.__name__), name
