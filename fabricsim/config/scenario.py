@@ -14,6 +14,7 @@ from .policy import CongestionControlSection, NicSection, ReceiverSection, Routi
 from .switch import SwitchFeatures
 from .topology import LeafSpineConfig, TopologyConfig
 from .traffic import TrafficConfig, PermutationTraffic
+from .yaml_loader import load_yaml_text
 from .types import STRICT, PositiveSize, PositiveTime, Size
 
 
@@ -227,10 +228,30 @@ def parse_field(field: str) -> tuple:
     return tuple(out)
 
 
+#: longest repr of a bad value in an error message (a value may be a huge nested list)
+SHOWN_CHARS = 80
+
+
+class _Shown:
+    """A value as an error message shows it: a repr (``reprlib``: a few items, a few levels)
+    cut to :data:`SHOWN_CHARS` characters, never built in full first."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self) -> str:
+        import reprlib
+        r = reprlib.Repr()
+        r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 6, 6, 6, 6
+        r.maxstring = r.maxother = r.maxlong = SHOWN_CHARS
+        text = r.repr(self.value) if isinstance(self.value, (list, tuple, dict, set)) else repr(self.value)
+        return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
 def _bound_message(err: dict) -> str | None:
     """Pydantic's generic constraint messages -> 'got X (allowed: ...)'."""
     ctx = err.get("ctx") or {}
-    got = err.get("input")
+    got = _Shown(err.get("input"))
     t = err["type"]
     bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
               "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
@@ -352,7 +373,7 @@ def validation_to_config_error(exc: ValidationError, source: str, root: yaml.Nod
     elif err["type"] == "literal_error":
         expected = ctx.get("expected")
         if expected:
-            msg = f"got {err.get('input')!r} (allowed: {expected})"
+            msg = f"got {_Shown(err.get('input'))!r} (allowed: {expected})"
     else:
         msg = _bound_message(err) or msg
     msg = " ".join(msg.split())  # one line
@@ -434,15 +455,7 @@ def load_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
         raise ConfigError("file not found", source=str(path)) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc.__class__.__name__} (allowed: a readable UTF-8 YAML file)", source=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"not valid YAML: {problem}", source=str(path),
-                          line=mark.line + 1 if mark else None) from None
-    return data, node
+    return load_yaml_text(text, str(path))
 
 
 def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> None:

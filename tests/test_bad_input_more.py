@@ -1,0 +1,92 @@
+"""Bad input found by users (issue 13): each gives one line naming the file (and field or line),
+exit status 2, no traceback and nothing written."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import yaml
+
+from fabricsim.cli import main
+from fabricsim.errors import ConfigError
+
+from conftest import BASE_SCENARIO, parse_error_line
+
+
+def _refused(runner, path, tmp_path, *args):
+    """``validate`` and ``run -o`` both refuse ``path`` with exit 2 and one error line, writing
+    nothing; returns the parsed line."""
+    res = runner.invoke(main, ["validate", str(path), *args])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    parsed = parse_error_line(res.output.strip(), path)
+    out = tmp_path / "out"
+    res = runner.invoke(main, ["run", str(path), "-o", str(out), "-q", *args])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    assert not out.exists() or not any(out.rglob("*")), sorted(out.rglob("*"))
+    return parsed
+
+
+# --- YAML ------------------------------------------------------------------------------------
+
+
+def _laughs(levels: int = 9) -> str:
+    lines = ['  - &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"  - &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "description: anchors\nx-anchors:\n" + "\n".join(lines) + f"\nname: *a{levels - 1}\n"
+
+
+def test_billion_laughs_is_refused_quickly(runner, write, tmp_path):
+    p = write("laughs.yaml", _laughs())
+    err = _refused(runner, p, tmp_path)
+    assert "aliases expand to more than" in err["msg"] and err["line"] is not None
+
+
+def test_a_small_alias_expansion_in_a_string_field_gives_a_short_message(runner, write, tmp_path):
+    # under the expansion limit (9**5 strings), but far too long to print in an error message
+    p = write("laughs.yaml", _laughs(5).replace("x-anchors", "description"))
+    p.write_text(p.read_text().replace("description: anchors\n", ""))
+    err = _refused(runner, p, tmp_path)
+    assert err["field"] == "name" and len(err["msg"]) < 200, err
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(runner, write, tmp_path):
+    err = _refused(runner, write("cyc.yaml", "name: &a [*a]\n"), tmp_path)
+    assert "refers to the anchor it is inside" in err["msg"]
+
+
+def test_deep_nesting_is_refused_without_recursion_error(runner, write, tmp_path):
+    p = write("deep.yaml", "name: " + "[" * 20000 + "]" * 20000 + "\n")
+    err = _refused(runner, p, tmp_path)
+    assert "levels deep" in err["msg"] and err["line"] == 1
+
+
+def test_deep_nesting_through_aliases_is_refused(runner, write, tmp_path):
+    body = "\n".join(["description: chain", "x:", "  - &a0 [1]"] +
+                     [f"  - &a{i} [*a{i - 1}]" for i in range(1, 300)]) + "\n"
+    err = _refused(runner, write("chain.yaml", body), tmp_path)
+    assert "levels of nesting" in err["msg"]
+
+
+@pytest.mark.parametrize("text, line, field", [
+    (BASE_SCENARIO + "simulation: {seed: 3}\n", 15, "simulation"),
+    (BASE_SCENARIO + "outputs: {formats: [csv], formats: [csv]}\n", 15, "outputs.formats"),
+    (BASE_SCENARIO.replace("  spines: 2\n", "  spines: 2\n  leaves: 3\n"), 7, "topology.leaves"),
+])
+def test_duplicate_keys_are_refused(runner, write, tmp_path, text, line, field):
+    err = _refused(runner, write("dup.yaml", text), tmp_path)
+    assert err["line"] == line and err["field"] == field and "duplicate key" in err["msg"], err
+
+
+def test_merge_keys_may_still_be_overridden():
+    from fabricsim.config.yaml_loader import load_yaml_text
+    data, _ = load_yaml_text("base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\n", "f.yaml")
+    assert data["c"] == {"x": 1, "y": 3}
+
+
+def test_yaml_loader_doctests():
+    import doctest
+    from fabricsim.config import yaml_loader
+    assert doctest.testmod(yaml_loader).failed == 0
