@@ -90,3 +90,25 @@ def test_yaml_loader_doctests():
     import doctest
     from fabricsim.config import yaml_loader
     assert doctest.testmod(yaml_loader).failed == 0
+
+
+# --- scenario name -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "a/b", "a\\\\b", "-rf", "x" * 129])
+def test_a_name_that_is_not_one_safe_folder_name_is_refused(runner, write, tmp_path, name):
+    p = write("n.yaml", BASE_SCENARIO.replace("name: t", f"name: '{name}'"))
+    err = _refused(runner, p, tmp_path)
+    assert err["field"] == "name" and err["line"] == 1 and "allowed:" in err["msg"], err
+
+
+def test_a_name_given_by_set_is_checked_too(runner, write, tmp_path):
+    p = write("n.yaml", BASE_SCENARIO)
+    err = _refused(runner, p, tmp_path, "--set", "name=..")
+    assert err["field"] == "name" and "--set name=.." in err["msg"], err
+
+
+@pytest.mark.parametrize("name", ["t", "all_to_all_16", "run-2.b", "_x"])
+def test_safe_names_are_accepted(name):
+    from fabricsim.config.scenario import load_scenario
+    assert load_scenario({**yaml.safe_load(BASE_SCENARIO), "name": name}).scenario.name == name

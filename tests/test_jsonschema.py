@@ -78,6 +78,7 @@ MALFORMED = {
     "cluster fields without kind": {"topology": {"racks": 2}},
     "unknown field under a trace": {"traffic": {"pattern": "trace", "path": "t.csv", "bogus": 1}},
     "name with a path separator": {"name": "a/b"},
+    "name that is the parent folder": {"name": ".."},
     "wrong type": {"simulation": {"seed": "one"}},
 }
 

@@ -18,6 +18,11 @@ from .yaml_loader import load_yaml_text
 from .types import STRICT, PositiveSize, PositiveTime, Size
 
 
+#: a scenario name: one path component that is neither '.', '..', hidden, nor an option ('-x')
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+NAME_MAX = 128
+
+
 class SimulationConfig(BaseModel):
     """Engine, seed, time limit and packetisation."""
 
@@ -117,7 +122,9 @@ class Scenario(BaseModel):
     """A whole scenario. ``base_dir`` is where relative file paths in it are resolved."""
 
     model_config = STRICT
-    name: str = Field("scenario", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field("scenario", min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN, description=(
+        "names the results folder (results/<name>): letters, digits, '_', '.', '-', starting with "
+        "a letter, digit or '_' (so never '.', '..' or a path)"))
     description: str = ""
     profile: str = Field("none", description=(
         "deployment profile expanded beneath the scenario's own settings (fabricsim/config/profiles.py): "
@@ -273,7 +280,10 @@ def _bound_message(err: dict) -> str | None:
     if t == "list_type":
         return f"got {got!r} (allowed: a list)"
     if t == "string_pattern_mismatch":
-        return f"got {got!r} (allowed: letters, digits, '_', '.', '-')"
+        return (f"got {got!r} (allowed: letters, digits, '_', '.', '-', starting with a letter, digit "
+                f"or '_')")
+    if t == "string_too_long":
+        return f"got {len(got.value)} characters (allowed: at most {ctx.get('max_length')})"
     if t in ("too_short", "too_long"):
         return err["msg"].replace("List should", "list should")
     return None
