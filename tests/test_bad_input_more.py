@@ -112,3 +112,32 @@ def test_a_name_given_by_set_is_checked_too(runner, write, tmp_path):
 def test_safe_names_are_accepted(name):
     from fabricsim.config.scenario import load_scenario
     assert load_scenario({**yaml.safe_load(BASE_SCENARIO), "name": name}).scenario.name == name
+
+
+# --- unknown fields under a union member ------------------------------------------------------
+
+
+@pytest.mark.parametrize("section, body", [
+    ("traffic", "pattern: trace\n  path: t.csv"),
+    ("traffic", "pattern: csv\n  path: m.csv"),
+    ("traffic", "pattern: incast"),
+    ("topology", "kind: file\n  path: x.yaml"),
+    ("topology", "kind: cluster\n  racks: 1"),
+    ("topology", "kind: nvl72_rack"),
+])
+def test_an_unknown_field_under_any_union_member_is_named_by_its_section(runner, write, tmp_path, section, body):
+    p = write("u.yaml", f"name: u\n{section}:\n  {body}\n  bogus: 1\n")
+    err = _refused(runner, p, tmp_path)
+    assert err["field"] == f"{section}.bogus" and "unknown field" in err["msg"], err
+
+
+def test_union_tags_are_read_from_the_models():
+    import typing
+    from fabricsim.config.scenario import Scenario, union_tags
+    sections, tags = union_tags()
+    assert sections == {"topology", "traffic"}
+    for s in sections:
+        fld = Scenario.model_fields[s]
+        members = typing.get_args(fld.annotation)
+        assert {m.model_fields[fld.discriminator].default for m in members} <= tags
+    assert "trace" in tags

@@ -189,8 +189,21 @@ def _node_line(node: yaml.Node | None, path: tuple) -> int | None:
     return line
 
 
-_UNION_SECTIONS = {"topology", "traffic"}
-_UNION_TAGS = {"leaf_spine", "explicit", "file", "nvl72_rack", "hgx_node", "cluster", "permutation", "all_to_all", "incast", "csv"}
+def union_tags() -> tuple[set[str], set[str]]:
+    """``(sections, tags)``: the scenario sections holding a discriminated union (topology,
+    traffic) and every tag of their members (``kind: ...``, ``pattern: ...``), read from the
+    models, so a new topology kind or traffic pattern is covered without listing it here."""
+    import typing
+    sections, tags = set(), set()
+    for name, fld in Scenario.model_fields.items():
+        disc = fld.discriminator
+        if not isinstance(disc, str):
+            continue
+        sections.add(name)
+        for m in typing.get_args(fld.annotation):
+            if isinstance(m, type) and issubclass(m, BaseModel) and disc in m.model_fields:
+                tags.add(str(m.model_fields[disc].default))
+    return sections, tags
 
 
 def _clean_loc(loc: tuple) -> tuple:
@@ -200,12 +213,13 @@ def _clean_loc(loc: tuple) -> tuple:
     ``traffic``) or at the very start (a topology file), so a user key that happens to be
     spelled like a tag (``topology: {file: x}``) is still reported.
     """
+    sections, tags = union_tags()
     out = []
     for i, part in enumerate(loc):
         if isinstance(part, str):
             if part.startswith("function-") or "[" in part or part.endswith("Config"):
                 continue
-            if part in _UNION_TAGS and (i == 0 or (i == 1 and loc[0] in _UNION_SECTIONS)):
+            if part in tags and (i == 0 or (i == 1 and loc[0] in sections)):
                 continue
         out.append(part)
     return tuple(out)
