@@ -141,3 +141,26 @@ def test_union_tags_are_read_from_the_models():
         members = typing.get_args(fld.annotation)
         assert {m.model_fields[fld.discriminator].default for m in members} <= tags
     assert "trace" in tags
+
+
+# --- --set typos ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("override, field, hint", [
+    ("routing.polcy=spray", "routing.polcy", "did you mean 'policy'?"),
+    ("congestion_control.algoritm=dcqcn", "congestion_control.algoritm", "did you mean 'algorithm'?"),
+    ("routing.gap=5us", "routing.gap", "gap is a parameter of flowlet"),
+    ("simulation.flow.quantm=1us", "simulation.flow.quantm", "did you mean 'quantum'?"),
+    ("routing.policy=flowlet routing.gapp=5us", "routing.gapp", "did you mean 'gap'?"),
+])
+def test_set_typos_name_the_field_and_the_likely_spelling(runner, write, tmp_path, override, field, hint):
+    args = [a for o in override.split() for a in ("--set", o)]
+    err = _refused(runner, write("s.yaml", BASE_SCENARIO), tmp_path, *args)
+    assert err["field"] == field and err["msg"].startswith("unknown field") and hint in err["msg"], err
+    assert "takes no parameters (" not in err["msg"].split(";")[0]
+
+
+def test_the_same_typo_in_the_file_gets_the_same_message_with_its_line(runner, write, tmp_path):
+    p = write("s.yaml", BASE_SCENARIO.replace("  policy: ecmp", "  polcy: spray"))
+    err = _refused(runner, p, tmp_path)
+    assert err["field"] == "routing.polcy" and err["line"] == 11 and "did you mean 'policy'?" in err["msg"], err

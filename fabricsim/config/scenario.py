@@ -78,7 +78,10 @@ class SimulationConfig(BaseModel):
                 loc = ".".join(str(x) for x in err["loc"])
                 msg = err["msg"]
                 if err["type"] == "extra_forbidden":
-                    msg = f"unknown field (allowed: {', '.join(params_model.model_fields)})"
+                    import difflib
+                    close = difflib.get_close_matches(str(err["loc"][-1]), params_model.model_fields, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    msg = f"unknown field (allowed: {', '.join(params_model.model_fields)}){hint}"
                 raise ValueError(f"{other}.{loc}: {msg}") from None
             if other == name:
                 chosen = params
