@@ -67,7 +67,7 @@ class PolicySection(BaseModel):
         takers = [n for n in reg.names()
                   if key in (getattr(getattr(reg.get(n), "Params", None), "model_fields", None) or {})]
         taken = f"; {key} is a parameter of {', '.join(takers)}" if takers else ""
-        return (f"{key}: unknown field (allowed: {cls.name_field}; {cls.name_field} {name} takes no "
+        return (f"{key}: unknown field (allowed: {cls.name_field}; {cls.name_field} {name!r} takes no "
                 f"parameters{taken}){hint}")
 
     @model_serializer(mode="plain")
