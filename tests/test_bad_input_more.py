@@ -164,3 +164,99 @@ def test_the_same_typo_in_the_file_gets_the_same_message_with_its_line(runner, w
     p = write("s.yaml", BASE_SCENARIO.replace("  policy: ecmp", "  polcy: spray"))
     err = _refused(runner, p, tmp_path)
     assert err["field"] == "routing.polcy" and err["line"] == 11 and "did you mean 'policy'?" in err["msg"], err
+
+
+# --- values the simulator cannot hold, found before anything is written -------------------------
+
+
+def test_a_switch_buffer_smaller_than_one_packet_is_refused(runner, write, tmp_path):
+    p = write("b.yaml", BASE_SCENARIO.replace("  spines: 2\n", "  spines: 2\n  buffer: {size: 1KiB}\n"))
+    err = _refused(runner, p, tmp_path)
+    assert err["field"] == "topology.buffer.size" and err["line"] == 7, err
+    assert "4178 B" in err["msg"] and "allowed: at least 4178 B" in err["msg"], err
+
+
+@pytest.mark.parametrize("args, field", [
+    (("--set", "topology.buffer.size=4KiB"), "topology.buffer.size"),           # 4096 < 4096 + 82
+    (("--set", "simulation.cell_packets=4", "--set", "topology.buffer.size=10KiB"), "topology.buffer.size"),
+    (("--set", "switch.buffer.admission=dynamic", "--set", "switch.buffer.size=2KiB"), "switch.buffer.size"),
+])
+def test_buffer_against_packet_via_set(runner, write, tmp_path, args, field):
+    err = _refused(runner, write("b.yaml", BASE_SCENARIO), tmp_path, *args)
+    assert err["field"] == field and "cannot hold one packet" in err["msg"], err
+
+
+def test_a_buffer_of_one_packet_is_accepted():
+    from fabricsim.config.scenario import load_scenario
+    data = yaml.safe_load(BASE_SCENARIO)
+    data["topology"]["buffer"] = {"size": 4096 + 82}
+    assert load_scenario(data).scenario.topology.buffer.size == 4178
+
+
+def test_a_small_buffer_in_a_topology_file_names_that_file(runner, write, tmp_path):
+    t = write("topo.yaml", "kind: leaf_spine\nhosts_per_leaf: 2\nleaves: 2\nspines: 1\nbuffer:\n  size: 4KiB\n")
+    p = write("s.yaml", "name: s\ntopology: {kind: file, path: topo.yaml}\n")
+    res = runner.invoke(main, ["validate", str(p)])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    err = parse_error_line(res.output.strip(), t)
+    assert err["field"] == "buffer.size" and err["line"] == 6, err
+
+
+def test_traffic_starting_after_the_time_limit_is_refused(runner, write, tmp_path):
+    p = write("s.yaml", BASE_SCENARIO.replace("  message_size: 64KiB\n", "  message_size: 64KiB\n  start: 2ms\n"))
+    err = _refused(runner, p, tmp_path)
+    assert err["field"] == "traffic.start" and err["line"] == 10 and "simulation.time_limit" in err["msg"], err
+
+
+def _csv_scenario(write, csv_text, pattern="csv", name="m.csv"):
+    write(name, csv_text)
+    return write("s.yaml", f"name: s\ntopology: {{kind: leaf_spine, hosts_per_leaf: 2, leaves: 2, spines: 1}}\n"
+                           f"traffic: {{pattern: {pattern}, path: {name}}}\nsimulation: {{time_limit: 1ms}}\n")
+
+
+TRACE_HEADER = ("id,src,dst,size_bytes,op,phase,layer,microbatch,deps,gap_ps,start_ps,conn,collective,"
+                "collective_bytes\n")
+
+
+def _trace_row(size="1000", start="0", gap="0"):
+    return f"0,0,1,{size},moe.l0.dispatch,dispatch,0,0,,{gap},{start},-1,,0\n"
+
+
+@pytest.mark.parametrize("text, column", [
+    ("id,src,dst,size_bytes\n0,0,1,1000,7,8\n", None),
+    ("id,src,dst,size_bytes\n0,0,1," + "1" + "0" * 30 + "\n", "size_bytes"),
+    ("id,src,dst,size\n0,0,1,1e30B\n", "size"),
+    ("id,src,dst,size_bytes,start_ps\n0,0,1,1000," + "1" + "0" * 30 + "\n", "start_ps"),
+    ("id,src,dst,size_bytes,start_us\n0,0,1,1000,1e30\n", "start_us"),
+    ("id,src,dst,size_bytes,gap\n0,0,1,1000,1e30s\n", "gap"),
+    ("id,src,dst,size_bytes\n" + "1" + "0" * 30 + ",0,1,1000\n", "id"),
+])
+def test_message_csv_values_out_of_range_are_refused(runner, write, tmp_path, text, column):
+    p = _csv_scenario(write, text)
+    res = runner.invoke(main, ["run", str(p), "-o", str(tmp_path / "out"), "-q"])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    err = parse_error_line(res.output.strip(), tmp_path / "m.csv")
+    assert err["line"] == 2 and err["field"] == column, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("pattern, name, text", [
+    ("csv", "m.csv", "id,src,dst,size_bytes,start_ps\n0,0,1,9000000000000000000,0\n"),
+    ("csv", "m.csv", "id,src,dst,size_bytes,start_ps\n0,0,1,1000,9000000000000000000\n"),
+    ("trace", "t.csv", TRACE_HEADER + _trace_row(size="9000000000000000000", start="9000000000000000000")),
+    ("trace", "t.csv", TRACE_HEADER + _trace_row(start="9223372036854775807")),
+    ("trace", "t.jsonl", '{"id": 0, "src": 0, "dst": 1, "size_bytes": 9000000000000000000, "op": "x", '
+                         '"phase": "dispatch"}\n'),
+])
+def test_messages_beyond_a_64_bit_picosecond_clock_are_refused_before_writing(runner, write, tmp_path,
+                                                                             pattern, name, text):
+    p = _csv_scenario(write, text, pattern, name)
+    err = _refused(runner, p, tmp_path)
+    assert err["field"] == "traffic.path" and "64-bit picosecond clock" in err["msg"], err
+
+
+def test_trace_csv_row_with_more_values_than_columns(runner, write, tmp_path):
+    p = _csv_scenario(write, TRACE_HEADER + _trace_row().rstrip("\n") + ",extra\n", "trace", "t.csv")
+    res = runner.invoke(main, ["run", str(p), "-o", str(tmp_path / "out"), "-q"])
+    assert res.exit_code == 2 and "more values than columns" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "out").exists()

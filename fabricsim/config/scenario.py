@@ -159,12 +159,84 @@ class Scenario(BaseModel):
         if sim.header >= sim.mtu * 4:
             raise ValueError(f"simulation.header: {sim.header} B overhead is implausible for a "
                              f"{sim.mtu} B MTU (allowed: less than 4 x mtu)")
+        unit = sim.cell_packets * (sim.mtu + sim.header)
+        small = small_buffer(self.topology, unit, ("topology",))
+        pool = self.switch.buffer
+        if small is None and pool.admission == "dynamic" and pool.size is not None and pool.size < unit:
+            small = (("switch", "buffer", "size"), self.switch.buffer.size)
+        if small is not None:
+            raise ValueError(buffer_message(small, sim))
+        start = getattr(self.traffic, "start", None)
+        if start is not None and start >= sim.time_limit:
+            from .. import units
+            raise ValueError(f"traffic.start: {units.exact_time(start)} is not before simulation.time_limit "
+                             f"({units.exact_time(sim.time_limit)}), so nothing would be sent (allowed: a start "
+                             f"before the time limit)")
         # an engine may refuse combinations it has no model for (engine contract: check_scenario)
         from ..engine import ENGINES
         check = getattr(ENGINES.get(sim.engine), "check_scenario", None)
         if check is not None:
             check(self)
         return self
+
+
+def small_buffer(cfg, unit_bytes: int, path: tuple = ()) -> tuple[tuple, int] | None:
+    """``(field path, size)`` of the first switch buffer in the topology config ``cfg`` that
+    cannot hold one unit of ``unit_bytes`` on the wire (one packet: mtu + header, times
+    cell_packets), else None. NVLink chip buffers count only with ``transport: roce`` (credit
+    flow control does not use them)."""
+    from .topology import BufferSpec, NvlinkSpec
+    if isinstance(cfg, BufferSpec):
+        size = cfg.size_bytes
+        return (path + ("size",), size) if size is not None and size < unit_bytes else None
+    if isinstance(cfg, NvlinkSpec) and cfg.transport != "roce":
+        return None
+    if isinstance(cfg, BaseModel):
+        for name in type(cfg).model_fields:
+            found = small_buffer(getattr(cfg, name), unit_bytes, path + (name,))
+            if found is not None:
+                return found
+    elif isinstance(cfg, list):
+        for i, item in enumerate(cfg):
+            found = small_buffer(item, unit_bytes, path + (i,))
+            if found is not None:
+                return found
+    return None
+
+
+def buffer_message(small: tuple[tuple, int], sim: SimulationConfig, with_field: bool = True) -> str:
+    """The error for :func:`small_buffer`'s finding."""
+    loc, size = small
+    unit = sim.cell_packets * (sim.mtu + sim.header)
+    cells = f" x cell_packets {sim.cell_packets}" if sim.cell_packets > 1 else ""
+    head = f"{format_field(loc)}: " if with_field else ""
+    return (f"{head}a {size} B buffer cannot hold one packet of {unit} B (simulation.mtu {sim.mtu} B + header "
+            f"{sim.header} B{cells}) (allowed: at least {unit} B, or unbounded)")
+
+
+def check_topology_file_buffers(loaded: "LoadedScenario") -> None:
+    """A ``kind: file`` topology's switch buffers against one packet of the scenario (the file is
+    read and validated, not built; a file that does not load is reported when it is built)."""
+    from .topology import TopologyFileRef
+    topo = loaded.scenario.topology
+    if not isinstance(topo, TopologyFileRef):
+        return
+    path = loaded.resolve_path(topo.path)
+    if not path.is_file():
+        return
+    try:
+        data, root = load_yaml(path)
+        from ..topology import _FILE_MODELS
+        model = _FILE_MODELS.get(data.get("kind", "leaf_spine")) if isinstance(data, dict) else None
+        cfg = model.model_validate(data) if model is not None else None
+    except (ConfigError, ValidationError, TypeError):
+        return
+    sim = loaded.scenario.simulation
+    small = small_buffer(cfg, sim.cell_packets * (sim.mtu + sim.header))
+    if small is not None:
+        from ..errors import TopologyError
+        raise TopologyError(buffer_message(small, sim, with_field=False), source=str(path),
+                            field=format_field(small[0]), line=_node_line(root, small[0]) if root else None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -582,4 +654,5 @@ def load_scenario(source: str | Path | dict | Scenario, overrides=(), seed: int 
     loaded = LoadedScenario(scenario, name, base)
     loaded.root = root
     loaded.overrides = applied
+    check_topology_file_buffers(loaded)
     return loaded
