@@ -260,3 +260,47 @@ def test_trace_csv_row_with_more_values_than_columns(runner, write, tmp_path):
     res = runner.invoke(main, ["run", str(p), "-o", str(tmp_path / "out"), "-q"])
     assert res.exit_code == 2 and "more values than columns" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "out").exists()
+
+
+# --- explicit topologies ---------------------------------------------------------------------
+
+EXPLICIT = """\
+name: mh
+topology:
+  kind: explicit
+  nodes:
+    - {name: h0, type: host}
+    - {name: h1, type: host}
+    - {name: h2, type: host}
+    - {name: s0, type: switch, tier: 1}
+    - {name: s1, type: switch, tier: 1}
+  links:
+    - {a: h0, b: s0, rate: 400Gbps}
+    - {a: h1, b: s1, rate: 400Gbps}
+    - {a: h2, b: s0, rate: 400Gbps}
+    - {a: h2, b: s1, rate: 400Gbps}
+traffic: {pattern: permutation}
+simulation: {time_limit: 1ms}
+"""
+
+
+def test_switches_joined_only_through_a_multi_homed_host_are_refused(runner, write, tmp_path):
+    err = _refused(runner, write("mh.yaml", EXPLICIT), tmp_path)
+    assert err["field"] == "topology.links" and err["line"] == 10, err
+    assert "'h0' and 'h1'" in err["msg"] and "only through host 'h2'" in err["msg"], err
+
+
+def test_multi_homed_hosts_on_planes_every_host_shares_are_accepted(runner, write, tmp_path):
+    # two planes (s0, s1), every host on both: no host is needed as a transit node
+    text = EXPLICIT.replace("    - {a: h2, b: s1, rate: 400Gbps}\n",
+                            "    - {a: h2, b: s1, rate: 400Gbps}\n    - {a: h0, b: s1, rate: 400Gbps}\n"
+                            "    - {a: h1, b: s0, rate: 400Gbps}\n")
+    p = write("planes.yaml", text)
+    res = runner.invoke(main, ["run", str(p), "-o", str(tmp_path / "out"), "-q"])
+    assert res.exit_code == 0, res.output
+
+
+def test_a_spine_link_makes_the_same_hosts_valid(runner, write, tmp_path):
+    p = write("ok.yaml", EXPLICIT.replace("  links:\n", "  links:\n    - {a: s0, b: s1, rate: 400Gbps}\n"))
+    res = runner.invoke(main, ["run", str(p), "-o", str(tmp_path / "out"), "-q"])
+    assert res.exit_code == 0, res.output
