@@ -304,3 +304,21 @@ def test_a_spine_link_makes_the_same_hosts_valid(runner, write, tmp_path):
     p = write("ok.yaml", EXPLICIT.replace("  links:\n", "  links:\n    - {a: s0, b: s1, rate: 400Gbps}\n"))
     res = runner.invoke(main, ["run", str(p), "-o", str(tmp_path / "out"), "-q"])
     assert res.exit_code == 0, res.output
+
+
+# --- found by tests/test_malformed_property.py ------------------------------------------------
+
+
+@pytest.mark.parametrize("override, says", [
+    ("topology.buffer.size=-1", "a size must not be negative (or 'unbounded')"),
+    ("switch.pfc.response=soon", "cannot read 'soon' as a time; write e.g. '600ns' (or 'auto')"),
+])
+def test_a_value_or_literal_field_reports_the_value_error(runner, write, tmp_path, override, says):
+    # was "got -1 (allowed: 'unbounded')": the literal alternative's message hid what was wrong
+    err = _refused(runner, write("s.yaml", BASE_SCENARIO), tmp_path, "--set", override)
+    assert says in err["msg"], err
+
+
+def test_internal_fields_are_not_offered_as_allowed(runner, write, tmp_path):
+    err = _refused(runner, write("s.yaml", BASE_SCENARIO), tmp_path, "--set", "simulation.zz=1")
+    assert "allowed: cell_packets" in err["msg"] and "engine_params" not in err["msg"], err

@@ -432,7 +432,23 @@ def allowed_fields(model, loc: tuple, data) -> list[str] | None:
             return None
         params = getattr(impl, "Params", None)
         return [model.name_field] + (sorted(params.model_fields) if params else [])
-    return sorted(model.model_fields)
+    return sorted(n for n, f in model.model_fields.items() if not f.exclude)
+
+
+def _union_error(errors: list) -> tuple[dict, str | None]:
+    """The error to report, and the literal alternatives of its field (``'unbounded'``, ``'auto'``)
+    when the field is a union of a literal and a value: the value's own error says what is wrong
+    with it ('-1: a size must not be negative'), where the literal's ('should be unbounded') hides it."""
+    first = errors[0]
+    loc = tuple(first["loc"])
+    if not loc or not isinstance(loc[-1], str) or not (loc[-1].startswith("literal[") or loc[-1].startswith("function-")):
+        return first, None
+    siblings = [e for e in errors if tuple(e["loc"])[:-1] == loc[:-1] and len(e["loc"]) == len(loc)]
+    values = [e for e in siblings if e["type"] != "literal_error"]
+    literals = [e for e in siblings if e["type"] == "literal_error"]
+    if not values or not literals:
+        return first, None
+    return values[0], " or ".join(str((e.get("ctx") or {}).get("expected")) for e in literals)
 
 
 def validation_to_config_error(exc: ValidationError, source: str, root: yaml.Node | None,
@@ -440,7 +456,8 @@ def validation_to_config_error(exc: ValidationError, source: str, root: yaml.Nod
     """First pydantic error -> one-line ConfigError naming file, field path (and line).
 
     With the input ``data`` and the root ``model``, unknown fields list the allowed ones."""
-    err = exc.errors()[0]
+    errors = exc.errors()
+    err, also = _union_error(errors)
     loc = prefix + _clean_loc(tuple(err["loc"]))
     msg = err["msg"]
     for p in ("Value error, ", "Assertion failed, "):
@@ -475,6 +492,8 @@ def validation_to_config_error(exc: ValidationError, source: str, root: yaml.Nod
             msg = f"got {_Shown(err.get('input'))!r} (allowed: {expected})"
     else:
         msg = _bound_message(err) or msg
+    if also:
+        msg = f"{msg} (or {also})"
     msg = " ".join(msg.split())  # one line
     return ConfigError(msg, source=source, field=format_field(loc),
                        line=_node_line(root, loc) if root else None)
