@@ -322,3 +322,15 @@ def test_a_value_or_literal_field_reports_the_value_error(runner, write, tmp_pat
 def test_internal_fields_are_not_offered_as_allowed(runner, write, tmp_path):
     err = _refused(runner, write("s.yaml", BASE_SCENARIO), tmp_path, "--set", "simulation.zz=1")
     assert "allowed: cell_packets" in err["msg"] and "engine_params" not in err["msg"], err
+
+
+def test_set_values_are_read_under_the_same_yaml_limits(runner, write, tmp_path):
+    err = _refused(runner, write("s.yaml", BASE_SCENARIO), tmp_path, "--set", "description={a: 1, a: 2}")
+    assert err["field"] == "description" and "duplicate key 'a'" in err["msg"], err
+    assert "(from --set description={a: 1, a: 2})" in err["msg"], err
+
+
+def test_set_values_that_are_not_yaml_stay_text():
+    from fabricsim.config.scenario import parse_overrides
+    assert parse_overrides(["description=a: b: c", "simulation.seed=5"]) == [
+        ("description", "a: b: c", "--set description=a: b: c"), ("simulation.seed", 5, "--set simulation.seed=5")]

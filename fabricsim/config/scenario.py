@@ -14,7 +14,7 @@ from .policy import CongestionControlSection, NicSection, ReceiverSection, Routi
 from .switch import SwitchFeatures
 from .topology import LeafSpineConfig, TopologyConfig
 from .traffic import TrafficConfig, PermutationTraffic
-from .yaml_loader import load_yaml_text
+from .yaml_loader import load_yaml_text, load_yaml_value
 from .types import STRICT, PositiveSize, PositiveTime, Size
 
 
@@ -601,9 +601,11 @@ def parse_overrides(items: list[str] | tuple[str, ...], source: str = "--set") -
             raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE", source=source)
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
+            value = load_yaml_value(raw, "--set") if raw != "" else ""
+        except ConfigError as exc:   # a value beyond the YAML limits (duplicate keys, aliases)
+            err = ConfigError(f"{exc.message} (from --set {item})", source=source, field=key.strip())
+            err.from_override = True
+            raise err from None
         out.append((key.strip(), value, f"--set {item}"))
     return out
 

@@ -136,9 +136,9 @@ def expanded_shape(node: yaml.Node | None, max_nodes: int = MAX_EXPANDED_NODES,
     return (0, 0) if node is None else shape(node, 1)
 
 
-def load_yaml_text(text: str, source: str) -> tuple[Any, yaml.Node | None]:
-    """Parse one YAML document -> (data, node tree for line numbers). Raises ConfigError for
-    invalid YAML and for the limits of the module doc."""
+def _compose_checked(text: str, source: str):
+    """(data, node) of one YAML document under the limits; raises yaml.YAMLError for invalid YAML
+    and ConfigError for the limits."""
     loader = BoundedSafeLoader(text, source)
     try:
         node = loader.get_single_node()
@@ -148,11 +148,27 @@ def load_yaml_text(text: str, source: str) -> tuple[Any, yaml.Node | None]:
         except _Unbounded as exc:
             raise ConfigError(str(exc), source=source, line=exc.node.start_mark.line + 1) from None
         data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return data, node
+
+
+def load_yaml_text(text: str, source: str) -> tuple[Any, yaml.Node | None]:
+    """Parse one YAML document -> (data, node tree for line numbers). Raises ConfigError for
+    invalid YAML and for the limits of the module doc."""
+    try:
+        return _compose_checked(text, source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"not valid YAML: {problem}", source=source,
                           line=mark.line + 1 if mark else None) from None
-    finally:
-        loader.dispose()
-    return data, node
+
+
+def load_yaml_value(text: str, source: str) -> Any:
+    """A ``--set`` value: ``text`` read as YAML under the same limits, or the text itself when it
+    is not valid YAML (``--set name=a: b``). Raises ConfigError for the limits."""
+    try:
+        return _compose_checked(text, source)[0]
+    except yaml.YAMLError:
+        return text
