@@ -334,3 +334,21 @@ def test_set_values_that_are_not_yaml_stay_text():
     from fabricsim.config.scenario import parse_overrides
     assert parse_overrides(["description=a: b: c", "simulation.seed=5"]) == [
         ("description", "a: b: c", "--set description=a: b: c"), ("simulation.seed", 5, "--set simulation.seed=5")]
+
+
+# --- a byte-order mark (spreadsheet exports) is not part of the first column's name ------------
+
+
+@pytest.mark.parametrize("pattern", ["csv", "trace"])
+def test_a_utf8_byte_order_mark_is_read_as_such(runner, write, tmp_path, pattern):
+    text = TRACE_HEADER + _trace_row(size="4096") + _trace_row(size="4096").replace("0,0,1,", "1,1,0,", 1)
+    p = _csv_scenario(write, text, pattern)
+    (tmp_path / "m.csv").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    from fabricsim.api import prepare
+    _, sim = prepare(p)
+    assert list(sim.messages.id) == [0, 1]
+    # the ids are read, not numbered: a message CSV whose ids are 5 and 9 keeps them
+    (tmp_path / "m.csv").write_bytes(b"\xef\xbb\xbf" + text.replace("\n0,0,1,", "\n5,0,1,").replace(
+        "\n1,1,0,", "\n9,1,0,").encode())
+    _, sim = prepare(p)
+    assert list(sim.messages.id) == [5, 9]

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fabricsim.cli import main
 
-from conftest import SCENARIOS, TRACES
+from conftest import SCENARIOS, TOPOLOGIES, TRACES
 
 FILES = sorted(SCENARIOS.glob("*.yaml"))
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
@@ -86,25 +86,19 @@ def _registered(section: str | None, key: str) -> set:
     return set(Scenario.model_fields[section].annotation.registry().names())
 
 
-@st.composite
-def malformed_scenarios(draw):
-    """(description, scenario mapping) of a shipped scenario with one mutation that makes it invalid."""
-    name = draw(st.sampled_from(sorted(BASES)))
-    data = copy.deepcopy(BASES[name])
-    kind = draw(st.sampled_from(["wrong_type", "unknown_field", "negative", "unknown_name", "gpu_id", "bad_unit"]))
+def _mutate(draw, data: dict, kind: str, defaults=((("simulation", "mtu"), "4KiB"),
+                                                   (("simulation", "time_limit"), "1ms"))) -> None:
+    """Apply one mutation of ``kind`` that makes ``data`` invalid (in place)."""
+    units_ = [(p, v) for p, v in _leaves(data) if isinstance(v, str) and UNIT_STRING.match(v)] + list(defaults)
     if kind == "wrong_type":
         path, _ = draw(st.sampled_from(_leaves(data)))
-        value = draw(st.sampled_from([[[1]], {"zz_nested": [1, 2]}, [None, "x"]]))
-        _set(data, path, value)
+        _set(data, path, draw(st.sampled_from([[[1]], {"zz_nested": [1, 2]}, [None, "x"]])))
     elif kind == "unknown_field":
-        maps = [p for p, v in _walk(data) if isinstance(v, dict)]
-        path = draw(st.sampled_from(maps))
+        path = draw(st.sampled_from([p for p, v in _walk(data) if isinstance(v, dict)]))
         key = "zz_" + draw(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8))
         _set(data, path + (key,), draw(st.sampled_from([1, "x", None, [1]])))
     elif kind == "negative":
-        units_ = [(p, v) for p, v in _leaves(data) if isinstance(v, str) and UNIT_STRING.match(v)]
-        choices = units_ + [(("simulation", "mtu"), "4KiB"), (("simulation", "time_limit"), "1ms")]
-        path, value = draw(st.sampled_from(choices))
+        path, value = draw(st.sampled_from(units_))
         _set(data, path, draw(st.sampled_from([f"-{value}", "-1KiB", -1, "-0.5us"])))
     elif kind == "unknown_name":
         section, key = draw(st.sampled_from(NAME_FIELDS))
@@ -120,13 +114,60 @@ def malformed_scenarios(draw):
         big = draw(st.integers(10**7, 2**62))
         data["traffic"] = draw(st.sampled_from([{"pattern": "incast", "senders": 1, "receiver": big},
                                                 {"pattern": "incast", "senders": big}]))
-    else:  # bad_unit
-        units_ = [(p, v) for p, v in _leaves(data) if isinstance(v, str) and UNIT_STRING.match(v)]
-        choices = units_ + [(("simulation", "mtu"), "4KiB"), (("simulation", "time_limit"), "1ms")]
-        path, value = draw(st.sampled_from(choices))
+    elif kind == "bad_unit":
+        path, value = draw(st.sampled_from(units_))
         bad = draw(st.sampled_from(["4 parsecs", "fast", "1.5.5us", "12zz", "", "1e999999999B", "0x10ns",
                                     re.sub(r"[A-Za-z\u00b5\u03bc/]+", "furlongs", value)]))
         _set(data, path, bad)
+    else:
+        raise AssertionError(kind)
+
+
+@st.composite
+def malformed_scenarios(draw):
+    """(description, scenario mapping) of a shipped scenario with one mutation that makes it invalid."""
+    name = draw(st.sampled_from(sorted(BASES)))
+    data = copy.deepcopy(BASES[name])
+    kind = draw(st.sampled_from(["wrong_type", "unknown_field", "negative", "unknown_name", "gpu_id", "bad_unit"]))
+    _mutate(draw, data, kind)
+    return f"{kind} on {name}", data
+
+
+#: shipped topology files that build in milliseconds
+SMALL_TOPOLOGIES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted(TOPOLOGIES.glob("*.yaml"))
+                    if p.stem in ("small_explicit", "leaf_spine_32x400g", "leaf_spine_oversub_2to1", "nvl72_rack",
+                                  "cluster_small_draw", "su_576")}
+
+
+@st.composite
+def malformed_topologies(draw):
+    """(description, topology mapping) of a small shipped topology file with one defect."""
+    name = draw(st.sampled_from(sorted(SMALL_TOPOLOGIES)))
+    data = copy.deepcopy(SMALL_TOPOLOGIES[name])
+    kinds = ["wrong_type", "unknown_field", "negative", "bad_unit", "bad_kind"]
+    if data.get("kind") == "explicit":
+        kinds += ["unknown_node", "duplicate_node", "host_to_host", "host_tier", "cut"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "bad_kind":
+        data["kind"] = draw(st.sampled_from(["torus", "file", "", "LEAF_SPINE"]))
+    elif kind == "unknown_node":
+        link = draw(st.sampled_from(data["links"]))
+        link[draw(st.sampled_from(["a", "b"]))] = "zz_" + draw(st.text("abc", min_size=1, max_size=4))
+    elif kind == "duplicate_node":
+        i, j = draw(st.permutations(range(len(data["nodes"]))))[:2]
+        data["nodes"][i]["name"] = data["nodes"][j]["name"]
+    elif kind == "host_to_host":
+        hosts = [n["name"] for n in data["nodes"] if n["type"] == "host"]
+        data["links"].append({"a": hosts[0], "b": hosts[-1], "rate": "400Gbps"})
+    elif kind == "host_tier":
+        host = draw(st.sampled_from([n for n in data["nodes"] if n["type"] == "host"]))
+        host["tier"] = draw(st.integers(1, 5))
+    elif kind == "cut":   # every link of one switch removed: disconnected
+        sw = draw(st.sampled_from([n["name"] for n in data["nodes"] if n["type"] == "switch" and
+                                   n.get("tier") == 1]))
+        data["links"] = [ln for ln in data["links"] if sw not in (ln["a"], ln["b"])]
+    else:
+        _mutate(draw, data, kind, defaults=())
     return f"{kind} on {name}", data
 
 
@@ -150,6 +191,19 @@ def test_malformed_scenarios_are_one_line_errors(case):
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "s.yaml"
         p.write_text(yaml.safe_dump(data, sort_keys=False))
+        _refused([str(p)], Path(tmp) / "out")
+
+
+@SETTINGS
+@given(malformed_topologies())
+def test_malformed_topology_files_are_one_line_errors(case):
+    what, data = case
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp) / "topo.yaml"
+        t.write_text(yaml.safe_dump(data, sort_keys=False))
+        p = Path(tmp) / "s.yaml"
+        p.write_text(f"name: s\ntopology: {{kind: file, path: {t}}}\ntraffic: {{pattern: permutation, "
+                     f"message_size: 4KiB}}\nsimulation: {{time_limit: 1ms}}\n")
         _refused([str(p)], Path(tmp) / "out")
 
 

@@ -207,7 +207,7 @@ def csv_messages(cfg, topo, streams, source, resolve):
     out: list[Message] = []
     ids = set()
     lines: dict[int, int] = {}  # message id -> CSV line
-    with open(path, newline="") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         try:
             cols = set(reader.fieldnames or [])
