@@ -140,3 +140,33 @@ def test_schema_accepts_what_the_loader_accepts_for_each_policy(validator):
             except Exception:
                 continue  # a model that needs another section set (checked by the loader)
             assert validator.is_valid(data), (name, policy)
+
+
+@pytest.mark.parametrize("path", sorted(TOPOLOGIES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_topology_file_validates_against_the_topology_schema(path):
+    from fabricsim.config.jsonschema import topology_json_schema
+    v = jsonschema.Draft202012Validator(topology_json_schema())
+    assert v.is_valid(yaml.safe_load(path.read_text()))
+
+
+def test_topology_schema_rejects_a_file_pointing_at_a_file_and_unknown_kinds():
+    from fabricsim.config.jsonschema import topology_json_schema
+    v = jsonschema.Draft202012Validator(topology_json_schema())
+    assert not v.is_valid({"kind": "file", "path": "x.yaml"})
+    assert not v.is_valid({"kind": "torus"})
+    assert v.is_valid({"hosts_per_leaf": 2})        # no kind: a leaf-spine, as the loader reads it
+
+
+def test_schema_text_is_the_schema_as_json():
+    from fabricsim.config.jsonschema import schema_text
+    from fabricsim.errors import ConfigError
+    assert json.loads(schema_text()) == scenario_json_schema()
+    assert json.loads(schema_text("topology"))["$id"].endswith("topology.schema.json")
+    with pytest.raises(ConfigError, match="allowed: scenario, topology"):
+        schema_text("bogus")
+
+
+def test_module_doctests():
+    import doctest
+    from fabricsim.config import jsonschema as module
+    assert doctest.testmod(module).failed == 0

@@ -167,3 +167,34 @@ def scenario_json_schema() -> dict:
     _require_tags(defs, set())
     return {"$schema": DRAFT, "$id": "https://fabricsim/scenario.schema.json", **root, "$defs": defs}
 
+
+
+def topology_json_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of a topology file under topologies/: the scenario's
+    ``topology`` section without ``kind: file`` (a file does not point at another file); as in a
+    scenario, a file without ``kind`` is a leaf-spine.
+
+    >>> sorted(topology_json_schema()["oneOf"][0])
+    ['$ref']
+    """
+    from .topology import TopologyFileRef
+    full = scenario_json_schema()
+    section = copy.deepcopy(full["properties"]["topology"])
+    file_ref = _REF.format(model=TopologyFileRef.__name__)
+    section["oneOf"] = [m for m in section["oneOf"] if m.get("$ref") != file_ref]
+    mapping = section.get("discriminator", {}).get("mapping", {})
+    section.get("discriminator", {})["mapping"] = {k: v for k, v in mapping.items() if v != file_ref}
+    section.pop("default", None)
+    return {"$schema": DRAFT, "$id": "https://fabricsim/topology.schema.json",
+            "title": "fabricsim topology file", **section, "$defs": full["$defs"]}
+
+
+def schema_text(kind: str = "scenario") -> str:
+    """``kind`` ("scenario" or "topology") schema as indented JSON text, what ``fabricsim schema``
+    prints."""
+    import json
+    builders = {"scenario": scenario_json_schema, "topology": topology_json_schema}
+    if kind not in builders:
+        from ..errors import ConfigError
+        raise ConfigError(f"got {kind!r} (allowed: {', '.join(builders)})", field="schema")
+    return json.dumps(builders[kind](), indent=2, sort_keys=False) + "\n"
