@@ -46,6 +46,8 @@ _DISPLAY = {
     "size": "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB",
     "time": "ps, ns, us, ms, s",
 }
+#: the base unit of each kind, as error messages and the JSON Schema (``x-unit``) name it
+BASE_UNIT = {"rate": "bit/s", "size": "bytes", "time": "ps"}
 #: largest accepted magnitude in base units (guards against '1e999999999B')
 MAX_VALUE = 10**40
 
@@ -102,6 +104,42 @@ def _parse(value, units: dict[str, int], kind: str, allow_bare: bool, example: s
         raise ValueError(f"{value!r} is not a whole number of {'bytes' if kind == 'size' else 'base units'}"
                          f" ({exact})")
     return int(exact)
+
+
+def _spelling(unit: str, kind: str) -> str:
+    """A regular expression (no flags: JSON Schema patterns have none) matching ``unit`` as
+    :func:`_parse` accepts it: any letter case, except that a size's final ``b`` is ``B`` (bytes)
+    unless the unit is binary (``KiB`` or ``Kib``)."""
+    out = ""
+    for i, ch in enumerate(unit):
+        last_b = kind == "size" and i == len(unit) - 1 and ch == "b" and not unit.endswith("ib")
+        if last_b:
+            out += "B"
+        elif ch.isalpha() and ch.lower() != ch.upper():
+            out += f"[{ch.lower()}{ch.upper()}]"
+        else:
+            out += re.escape(ch)
+    return out
+
+
+def unit_pattern(kind: str) -> str:
+    """The regular expression of a unit string of ``kind`` ("rate", "size" or "time") that the
+    parsers accept (their syntax; the value's range is checked by the parser).
+
+    >>> import re
+    >>> bool(re.match(unit_pattern("rate"), "800Gbps")), bool(re.match(unit_pattern("size"), "4Kb"))
+    (True, False)
+    >>> bool(re.match(unit_pattern("time"), "1.5us")), bool(re.match(unit_pattern("time"), "15"))
+    (True, False)
+    """
+    table = {"rate": RATE_UNITS, "size": SIZE_UNITS, "time": TIME_UNITS}[kind]
+    spelled = sorted({_spelling(u, kind) for u in table if u}, key=len, reverse=True)
+    unit = "(?:" + "|".join(spelled) + ")"
+    if kind == "time":   # a unit is required, except for a bare zero
+        body = f"(?:{_NUM}\\s*{unit}|0+(?:\\.0*)?)"
+    else:                # a bare number is in base units
+        body = f"{_NUM}\\s*{unit}?"
+    return f"^\\s*{body}\\s*$"
 
 
 def parse_rate(value) -> int:

@@ -50,11 +50,25 @@ class PolicySection(BaseModel):
         params_model = getattr(impl, "Params", None)
         if params_model is None:
             if data:
-                raise ValueError(f"{next(iter(data))}: {name!r} takes no parameters")
+                raise ValueError(cls._no_params_message(str(next(iter(data))), name, reg))
             params = None
         else:
             params = params_model.model_validate(data)
         return {"name": name, "params": params}
+
+    @classmethod
+    def _no_params_message(cls, key: str, name: str, reg) -> str:
+        """``key: unknown field ...`` for a parameter given to a model that takes none: a likely
+        misspelling of the name field, and which registered models do take ``key``."""
+        import difflib
+        hint = ""
+        if difflib.get_close_matches(key, [cls.name_field], n=1):
+            hint = f"; did you mean {cls.name_field!r}?"
+        takers = [n for n in reg.names()
+                  if key in (getattr(getattr(reg.get(n), "Params", None), "model_fields", None) or {})]
+        taken = f"; {key} is a parameter of {', '.join(takers)}" if takers else ""
+        return (f"{key}: unknown field (allowed: {cls.name_field}; {cls.name_field} {name!r} takes no "
+                f"parameters{taken}){hint}")
 
     @model_serializer(mode="plain")
     def _ser(self):

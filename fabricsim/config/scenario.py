@@ -14,7 +14,13 @@ from .policy import CongestionControlSection, NicSection, ReceiverSection, Routi
 from .switch import SwitchFeatures
 from .topology import LeafSpineConfig, TopologyConfig
 from .traffic import TrafficConfig, PermutationTraffic
+from .yaml_loader import load_yaml_text, load_yaml_value
 from .types import STRICT, PositiveSize, PositiveTime, Size
+
+
+#: a scenario name: one path component that is neither '.', '..', hidden, nor an option ('-x')
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+NAME_MAX = 128
 
 
 class SimulationConfig(BaseModel):
@@ -72,7 +78,10 @@ class SimulationConfig(BaseModel):
                 loc = ".".join(str(x) for x in err["loc"])
                 msg = err["msg"]
                 if err["type"] == "extra_forbidden":
-                    msg = f"unknown field (allowed: {', '.join(params_model.model_fields)})"
+                    import difflib
+                    close = difflib.get_close_matches(str(err["loc"][-1]), params_model.model_fields, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    msg = f"unknown field (allowed: {', '.join(params_model.model_fields)}){hint}"
                 raise ValueError(f"{other}.{loc}: {msg}") from None
             if other == name:
                 chosen = params
@@ -116,7 +125,9 @@ class Scenario(BaseModel):
     """A whole scenario. ``base_dir`` is where relative file paths in it are resolved."""
 
     model_config = STRICT
-    name: str = Field("scenario", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field("scenario", min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN, description=(
+        "names the results folder (results/<name>): letters, digits, '_', '.', '-', starting with "
+        "a letter, digit or '_' (so never '.', '..' or a path)"))
     description: str = ""
     profile: str = Field("none", description=(
         "deployment profile expanded beneath the scenario's own settings (fabricsim/config/profiles.py): "
@@ -150,12 +161,84 @@ class Scenario(BaseModel):
         if sim.header >= sim.mtu * 4:
             raise ValueError(f"simulation.header: {sim.header} B overhead is implausible for a "
                              f"{sim.mtu} B MTU (allowed: less than 4 x mtu)")
+        unit = sim.cell_packets * (sim.mtu + sim.header)
+        small = small_buffer(self.topology, unit, ("topology",))
+        pool = self.switch.buffer
+        if small is None and pool.admission == "dynamic" and pool.size is not None and pool.size < unit:
+            small = (("switch", "buffer", "size"), self.switch.buffer.size)
+        if small is not None:
+            raise ValueError(buffer_message(small, sim))
+        start = getattr(self.traffic, "start", None)
+        if start is not None and start >= sim.time_limit:
+            from .. import units
+            raise ValueError(f"traffic.start: {units.exact_time(start)} is not before simulation.time_limit "
+                             f"({units.exact_time(sim.time_limit)}), so nothing would be sent (allowed: a start "
+                             f"before the time limit)")
         # an engine may refuse combinations it has no model for (engine contract: check_scenario)
         from ..engine import ENGINES
         check = getattr(ENGINES.get(sim.engine), "check_scenario", None)
         if check is not None:
             check(self)
         return self
+
+
+def small_buffer(cfg, unit_bytes: int, path: tuple = ()) -> tuple[tuple, int] | None:
+    """``(field path, size)`` of the first switch buffer in the topology config ``cfg`` that
+    cannot hold one unit of ``unit_bytes`` on the wire (one packet: mtu + header, times
+    cell_packets), else None. NVLink chip buffers count only with ``transport: roce`` (credit
+    flow control does not use them)."""
+    from .topology import BufferSpec, NvlinkSpec
+    if isinstance(cfg, BufferSpec):
+        size = cfg.size_bytes
+        return (path + ("size",), size) if size is not None and size < unit_bytes else None
+    if isinstance(cfg, NvlinkSpec) and cfg.transport != "roce":
+        return None
+    if isinstance(cfg, BaseModel):
+        for name in type(cfg).model_fields:
+            found = small_buffer(getattr(cfg, name), unit_bytes, path + (name,))
+            if found is not None:
+                return found
+    elif isinstance(cfg, list):
+        for i, item in enumerate(cfg):
+            found = small_buffer(item, unit_bytes, path + (i,))
+            if found is not None:
+                return found
+    return None
+
+
+def buffer_message(small: tuple[tuple, int], sim: SimulationConfig, with_field: bool = True) -> str:
+    """The error for :func:`small_buffer`'s finding."""
+    loc, size = small
+    unit = sim.cell_packets * (sim.mtu + sim.header)
+    cells = f" x cell_packets {sim.cell_packets}" if sim.cell_packets > 1 else ""
+    head = f"{format_field(loc)}: " if with_field else ""
+    return (f"{head}a {size} B buffer cannot hold one packet of {unit} B (simulation.mtu {sim.mtu} B + header "
+            f"{sim.header} B{cells}) (allowed: at least {unit} B, or unbounded)")
+
+
+def check_topology_file_buffers(loaded: "LoadedScenario") -> None:
+    """A ``kind: file`` topology's switch buffers against one packet of the scenario (the file is
+    read and validated, not built; a file that does not load is reported when it is built)."""
+    from .topology import TopologyFileRef
+    topo = loaded.scenario.topology
+    if not isinstance(topo, TopologyFileRef):
+        return
+    path = loaded.resolve_path(topo.path)
+    if not path.is_file():
+        return
+    try:
+        data, root = load_yaml(path)
+        from ..topology import _FILE_MODELS
+        model = _FILE_MODELS.get(data.get("kind", "leaf_spine")) if isinstance(data, dict) else None
+        cfg = model.model_validate(data) if model is not None else None
+    except (ConfigError, ValidationError, TypeError):
+        return
+    sim = loaded.scenario.simulation
+    small = small_buffer(cfg, sim.cell_packets * (sim.mtu + sim.header))
+    if small is not None:
+        from ..errors import TopologyError
+        raise TopologyError(buffer_message(small, sim, with_field=False), source=str(path),
+                            field=format_field(small[0]), line=_node_line(root, small[0]) if root else None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,8 +266,21 @@ def _node_line(node: yaml.Node | None, path: tuple) -> int | None:
     return line
 
 
-_UNION_SECTIONS = {"topology", "traffic"}
-_UNION_TAGS = {"leaf_spine", "explicit", "file", "preset", "plugin", "nvl72_rack", "hgx_node", "cluster", "permutation", "all_to_all", "incast", "csv"}
+def union_tags() -> tuple[set[str], set[str]]:
+    """``(sections, tags)``: the scenario sections holding a discriminated union (topology,
+    traffic) and every tag of their members (``kind: ...``, ``pattern: ...``), read from the
+    models, so a new topology kind or traffic pattern is covered without listing it here."""
+    import typing
+    sections, tags = set(), set()
+    for name, fld in Scenario.model_fields.items():
+        disc = fld.discriminator
+        if not isinstance(disc, str):
+            continue
+        sections.add(name)
+        for m in typing.get_args(fld.annotation):
+            if isinstance(m, type) and issubclass(m, BaseModel) and disc in m.model_fields:
+                tags.add(str(m.model_fields[disc].default))
+    return sections, tags
 
 
 def _clean_loc(loc: tuple) -> tuple:
@@ -194,12 +290,13 @@ def _clean_loc(loc: tuple) -> tuple:
     ``traffic``) or at the very start (a topology file), so a user key that happens to be
     spelled like a tag (``topology: {file: x}``) is still reported.
     """
+    sections, tags = union_tags()
     out = []
     for i, part in enumerate(loc):
         if isinstance(part, str):
             if part.startswith("function-") or "[" in part or part.endswith("Config"):
                 continue
-            if part in _UNION_TAGS and (i == 0 or (i == 1 and loc[0] in _UNION_SECTIONS)):
+            if part in tags and (i == 0 or (i == 1 and loc[0] in sections)):
                 continue
         out.append(part)
     return tuple(out)
@@ -229,10 +326,30 @@ def parse_field(field: str) -> tuple:
     return tuple(out)
 
 
+#: longest repr of a bad value in an error message (a value may be a huge nested list)
+SHOWN_CHARS = 80
+
+
+class _Shown:
+    """A value as an error message shows it: a repr (``reprlib``: a few items, a few levels)
+    cut to :data:`SHOWN_CHARS` characters, never built in full first."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self) -> str:
+        import reprlib
+        r = reprlib.Repr()
+        r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 6, 6, 6, 6
+        r.maxstring = r.maxother = r.maxlong = SHOWN_CHARS
+        text = r.repr(self.value) if isinstance(self.value, (list, tuple, dict, set)) else repr(self.value)
+        return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
 def _bound_message(err: dict) -> str | None:
     """Pydantic's generic constraint messages -> 'got X (allowed: ...)'."""
     ctx = err.get("ctx") or {}
-    got = err.get("input")
+    got = _Shown(err.get("input"))
     t = err["type"]
     bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
               "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
@@ -254,7 +371,10 @@ def _bound_message(err: dict) -> str | None:
     if t == "list_type":
         return f"got {got!r} (allowed: a list)"
     if t == "string_pattern_mismatch":
-        return f"got {got!r} (allowed: letters, digits, '_', '.', '-')"
+        return (f"got {got!r} (allowed: letters, digits, '_', '.', '-', starting with a letter, digit "
+                f"or '_')")
+    if t == "string_too_long":
+        return f"got {len(got.value)} characters (allowed: at most {ctx.get('max_length')})"
     if t in ("too_short", "too_long"):
         return err["msg"].replace("List should", "list should")
     return None
@@ -314,7 +434,23 @@ def allowed_fields(model, loc: tuple, data) -> list[str] | None:
             return None
         params = getattr(impl, "Params", None)
         return [model.name_field] + (sorted(params.model_fields) if params else [])
-    return sorted(model.model_fields)
+    return sorted(n for n, f in model.model_fields.items() if not f.exclude)
+
+
+def _union_error(errors: list) -> tuple[dict, str | None]:
+    """The error to report, and the literal alternatives of its field (``'unbounded'``, ``'auto'``)
+    when the field is a union of a literal and a value: the value's own error says what is wrong
+    with it ('-1: a size must not be negative'), where the literal's ('should be unbounded') hides it."""
+    first = errors[0]
+    loc = tuple(first["loc"])
+    if not loc or not isinstance(loc[-1], str) or not (loc[-1].startswith("literal[") or loc[-1].startswith("function-")):
+        return first, None
+    siblings = [e for e in errors if tuple(e["loc"])[:-1] == loc[:-1] and len(e["loc"]) == len(loc)]
+    values = [e for e in siblings if e["type"] != "literal_error"]
+    literals = [e for e in siblings if e["type"] == "literal_error"]
+    if not values or not literals:
+        return first, None
+    return values[0], " or ".join(str((e.get("ctx") or {}).get("expected")) for e in literals)
 
 
 def validation_to_config_error(exc: ValidationError, source: str, root: yaml.Node | None,
@@ -322,7 +458,8 @@ def validation_to_config_error(exc: ValidationError, source: str, root: yaml.Nod
     """First pydantic error -> one-line ConfigError naming file, field path (and line).
 
     With the input ``data`` and the root ``model``, unknown fields list the allowed ones."""
-    err = exc.errors()[0]
+    errors = exc.errors()
+    err, also = _union_error(errors)
     loc = prefix + _clean_loc(tuple(err["loc"]))
     msg = err["msg"]
     for p in ("Value error, ", "Assertion failed, "):
@@ -354,9 +491,11 @@ def validation_to_config_error(exc: ValidationError, source: str, root: yaml.Nod
     elif err["type"] == "literal_error":
         expected = ctx.get("expected")
         if expected:
-            msg = f"got {err.get('input')!r} (allowed: {expected})"
+            msg = f"got {_Shown(err.get('input'))!r} (allowed: {expected})"
     else:
         msg = _bound_message(err) or msg
+    if also:
+        msg = f"{msg} (or {also})"
     msg = " ".join(msg.split())  # one line
     return ConfigError(msg, source=source, field=format_field(loc),
                        line=_node_line(root, loc) if root else None)
@@ -436,15 +575,7 @@ def load_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
         raise ConfigError("file not found", source=str(path)) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc.__class__.__name__} (allowed: a readable UTF-8 YAML file)", source=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"not valid YAML: {problem}", source=str(path),
-                          line=mark.line + 1 if mark else None) from None
-    return data, node
+    return load_yaml_text(text, str(path))
 
 
 def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> None:
@@ -472,9 +603,11 @@ def parse_overrides(items: list[str] | tuple[str, ...], source: str = "--set") -
             raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE", source=source)
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
+            value = load_yaml_value(raw, "--set") if raw != "" else ""
+        except ConfigError as exc:   # a value beyond the YAML limits (duplicate keys, aliases)
+            err = ConfigError(f"{exc.message} (from --set {item})", source=source, field=key.strip())
+            err.from_override = True
+            raise err from None
         out.append((key.strip(), value, f"--set {item}"))
     return out
 
@@ -544,4 +677,5 @@ def load_scenario(source: str | Path | dict | Scenario, overrides=(), seed: int 
     loaded = LoadedScenario(scenario, name, base)
     loaded.root = root
     loaded.overrides = applied
+    check_topology_file_buffers(loaded)
     return loaded

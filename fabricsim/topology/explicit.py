@@ -65,6 +65,7 @@ def build_explicit(cfg: ExplicitTopologyConfig, source: str = "<topology>", pref
         lonely = sorted(g.nodes[x]["name"] for x in comps[0])[:3]
         raise TopologyError(f"the topology is disconnected; e.g. {', '.join(lonely)} cannot reach the rest",
                             source=source, field=at("links"))
+    _check_switch_paths(g, [ids[n.name] for n in hosts], source, at("links"))
     # tiers by distance from the hosts where not given
     dist = {h: 0 for h in range(len(hosts))}
     q = deque(dist)
@@ -82,3 +83,31 @@ def build_explicit(cfg: ExplicitTopologyConfig, source: str = "<topology>", pref
         a, b = sorted((g.nodes[u]["tier"], g.nodes[v]["tier"]))
         d["kind"] = f"{tier_name(a)}-{tier_name(b)}"
     return Topology(g, name=name, meta={"builder": "explicit"})
+
+
+def _check_switch_paths(g: nx.MultiGraph, hosts: list[int], source: str, field: str) -> None:
+    """Every two hosts must share a connected group of switches (joined by switch-to-switch
+    links): switches never forward through a host (topology/paths.py), so hosts joined only
+    through a third, multi-homed host cannot reach each other (the engines found no port)."""
+    switch_only = g.subgraph(n for n, d in g.nodes(data=True) if d["type"] == "switch")
+    group = {}
+    for k, comp in enumerate(nx.connected_components(switch_only)):
+        for n in comp:
+            group[n] = k
+    reach = {h: frozenset(group[s] for s in g.neighbors(h)) for h in hosts}
+    first = {}
+    for h in hosts:                         # one host per distinct set of switch groups
+        first.setdefault(reach[h], h)
+    sets = list(first)
+    for i, a in enumerate(sets):
+        for b in sets[i + 1:]:
+            if a & b:
+                continue
+            ha, hb = first[a], first[b]
+            via = next((h for h in hosts if reach[h] & a and reach[h] & b), None)
+            name = lambda n: repr(g.nodes[n]["name"])  # noqa: E731
+            through = f" only through host {name(via)}" if via is not None else ""
+            raise TopologyError(
+                f"hosts {name(ha)} and {name(hb)} are connected{through}, not by switch-to-switch links; hosts "
+                f"do not forward (allowed: switches of every two hosts joined by switch links)",
+                source=source, field=field)

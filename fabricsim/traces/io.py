@@ -67,7 +67,7 @@ def csv_rows(reader, make_error):
 
 def _read_csv(path: Path) -> Trace:
     src = str(path)
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         try:
             cols = reader.fieldnames or []
@@ -87,7 +87,7 @@ def _read_jsonl(path: Path) -> Trace:
     src = str(path)
 
     def rows():
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:
             for n, line in enumerate(fh, 1):
                 if not line.strip():
                     continue

@@ -19,11 +19,66 @@ from .message import Message
 
 PATTERNS: Registry = Registry("traffic pattern")
 
+#: largest size (bytes) or time (ps) a message column holds: a signed 64-bit integer
+INT64_MAX = 2**63 - 1
+
 
 def generate(cfg, topo, streams, source: str = "<scenario>", resolve=None) -> MessageTable:
     """Messages of a traffic section on a topology, as a :class:`MessageTable` (a ``Sequence``
     of :class:`Message`). Raises TrafficError for misfits."""
-    return PATTERNS.get(cfg.pattern)(cfg, topo, streams, source, resolve)
+    table = PATTERNS.get(cfg.pattern)(cfg, topo, streams, source, resolve)
+    check_time_range(table, topo, source, "traffic.path" if hasattr(cfg, "path") else "traffic.message_size")
+    return table
+
+
+#: the most simulated time the messages may stand for, in ps (about 13 days): an eighth of the
+#: int64 picosecond clock, leaving room for headers (at most 4 x mtu), hops and rounding in the
+#: engines' and the lower bound's arithmetic
+TIME_BUDGET_PS = INT64_MAX // 8
+
+
+def check_time_range(table, topo, source: str, field: str) -> None:
+    """Refuse messages whose times cannot be held by a 64-bit picosecond clock: one message's
+    ``start + gap + size x 8 / rate`` on the topology's slowest link, or the whole list's latest
+    start plus every gap plus every byte sent one after the other on that link, beyond
+    :data:`TIME_BUDGET_PS`. Real workloads are many orders of magnitude below; sizes of 10**18
+    bytes would otherwise overflow deep inside a run, after some results were written."""
+    n = len(table)
+    if not n:
+        return
+    rates = [d["rate_bps"] for *_, d in topo.graph.edges(keys=True, data=True)]
+    if not rates:
+        return
+    slowest = min(rates)
+    per_byte = 8e12 / slowest
+    cols = [np.broadcast_to(np.asarray(getattr(table, c)), (n,)) for c in ("id", "size_bytes", "start_ps", "gap_ps")]
+    worst_t, worst_row, latest, gaps, sends, total_bytes = -1.0, 0, 0.0, 0.0, 0.0, 0.0
+    chunk = 1 << 20                     # bounded memory on tables of 10**8 messages
+    for lo in range(0, n, chunk):
+        size, start, gap = (c[lo:lo + chunk].astype(np.float64) for c in cols[1:])
+        send = size * per_byte
+        each = start + gap + send
+        k = int(np.argmax(each))
+        if each[k] > worst_t:
+            worst_t, worst_row = float(each[k]), lo + k
+        latest = max(latest, float(start.max()))
+        gaps += float(gap.sum())
+        sends += float(send.sum())
+        total_bytes += float(size.sum())
+    from .. import units
+    allowed = (f"(allowed: at most {TIME_BUDGET_PS:.3g} ps = {units.format_time(TIME_BUDGET_PS)}, an eighth of a "
+               f"64-bit picosecond clock)")
+    if worst_t > TIME_BUDGET_PS:
+        r = worst_row
+        raise TrafficError(
+            f"message {int(cols[0][r])} ({int(cols[1][r])} B, start {int(cols[2][r])} ps, gap {int(cols[3][r])} ps) "
+            f"takes {worst_t:.3g} ps on the slowest link ({units.format_rate(slowest)}) {allowed}",
+            source=source, field=field)
+    total = latest + gaps + sends
+    if total > TIME_BUDGET_PS:
+        raise TrafficError(
+            f"{n} messages of {total_bytes:.3g} B in all take {total:.3g} ps one after the other on the slowest "
+            f"link ({units.format_rate(slowest)}) {allowed}", source=source, field=field)
 
 
 @PATTERNS.register("permutation")
@@ -115,13 +170,21 @@ def _time_col(row, names, source, line, units_parse):
                      "gap_us": 10**6}.get(n)
             try:
                 if scale:
-                    x = float(v) * scale
+                    try:
+                        x = int(v.strip()) * scale     # exact for whole numbers of any size
+                    except ValueError:
+                        x = float(v) * scale
                     if not math.isfinite(x) or x < 0:
                         raise ValueError("must be a finite number >= 0")
-                    return int(round(x))
-                return units.parse_time(v)
+                    x = int(round(x))
+                else:
+                    x = units.parse_time(v)
             except ValueError as exc:
                 raise TrafficError(f"bad time {v!r}: {exc}", source=source, field=n, line=line) from None
+            if x > INT64_MAX:
+                raise TrafficError(f"got {v} = {x} ps (allowed: at most {INT64_MAX} ps, a 64-bit integer)",
+                                   source=source, field=n, line=line)
+            return x
     return 0
 
 
@@ -144,7 +207,7 @@ def csv_messages(cfg, topo, streams, source, resolve):
     out: list[Message] = []
     ids = set()
     lines: dict[int, int] = {}  # message id -> CSV line
-    with open(path, newline="") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         try:
             cols = set(reader.fieldnames or [])
@@ -157,7 +220,10 @@ def csv_messages(cfg, topo, streams, source, resolve):
                                    source=src_name, field=alts[0], line=1)
         for row in _rows(reader, src_name):
             lineno = reader.line_num
-            def req_int(name, lo=0, hi=None):
+            if None in row:
+                raise TrafficError(f"{len(row[None])} more values than columns ({len(reader.fieldnames)}) "
+                                   f"(allowed: one value per column)", source=src_name, line=lineno)
+            def req_int(name, lo=0, hi=INT64_MAX):
                 v = row.get(name)
                 try:
                     x = int(v)
@@ -182,6 +248,9 @@ def csv_messages(cfg, topo, streams, source, resolve):
                     raise TrafficError(str(exc), source=src_name, field="size", line=lineno) from None
                 if size <= 0:
                     raise TrafficError("size must be > 0", source=src_name, field="size", line=lineno)
+                if size > INT64_MAX:
+                    raise TrafficError(f"got {row.get('size')} = {size} B (allowed: at most {INT64_MAX} B, a "
+                                       f"64-bit integer)", source=src_name, field="size", line=lineno)
             start = _time_col(row, ("start_ps", "start_ns", "start_us", "start"), src_name, lineno, None)
             gap = _time_col(row, ("gap_ps", "gap_ns", "gap_us", "gap"), src_name, lineno, None)
             mid = req_int("id", 0) if row.get("id") not in (None, "") else len(out)
@@ -193,6 +262,8 @@ def csv_messages(cfg, topo, streams, source, resolve):
             deps_raw = (row.get("deps") or "").strip()
             try:
                 deps = tuple(int(x) for x in deps_raw.split(";") if x.strip()) if deps_raw else ()
+                if any(not 0 <= x <= INT64_MAX for x in deps):
+                    raise ValueError
             except ValueError:
                 raise TrafficError(f"deps must be message ids separated by ';', got {deps_raw!r}",
                                    source=src_name, field="deps", line=lineno) from None
