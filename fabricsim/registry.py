@@ -93,7 +93,7 @@ class Registry(Generic[T]):
 
     def unknown_message(self, name: str) -> str:
         self.discover()
-        if name in self._broken:
+        if isinstance(name, str) and name in self._broken:
             return f"{self.kind} {name!r} is a plug-in that failed to load ({self._broken[name]})"
         close = difflib.get_close_matches(str(name), self._items, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""

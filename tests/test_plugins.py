@@ -46,6 +46,7 @@ def test_discover_registers_entry_points_once(monkeypatch):
     assert "failed to load" in msg and "ModuleNotFoundError" in msg
     r.discover()                                   # idempotent: nothing registered twice
     assert r.names().count("first_port") == 1
+    assert "unknown routing policy {'x': 1}" in r.unknown_message({"x": 1})   # not a name at all
 
 
 def test_a_builtin_name_is_never_shadowed(monkeypatch, tmp_path):

@@ -81,3 +81,18 @@ def test_a_preset_takes_no_other_fields(write, runner):
     assert res.exit_code == 2
     err = parse_error_line(res.output, sc)
     assert err["field"] == "topology.spines"
+
+
+def test_the_json_schema_takes_a_preset_with_or_without_its_kind():
+    jsonschema = pytest.importorskip("jsonschema")
+    from fabricsim.config.jsonschema import scenario_json_schema, topology_json_schema
+    v = jsonschema.Draft202012Validator(scenario_json_schema())
+
+    def ok(topology):
+        return not list(v.iter_errors({"name": "a", "topology": topology}))
+
+    assert ok({"preset": "su_576"}) and ok({"kind": "preset", "preset": "su_576"})
+    assert ok({"hosts_per_leaf": 2})                       # still the leaf-spine default
+    assert not ok({"preset": "su_576", "spines": 2}) and not ok({"kind": "leaf_spine", "preset": "su_576"})
+    # a topology file holds a topology: it cannot name a preset
+    assert list(jsonschema.Draft202012Validator(topology_json_schema()).iter_errors({"preset": "su_576"}))

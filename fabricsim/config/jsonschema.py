@@ -163,7 +163,10 @@ def scenario_json_schema() -> dict:
                                     "description": f"parameters of the {n} engine"}
     root = defs.pop(names[Scenario])
     root["properties"]["profile"]["enum"] = PROFILES.names()
-    _require_tags(root, _union_defaults(defs))
+    # ``topology: {preset: NAME}`` may leave out ``kind: preset`` (Scenario._default_kinds): its
+    # member needs no tag, as its required ``preset`` key tells it from the leaf-spine default
+    from .topology import TopologyPresetRef
+    _require_tags(root, _union_defaults(defs) | {_REF.format(model=TopologyPresetRef.__name__)})
     _require_tags(defs, set())
     return {"$schema": DRAFT, "$id": "https://fabricsim/scenario.schema.json", **root, "$defs": defs}
 
@@ -171,19 +174,21 @@ def scenario_json_schema() -> dict:
 
 def topology_json_schema() -> dict:
     """The JSON Schema (draft 2020-12) of a topology file under topologies/: the scenario's
-    ``topology`` section without ``kind: file`` (a file does not point at another file); as in a
+    ``topology`` section without ``kind: file``, ``preset`` or ``plugin`` (a file holds a topology
+    itself); as in a
     scenario, a file without ``kind`` is a leaf-spine.
 
     >>> sorted(topology_json_schema()["oneOf"][0])
     ['$ref']
     """
-    from .topology import TopologyFileRef
+    from .topology import TopologyFileRef, TopologyPluginRef, TopologyPresetRef
     full = scenario_json_schema()
     section = copy.deepcopy(full["properties"]["topology"])
-    file_ref = _REF.format(model=TopologyFileRef.__name__)
-    section["oneOf"] = [m for m in section["oneOf"] if m.get("$ref") != file_ref]
+    # a file holds a topology itself: it does not point at another file, a preset or a plug-in
+    refs = {_REF.format(model=m.__name__) for m in (TopologyFileRef, TopologyPresetRef, TopologyPluginRef)}
+    section["oneOf"] = [m for m in section["oneOf"] if m.get("$ref") not in refs]
     mapping = section.get("discriminator", {}).get("mapping", {})
-    section.get("discriminator", {})["mapping"] = {k: v for k, v in mapping.items() if v != file_ref}
+    section.get("discriminator", {})["mapping"] = {k: v for k, v in mapping.items() if v not in refs}
     section.pop("default", None)
     return {"$schema": DRAFT, "$id": "https://fabricsim/topology.schema.json",
             "title": "fabricsim topology file", **section, "$defs": full["$defs"]}
