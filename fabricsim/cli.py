@@ -1,7 +1,10 @@
 """``fabricsim`` command line: parse, call the API, map errors to exit codes.
 
-Exit status: 0 success, 2 bad input (one line on stderr naming file, field and what is
-allowed; nothing written), 1 a failure of the simulator itself.
+Exit status: 0 success (for ``run``: every message completed), 2 bad input (one line on stderr
+naming file, field and what is allowed; nothing written), 1 a failure of the simulator itself,
+3 a run that ended with messages not completed (``simulation.time_limit``, failed messages, a
+stall), 130 an interrupted run (Ctrl-C or SIGTERM). The statuses behind them:
+:mod:`fabricsim.analysis.status`.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .analysis.status import EXIT_CODES_HELP, exit_code
 from .errors import ConfigError, FabricsimError
 from .units import format_rate, format_time
 
@@ -38,19 +42,25 @@ def _print_summary(s: dict, out_dir):
     m = s["messages"]
     lat = s["packet_latency"]
     nm = s.get("not_modelled") or {}
+    from .analysis.status import describe
+    status = s["run"]["status"]
+    partial = status != "complete"
+    only = f"  [completed messages only: {m['completed']} of {m['total']}]" if partial else ""
     lines = [
         f"scenario {s['scenario']}  seed {s['seed']}  profile {s.get('profile', 'none')}  routing {s['routing']}  "
-        f"cc {s['congestion_control']}  status {s['run']['status']}",
+        f"cc {s['congestion_control']}  status {describe(status, m)}",
         f"messages      {m['completed']}/{m['total']} completed"
         + (f"  ({', '.join(f'{k}: {v}' for k, v in m['incomplete_by_reason'].items())})" if m["incomplete"] else ""),
-        "effective bw  goodput {gp} = {gf} of sender line rate; completion time ideal/actual {cr}".format(
+        "effective bw  goodput {gp} = {gf} of sender line rate; completion time ideal/actual {cr}{note}".format(
             gp=format_rate(eb["goodput_bps"]),
             gf="n/a" if eb["goodput_fraction"] is None else f"{eb['goodput_fraction']:.3f}",
-            cr="n/a" if eb["completion_time_ratio"] is None else f"{eb['completion_time_ratio']:.3f}"),
-        "slowdown      p99 {p99}  {n} message{pl} slower than 4x ideal".format(
+            cr="n/a" if eb["completion_time_ratio"] is None else f"{eb['completion_time_ratio']:.3f}",
+            note=(f"  [INCOMPLETE RUN: payload delivered over the {_t(s['run']['end_ps'])} simulated, "
+                  "not the pattern's]") if partial else ""),
+        "slowdown      p99 {p99}  {n} message{pl} slower than 4x ideal{only}".format(
             p99="n/a" if s["slowdown"]["p99"] is None else f"{s['slowdown']['p99']:.2f}",
-            n=s["slowdown"]["messages_over_4x"], pl="" if s["slowdown"]["messages_over_4x"] == 1 else "s"),
-        f"message FCT   p50 {_t(s['fct']['p50_ps'])}  p99 {_t(s['fct']['p99_ps'])}  max {_t(s['fct']['max_ps'])}",
+            n=s["slowdown"]["messages_over_4x"], pl="" if s["slowdown"]["messages_over_4x"] == 1 else "s", only=only),
+        f"message FCT   p50 {_t(s['fct']['p50_ps'])}  p99 {_t(s['fct']['p99_ps'])}  max {_t(s['fct']['max_ps'])}{only}",
         (f"pkt latency   p50 {_t(lat['p50_ps'])}  p99 {_t(lat['p99_ps'])}  p99.9 {_t(lat['p999_ps'])}"
          f"  ({lat['count']} packets)") if "packet_latency" not in nm else
         f"pkt latency   not modelled ({nm['packet_latency']})",
@@ -66,13 +76,13 @@ def _print_summary(s: dict, out_dir):
     click.echo("\n".join(lines))
 
 
-@click.group()
+@click.group(epilog=EXIT_CODES_HELP)
 @click.version_option(__version__, prog_name="fabricsim")
 def main():
     """fabricsim: simulate AI-cluster network fabrics (packet-level or flow-level)."""
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.argument("scenario", type=click.Path())
 @click.option("-o", "--output", "output", type=click.Path(), default=None,
               help="results folder (default: outputs.dir or results/<scenario name>)")
@@ -112,9 +122,11 @@ def run(scenario, output, seed, sets, quiet, as_json, report):
     if status == "interrupted":
         # results were written (unfinished messages marked "interrupted"); exit like Ctrl-C
         click.echo(f"interrupted: partial results in {out}", err=True)
-        sys.exit(130)
-    if status == "stalled":
-        sys.exit(1)
+    elif status != "complete":
+        from .analysis.status import describe
+        click.echo(f"warning: run incomplete, {describe(status, result.summary['messages'])}; "
+                   f"figures cover completed messages only (results in {out})", err=True)
+    sys.exit(exit_code(status))
 
 
 @main.command()
