@@ -64,7 +64,8 @@ def prepare(source, overrides=(), seed: int | None = None,
 
 
 def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | None = None,
-        progress: bool = False, topologies: dict | None = None, estimate_warning: str | None = "") -> Result:
+        progress: bool = False, topologies: dict | None = None, estimate_warning: str | None = "",
+        overwrite: bool = False) -> Result:
     """Run a scenario (YAML path, dict, :class:`Scenario`, :class:`LoadedScenario`, or the
     :class:`~fabricsim.engine.SimulationInput` :func:`prepare` returned: then nothing is built
     again and ``overrides`` / ``seed`` must be empty).

@@ -153,8 +153,16 @@ def validate(scenario, sets):
 @click.option("-o", "--output", "output", type=click.Path(), default=None,
               help="folder (default: results/<scenario name>-compare)")
 @click.option("-q", "--quiet", is_flag=True, help="no progress lines and no table")
-def compare_cmd(scenario, vary, seeds, output, quiet):
-    """Run SCENARIO for every combination of --vary values and every seed; print mean ± 95 % CI."""
+@click.option("--include-incomplete", "include_incomplete", is_flag=True,
+              help="count runs that did not complete every message (time limit, failed messages) in the means "
+                   "(default: only complete runs; failed runs never)")
+def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
+    """Run SCENARIO for every combination of --vary values and every seed; print mean ± 95 % CI.
+
+    Each run's status is a column of runs.csv; by default only complete runs count in the means
+    (summary.csv, the table), the others are counted as excluded. A run that fails is recorded
+    (status failed and the reason) and the comparison goes on. Exit 3 when some run was not
+    complete, 130 when interrupted."""
     from .compare import _plan, compare, format_summary, parse_vary, summarize
     from .config import load_scenario
     try:
@@ -174,12 +182,22 @@ def compare_cmd(scenario, vary, seeds, output, quiet):
             if not quiet:
                 click.echo(f"[{i}/{n}] {name} seed {seed}", err=True)
 
-        df = compare(scenario, varied, seeds=seeds, output_dir=out, progress=progress)
+        df = compare(scenario, varied, seeds=seeds, output_dir=out, progress=progress,
+                     include_incomplete=include_incomplete)
     except FabricsimError as exc:
         _fail(exc)
     if not quiet:
-        click.echo(format_summary(summarize(df), list(varied)))
+        click.echo(format_summary(summarize(df, list(varied), include_incomplete=include_incomplete), list(varied)))
         click.echo(f"results       {out}  (runs.csv, summary.csv, one folder per run)")
+    bad = df[df["status"] != "complete"]
+    for row in bad.to_dict("records"):
+        point = " ".join(f"{k}={row[k]}" for k in varied)
+        why = f": {row['reason']}" if row["reason"] else ""
+        click.echo(f"warning: {point} seed {row['seed']}: {row['status']}{why}", err=True)
+    if len(bad):
+        if (df["status"] == "interrupted").any():
+            sys.exit(130)
+        sys.exit(1 if (bad["status"] == "failed").all() and len(bad) == len(df) else 3)
 
 
 @main.group("profile")

@@ -182,6 +182,10 @@ def _plan(scenario, vary: dict, seeds, topologies: dict | None = None):
             raise ConfigError(f"{path} is varied twice", field=item)
         if not values:
             raise ConfigError("no values (allowed: one or more values)", field=item)
+        texts = [_value_text(v) for v in values]
+        dup = next((t for i, t in enumerate(texts) if t in texts[:i]), None)
+        if dup is not None:
+            raise ConfigError(f"value {dup} is given twice (allowed: distinct values)", field=item)
         dotted.append(path)
     if seeds is None:
         seed_list = [base.scenario.simulation.seed]
@@ -224,7 +228,7 @@ def _plan(scenario, vary: dict, seeds, topologies: dict | None = None):
 
 
 def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Path | None = None,
-            metrics: list[str] | None = None, progress=None) -> pd.DataFrame:
+            metrics: list[str] | None = None, progress=None, include_incomplete: bool = False) -> pd.DataFrame:
     """Run every combination of ``vary`` and every seed; one row per run.
 
     Parameters
@@ -249,11 +253,18 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         listed too.
     progress:
         Optional callable ``(i, n, name, seed)`` called before each run.
+    include_incomplete:
+        Passed to :func:`summarize` for the ``summary.csv`` written to ``output_dir``: by default
+        only complete runs count in the means.
 
     Returns
     -------
     DataFrame
-        Identity columns (one per varied key, named as given, then ``seed``) and metric columns.
+        Identity columns (one per varied key, named as given, then ``seed``), ``status`` (the
+        run's status, :mod:`fabricsim.analysis.status`; ``failed`` when the run raised),
+        ``reason`` (why a run failed, else empty) and metric columns. A run that fails does not
+        stop the comparison: its row has status ``failed``, the reason and no metrics; an
+        interrupted run (Ctrl-C) ends it, with the runs done so far.
     Raises
     ------
     ConfigError
@@ -264,7 +275,8 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
 
     add_op_metrics = metrics is None
     metrics = list(DEFAULT_METRICS if metrics is None else metrics)
-    unknown = [m for m in metrics if m not in DEFAULT_METRICS + ["completed", "messages", "status"]
+    metrics = [m for m in metrics if m != "status"]   # always a column of its own
+    unknown = [m for m in metrics if m not in DEFAULT_METRICS + ["completed", "messages"]
                and not _OP_METRIC.match(m)]
     if unknown:
         raise ConfigError(f"unknown metric {unknown[0]!r} (allowed: {', '.join(DEFAULT_METRICS)}; per operation "
@@ -287,21 +299,33 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
             if progress is not None:
                 progress(i, total, name, seed)
             run_dir = out / name / f"seed{seed}" if out is not None else None
-            res = run(source, output_dir=run_dir, overrides=overrides, seed=seed, topologies=topologies)
-            m = metrics_of(res.summary)
             row = dict(zip(keys, combo))
             row["seed"] = seed
+            try:
+                res = run(source, output_dir=run_dir, overrides=overrides, seed=seed, topologies=topologies,
+                          overwrite=True)
+            except Exception as exc:    # noqa: BLE001 - one failing point must not abort the others
+                row.update(status="failed", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+                row.update(dict.fromkeys(metrics))
+                rows.append(row)
+                continue
+            m = metrics_of(res.summary)
+            row.update(status=m["status"], reason="")
             row.update({k: m.get(k) for k in metrics})
             if add_op_metrics:
                 row.update(op_metrics_of(res.summary))
             rows.append(row)
+            if m["status"] == "interrupted":
+                break
+        else:
+            continue
+        break
     if add_op_metrics:
         seen = dict.fromkeys(k for r in rows for k in r if _OP_METRIC.match(k) and k not in metrics)
         metrics += list(seen)
-    df = pd.DataFrame(rows, columns=keys + ["seed"] + metrics)
+    df = pd.DataFrame(rows, columns=keys + ["seed", "status", "reason"] + metrics)
     for c in metrics:
-        if c != "status":
-            df[c] = pd.to_numeric(df[c], errors="coerce")
+        df[c] = pd.to_numeric(df[c], errors="coerce")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         df.to_csv(out / "runs.csv", index=False)
@@ -309,8 +333,13 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
             df.to_parquet(out / "runs.parquet", index=False)
         except (ImportError, ValueError):  # pragma: no cover - no parquet engine
             pass
-        summarize(df).to_csv(out / "summary.csv", index=False)
-        _write_plot(df, keys, out / "effective_bandwidth.png")
+        summarize(df, keys, include_incomplete=include_incomplete).to_csv(out / "summary.csv", index=False)
+        shown = df[df["status"] != "failed"] if include_incomplete else df[df["status"] == "complete"]
+        png = out / "effective_bandwidth.png"
+        if len(shown):
+            _write_plot(shown, keys, png)
+        elif png.exists():
+            png.unlink()             # (no complete run to show: no stale plot of an earlier comparison)
     df.attrs["identity"] = keys
     return df
 
@@ -328,12 +357,16 @@ def _write_plot(df: pd.DataFrame, keys: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def summarize(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
+def summarize(df: pd.DataFrame, by: list[str] | None = None, include_incomplete: bool = False) -> pd.DataFrame:
     """Mean and 95 % confidence half-width (Student t) of every metric per combination.
 
     ``by`` defaults to the identity columns of :func:`compare` (every column before ``seed``).
-    Columns: the identity columns, ``runs``, then ``<metric>_mean`` and ``<metric>_ci95`` (NaN
-    with a single run)."""
+    Only runs whose ``status`` is ``complete`` count (an incomplete run's figures cover part of
+    the pattern; :mod:`fabricsim.analysis.status`) unless ``include_incomplete``; failed runs
+    never do. Columns: the identity columns, ``runs`` (runs averaged), ``excluded`` (runs left
+    out), ``status`` (``complete``, or e.g. ``time_limit 1, failed 1`` for the excluded or
+    included incomplete runs), then ``<metric>_mean`` and ``<metric>_ci95`` (NaN with a single
+    run)."""
     if by is None:
         by = df.attrs.get("identity")
         if by is None:
@@ -346,6 +379,13 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
         row = dict(zip(by, key))
+        if "status" in g.columns:
+            st = g["status"].astype(str)
+            keep = (st == "complete") | ((st != "failed") & include_incomplete)
+            counts = st[st != "complete"].value_counts()
+            row["status"] = ", ".join(f"{k} {v}" for k, v in counts.items()) or "complete"
+            row["excluded"] = int((~keep).sum())
+            g = g[keep]
         row["runs"] = len(g)
         for c in metric_cols:
             v = g[c].dropna().astype(float)
@@ -361,7 +401,8 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
 def format_summary(summary: pd.DataFrame, identity: list[str]) -> str:
     """The summary as a compact text table: ``mean ± ci`` per metric."""
     metrics = [c[:-5] for c in summary.columns if c.endswith("_mean")]
-    table = summary[identity + ["runs"]].copy() if identity else pd.DataFrame({"runs": summary["runs"]})
+    extra = [c for c in ("runs", "excluded", "status") if c in summary.columns]
+    table = summary[identity + extra].copy()
 
     def cell(mean, ci):
         if mean is None or (isinstance(mean, float) and math.isnan(mean)):
