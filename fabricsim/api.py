@@ -73,7 +73,11 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
     Parameters
     ----------
     output_dir:
-        Write a results folder there; ``None`` keeps everything in memory.
+        Write a results folder there; ``None`` keeps everything in memory. A folder that holds
+        the results of another scenario (or files that are no results) is refused with a
+        :class:`~fabricsim.errors.ConfigError` before the run starts, unless ``overwrite``; the
+        artefacts of an earlier run of the same scenario are replaced
+        (:class:`~fabricsim.analysis.writer.ResultsFolder`).
     overrides:
         ``"key.path=value"`` strings, as ``fabricsim run --set``.
     seed:
@@ -85,6 +89,8 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
     estimate_warning:
         The long-run warning of :func:`fabricsim.engine.estimate.long_run_warning` if the caller
         computed it already (``""``: compute it here); it goes into the summary's warnings.
+    overwrite:
+        Replace the results in ``output_dir`` even if they are another scenario's.
     """
     if isinstance(source, SimulationInput):
         if overrides or seed is not None:
@@ -97,7 +103,7 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
     folder = None
     stream = None
     if output_dir is not None:
-        folder = ResultsFolder(output_dir, sc.outputs.formats)
+        folder = ResultsFolder(output_dir, sc.outputs.formats, overwrite=overwrite)
         stream = folder.open(sc.model_dump(mode="json"), sc.simulation.seed)
     if estimate_warning == "":
         from .engine.estimate import long_run_warning

@@ -85,27 +85,40 @@ def main():
 @main.command(epilog=EXIT_CODES_HELP)
 @click.argument("scenario", type=click.Path())
 @click.option("-o", "--output", "output", type=click.Path(), default=None,
-              help="results folder (default: outputs.dir or results/<scenario name>)")
+              help="results folder (default: outputs.dir, else results/<scenario name>-<hash>: one folder per "
+                   "resolved scenario, seed and --set overrides included)")
+@click.option("--force", is_flag=True,
+              help="write into a folder holding another scenario's results (they are replaced)")
 @click.option("--seed", type=int, default=None, help="replace simulation.seed")
 @click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
               help="override a scenario field, e.g. --set routing.policy=adaptive (repeatable)")
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar and no summary")
 @click.option("--json", "as_json", is_flag=True, help="print summary.json instead of the text summary")
 @click.option("--report", "report", is_flag=True, help="also write RESULTS_DIR/report.html (self-contained HTML)")
-def run(scenario, output, seed, sets, quiet, as_json, report):
-    """Simulate SCENARIO and write a results folder."""
+def run(scenario, output, force, seed, sets, quiet, as_json, report):
+    """Simulate SCENARIO and write a results folder.
+
+    The folder is -o, else outputs.dir, else results/<scenario name>-<hash>, the hash (8 hex
+    digits) naming the resolved scenario: every default, --set override and the seed. One folder
+    holds one run: a rerun of the same scenario replaces every artefact (tables, report.html,
+    plots/); a folder holding another scenario's results is refused (exit 2) unless --force.
+    """
+    from .analysis.writer import ResultsFolder, check_writable_file, default_results_dir
     from .api import prepare, run as api_run
     try:
         loaded, sim = prepare(scenario, sets, seed)  # every input error surfaces before any output
         sc = loaded.scenario
-        out = Path(output or sc.outputs.dir or Path("results") / sc.name)
-        if out.exists() and not out.is_dir():
-            raise ConfigError("exists and is not a folder", source=str(out), field="--output")
+        dumped = sc.model_dump(mode="json")
+        out = Path(output or sc.outputs.dir or default_results_dir(dumped))
+        ResultsFolder(out, overwrite=force).check(dumped)   # before the run: nothing written yet
+        if report:
+            check_writable_file(out / "report.html", field="--report")
         from .engine.estimate import long_run_warning
         slow = long_run_warning(sim)
         if slow:
             click.echo(f"warning: {slow}", err=True)    # before it starts: the user may stop it now
-        result = api_run(sim, output_dir=out, progress=not quiet, estimate_warning=slow)   # built once
+        result = api_run(sim, output_dir=out, progress=not quiet, estimate_warning=slow,   # built once
+                         overwrite=force)
     except FabricsimError as exc:
         _fail(exc, scenario, list(sets) + ([f"simulation.seed={seed}"] if seed is not None else []))
     if report:
