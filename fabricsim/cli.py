@@ -16,6 +16,7 @@ import click
 
 from . import __version__
 from .analysis.status import EXIT_CODES_HELP, exit_code
+from .analysis.outpath import check_writable_file
 from .errors import ConfigError, FabricsimError
 from .units import format_rate, format_time
 
@@ -103,7 +104,7 @@ def run(scenario, output, force, seed, sets, quiet, as_json, report):
     holds one run: a rerun of the same scenario replaces every artefact (tables, report.html,
     plots/); a folder holding another scenario's results is refused (exit 2) unless --force.
     """
-    from .analysis.writer import ResultsFolder, check_writable_file, default_results_dir
+    from .analysis.writer import ResultsFolder, default_results_dir
     from .api import prepare, run as api_run
     try:
         loaded, sim = prepare(scenario, sets, seed)  # every input error surfaces before any output
@@ -121,6 +122,9 @@ def run(scenario, output, force, seed, sets, quiet, as_json, report):
                          overwrite=force)
     except FabricsimError as exc:
         _fail(exc, scenario, list(sets) + ([f"simulation.seed={seed}"] if seed is not None else []))
+    except KeyboardInterrupt:
+        click.echo(f"interrupted before the run started (run.json in {out})", err=True)
+        sys.exit(130)
     if report:
         from .analysis.report import write_report
         write_report(result, out / "report.html")
@@ -199,6 +203,9 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
                      include_incomplete=include_incomplete)
     except FabricsimError as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted between two runs: the finished runs are in {out}", err=True)
+        sys.exit(130)
     if not quiet:
         click.echo(format_summary(summarize(df, list(varied), include_incomplete=include_incomplete), list(varied)))
         click.echo(f"results       {out}  (runs.csv, summary.csv, one folder per run)")
@@ -369,6 +376,7 @@ def trace_convert(src, dst):
     from .traces import read_trace, trace_format, write_trace
     try:
         trace_format(dst)
+        check_writable_file(dst, field="DST")
         t = read_trace(src)
         write_trace(t, dst)
     except FabricsimError as exc:
@@ -424,6 +432,7 @@ def trace_moe(output, config_file, zipf, imbalance, rank_imbalance, as_json, **o
     from .traces.moe import format_summary, generate_moe_trace, load_moe_config
     try:
         trace_format(output)
+        check_writable_file(output)
         data, root, source = {}, None, None
         if config_file is not None:
             from .config.scenario import load_yaml
@@ -497,13 +506,15 @@ def trace_moe(output, config_file, zipf, imbalance, rank_imbalance, as_json, **o
 def trace_collective(output, kind, ranks, size, gap, repeat, op, channels, conn_base, algorithm, tree_chunk):
     """Generate a collective expanded to point-to-point messages (docs/traces.md, "Collectives")."""
     from .traces import trace_format, write_trace
-    from .traces.collectives import KINDS, compose, parse_ranks, sequence
+    from .traces.collectives import KINDS, check_size, compose, parse_ranks, sequence
     from .units import format_size, parse_size, parse_time
     try:
         trace_format(output)
+        check_writable_file(output)
         if kind not in KINDS:
             raise ConfigError(f"unknown collective {kind!r} (allowed: {', '.join(KINDS)})", field="--kind")
         rank_list = parse_ranks(ranks)
+        check_size(kind, len(rank_list), 0, repeat, channels, "ring", 1)   # (size-free bound first)
         try:
             size_b = parse_size(size)
         except ValueError as exc:
@@ -548,6 +559,7 @@ def trace_import_chakra(et_path, output, as_json):
     from .traces.chakra import format_summary, import_chakra
     try:
         trace_format(output)
+        check_writable_file(output)
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore")  # reported in the summary instead
             imp = import_chakra(et_path)
@@ -566,7 +578,9 @@ def plot_cmd(results_dir):
     """Write the plots of the results folder RESULTS_DIR as PNG files into RESULTS_DIR/plots/."""
     from .analysis.load import load_results
     from .analysis.plots import write_plots
+    from .analysis.outpath import check_writable_dir
     try:
+        check_writable_dir(Path(results_dir) / "plots", field="RESULTS_DIR/plots")
         result = load_results(results_dir)
     except FabricsimError as exc:
         _fail(exc)
@@ -582,11 +596,13 @@ def report_cmd(results_dir, output):
     """Write one self-contained HTML report (scenario, summary, plots, definitions) of RESULTS_DIR."""
     from .analysis.load import load_results
     from .analysis.report import write_report
+    target = Path(output) if output else Path(results_dir) / "report.html"
     try:
+        check_writable_file(target, field="--output" if output else "RESULTS_DIR/report.html")
         result = load_results(results_dir)
     except FabricsimError as exc:
         _fail(exc)
-    click.echo(str(write_report(result, output or Path(results_dir) / "report.html")))
+    click.echo(str(write_report(result, target)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError
+from .outpath import check_writable_dir, check_writable_file  # noqa: F401 - (re-exported)
 from .result import Result, summary_json
 from .status import RESULTS_FORMAT
 
@@ -65,37 +66,6 @@ def scenario_hash(scenario: dict) -> str:
 def default_results_dir(scenario: dict, root: str | Path = "results") -> Path:
     """``results/<name>-<scenario_hash>``: one folder per resolved scenario."""
     return Path(root) / f"{scenario['name']}-{scenario_hash(scenario)}"
-
-
-def check_writable_dir(path: str | Path, field: str = "--output") -> Path:
-    """A folder that can be created (or exists) and written: else a one-line ConfigError (exit 2).
-
-    Nothing is created: the nearest existing ancestor must be a folder we may write into."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ConfigError("exists and is not a folder", source=str(path), field=field)
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        raise ConfigError(f"cannot be created: {probe} is a file, not a folder", source=str(path), field=field)
-    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write into {probe} (permission denied)", source=str(path), field=field)
-    return path
-
-
-def check_writable_file(path: str | Path, field: str = "--output") -> Path:
-    """A file path that can be written (not a folder, its folder creatable and writable): else a
-    one-line ConfigError (exit 2); nothing is created."""
-    path = Path(path)
-    if path.is_dir():
-        raise ConfigError("is a folder (allowed: a file path)", source=str(path), field=field)
-    check_writable_dir(path.parent if str(path.parent) else Path("."), field)
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ConfigError("cannot be overwritten (permission denied)", source=str(path), field=field)
-    return path
 
 
 def _pid_alive(pid) -> bool:
@@ -179,6 +149,28 @@ class ResultsFolder:
                      "seed": seed, "results_format": RESULTS_FORMAT, "pid": os.getpid()}
         self._write_text("run.json", json.dumps(self._run, indent=2))
         return self.path / "messages.partial.csv"
+
+    def fail(self, status: str, reason: str, traceback: str | None = None):
+        """The run ended without its tables (``failed``: the simulator raised; ``interrupted``
+        before the engine started): ``run.json`` says so, with the reason, and the messages
+        finished before it stay in ``messages.partial.csv``."""
+        if not self.path.is_dir():
+            return
+        partial = self.path / "messages.partial.csv"
+        streamed = 0
+        if partial.is_file():
+            with open(partial) as fh:
+                streamed = max(sum(1 for _ in fh) - 1, 0)
+        run = {k: v for k, v in getattr(self, "_run", {}).items() if k != "pid"}
+        run.update(status=status, reason=reason, results_format=RESULTS_FORMAT,
+                   messages_file="messages.partial.csv" if partial.is_file() else None,
+                   messages_ended=streamed)
+        if traceback:
+            run["traceback"] = traceback
+        try:
+            self._write_text("run.json", json.dumps(run, indent=2, default=str))
+        except OSError:                # pragma: no cover - the folder went away
+            pass
 
     def _write_text(self, name: str, text: str):
         tmp = self.path / (name + ".tmp")
