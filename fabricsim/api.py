@@ -113,7 +113,7 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
             warnings.warn(estimate_warning, stacklevel=2)
     recorder = Recorder(sc.outputs.latency_rel_error, sc.outputs.timeseries_bin, stream_path=stream)
     try:
-        with _Signals() as signals:
+        with StopSignals() as signals:
             engine = ENGINES.get(sc.simulation.engine)(sim, recorder)
             bar = _progress_bar(len(sim.messages), sc.simulation.time_limit) if progress else None
             t0 = time.perf_counter()
@@ -157,7 +157,7 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
     return result
 
 
-class _Signals:
+class StopSignals:
     """SIGINT (Ctrl-C) and SIGTERM while a run goes on: the first stops the run as Ctrl-C always
     did (``KeyboardInterrupt`` inside the engine, which keeps what finished and marks the rest
     ``interrupted``); any further one, and any signal once the run is over (:meth:`defer`), is

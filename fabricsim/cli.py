@@ -178,8 +178,8 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
 
     Each run's status is a column of runs.csv; by default only complete runs count in the means
     (summary.csv, the table), the others are counted as excluded. A run that fails is recorded
-    (status failed and the reason) and the comparison goes on. Exit 3 when some run was not
-    complete, 130 when interrupted."""
+    (status failed and the reason) and the comparison goes on. Exit 0 when every run completed,
+    3 when some run did not (1 when every run failed), 130 when interrupted."""
     from .compare import _plan, compare, format_summary, parse_vary, summarize
     from .config import load_scenario
     try:
@@ -214,9 +214,10 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
         point = " ".join(f"{k}={row[k]}" for k in varied)
         why = f": {row['reason']}" if row["reason"] else ""
         click.echo(f"warning: {point} seed {row['seed']}: {row['status']}{why}", err=True)
+    if df.attrs.get("interrupted"):
+        click.echo(f"interrupted: the runs done so far are in {out}", err=True)
+        sys.exit(130)
     if len(bad):
-        if (df["status"] == "interrupted").any():
-            sys.exit(130)
         sys.exit(1 if (bad["status"] == "failed").all() and len(bad) == len(df) else 3)
 
 

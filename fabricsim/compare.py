@@ -263,14 +263,15 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         Identity columns (one per varied key, named as given, then ``seed``), ``status`` (the
         run's status, :mod:`fabricsim.analysis.status`; ``failed`` when the run raised),
         ``reason`` (why a run failed, else empty) and metric columns. A run that fails does not
-        stop the comparison: its row has status ``failed``, the reason and no metrics; an
-        interrupted run (Ctrl-C) ends it, with the runs done so far.
+        stop the comparison: its row has status ``failed``, the reason and no metrics; Ctrl-C
+        (or SIGTERM) during a run or between runs ends it: the tables hold the runs done so far
+        and ``df.attrs["interrupted"]`` is True.
     Raises
     ------
     ConfigError
         A bad key or value, naming the ``--vary`` item, before anything runs.
     """
-    from .api import run
+    from .api import StopSignals, run
     from .config import LoadedScenario
 
     add_op_metrics = metrics is None
@@ -291,35 +292,43 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     rows = []
     total = len(combos) * len(seed_list)
     i = 0
-    for combo in combos:
-        name = _combo_name(keys, combo)
-        overrides = [f"{p}={_value_text(v)}" for p, v in zip(dotted, combo)]
-        for seed in seed_list:
-            i += 1
-            if progress is not None:
-                progress(i, total, name, seed)
-            run_dir = out / name / f"seed{seed}" if out is not None else None
-            row = dict(zip(keys, combo))
-            row["seed"] = seed
-            try:
-                res = run(source, output_dir=run_dir, overrides=overrides, seed=seed, topologies=topologies,
-                          overwrite=True)
-            except Exception as exc:    # noqa: BLE001 - one failing point must not abort the others
-                row.update(status="failed", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
-                row.update(dict.fromkeys(metrics))
-                rows.append(row)
-                continue
-            m = metrics_of(res.summary)
-            row.update(status=m["status"], reason="")
-            row.update({k: m.get(k) for k in metrics})
-            if add_op_metrics:
-                row.update(op_metrics_of(res.summary))
-            rows.append(row)
-            if m["status"] == "interrupted":
-                break
-        else:
-            continue
-        break
+    interrupted = False
+    with StopSignals() as signals:      # SIGTERM between runs ends the comparison as Ctrl-C does
+        try:
+            for combo in combos:
+                name = _combo_name(keys, combo)
+                overrides = [f"{p}={_value_text(v)}" for p, v in zip(dotted, combo)]
+                for seed in seed_list:
+                    i += 1
+                    if progress is not None:
+                        progress(i, total, name, seed)
+                    run_dir = out / name / f"seed{seed}" if out is not None else None
+                    row = dict(zip(keys, combo))
+                    row["seed"] = seed
+                    try:
+                        res = run(source, output_dir=run_dir, overrides=overrides, seed=seed, topologies=topologies,
+                                  overwrite=True)
+                    except Exception as exc:    # noqa: BLE001 - one failing point must not abort the others
+                        row.update(status="failed", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+                        row.update(dict.fromkeys(metrics))
+                        rows.append(row)
+                        continue
+                    m = metrics_of(res.summary)
+                    row.update(status=m["status"], reason="")
+                    row.update({k: m.get(k) for k in metrics})
+                    if add_op_metrics:
+                        row.update(op_metrics_of(res.summary))
+                    rows.append(row)
+                    if m["status"] == "interrupted":
+                        raise KeyboardInterrupt   # Ctrl-C stopped this run: the comparison ends here too
+        except KeyboardInterrupt:       # (between runs, or a run that was interrupted): keep what ran
+            interrupted = True
+        signals.defer()                 # the tables below are written whatever is pressed now
+        return _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted)
+
+
+def _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted) -> pd.DataFrame:
+    """The table of :func:`compare`'s runs, written to ``out`` (if given) with its summary and plot."""
     if add_op_metrics:
         seen = dict.fromkeys(k for r in rows for k in r if _OP_METRIC.match(k) and k not in metrics)
         metrics += list(seen)
@@ -341,6 +350,7 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         elif png.exists():
             png.unlink()             # (no complete run to show: no stale plot of an earlier comparison)
     df.attrs["identity"] = keys
+    df.attrs["interrupted"] = interrupted
     return df
 
 

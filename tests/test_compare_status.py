@@ -92,3 +92,23 @@ def test_cli_compare_include_incomplete(write, runner, tmp_path):
 def test_duplicate_vary_values_are_refused():
     with pytest.raises(ConfigError, match="ecmp is given twice"):
         fabricsim.compare(TINY, vary={"routing": ["ecmp", "ecmp"]})
+
+
+def test_sigterm_between_runs_ends_the_comparison_keeping_the_runs_done(tmp_path):
+    import os
+    import signal
+
+    def refuse(signum, frame):
+        raise RuntimeError("SIGTERM was not handled by compare")
+    old = signal.signal(signal.SIGTERM, refuse)
+    try:
+        def progress(i, n, name, seed):
+            if i == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+        df = fabricsim.compare(TINY, vary={"routing": ["ecmp", "spray", "adaptive"]}, output_dir=tmp_path / "c",
+                               progress=progress)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert df.attrs["interrupted"] is True
+    assert list(df["routing"]) == ["ecmp"] and list(df["status"]) == ["complete"]
+    assert len(pd.read_csv(tmp_path / "c" / "runs.csv")) == 1
