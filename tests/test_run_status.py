@@ -76,3 +76,4 @@ def test_the_api_status_counts_failed_messages_in_the_flow_engine_too():
                          "traffic": {"pattern": "permutation", "message_size": "64KiB"},
                          "simulation": {"engine": "flow", "time_limit": "1us"}})
     assert res.summary["status"] == "time_limit"
+    assert res.headline()["status"] == "time_limit" and "status=time_limit" in repr(res)

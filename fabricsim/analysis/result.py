@@ -81,10 +81,12 @@ class Result:
         The completion-time ratio of a whole pattern can be 1.000 while one victim flow is many
         times slower than it should be, so the tail of the per-message slowdown
         (``slowdown_p99``) and the number of completed messages more than 4x slower than on an
-        idle fabric (``messages_over_4x``) sit beside it, with the completion counts."""
+        idle fabric (``messages_over_4x``) sit beside it, with the completion counts and the
+        run's ``status`` (anything but ``complete``: the figures cover part of the pattern,
+        :mod:`fabricsim.analysis.status`)."""
         s = self.summary
         return {
-            "scenario": s["scenario"], "routing": s["routing"], "seed": s["seed"],
+            "scenario": s["scenario"], "routing": s["routing"], "seed": s["seed"], "status": s["run"]["status"],
             "goodput_fraction": s["effective_bandwidth"]["goodput_fraction"],
             "completion_time_ratio": s["effective_bandwidth"]["completion_time_ratio"],
             "messages_completed": s["messages"]["completed"], "messages_total": s["messages"]["total"],
