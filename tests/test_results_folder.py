@@ -92,3 +92,13 @@ def test_results_carry_their_format_version(tmp_path):
         assert meta[b"fabricsim_results_format"] == str(RESULTS_FORMAT).encode(), f.name
     from fabricsim.analysis.load import load_results
     assert load_results(tmp_path / "r").summary["results_format"] == RESULTS_FORMAT
+
+
+def test_a_folder_a_live_run_is_writing_into_is_refused(tmp_path):
+    import os
+    fabricsim.run(TINY, output_dir=tmp_path / "r")
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    run.update(status="running", pid=os.getppid())     # a live process other than this one
+    (tmp_path / "r" / "run.json").write_text(json.dumps(run))
+    with pytest.raises(ConfigError, match=f"another run \\(pid {os.getppid()}\\) is writing"):
+        fabricsim.run(TINY, output_dir=tmp_path / "r")
