@@ -178,7 +178,7 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for name in self._NAMES:
                 sig = getattr(signal, name, None)
-                if sig is not None:
+                if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:   # (ignored stays ignored)
                     self._old[sig] = signal.signal(sig, self._handle)
         return self
 
