@@ -192,8 +192,8 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
         varied = parse_vary(vary)
         _plan(scenario, varied, seeds)  # every combination checked before anything is written
         out = Path(output or Path("results") / f"{loaded.scenario.name}-compare")
-        if out.exists() and not out.is_dir():
-            raise ConfigError("exists and is not a folder", source=str(out), field="--output")
+        from .analysis.outpath import check_writable_dir
+        check_writable_dir(out)
 
         def progress(i, n, name, seed):
             if not quiet:

@@ -287,8 +287,9 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     base, keys, dotted, combos, seed_list = _plan(scenario, vary or {}, seeds, topologies)
     source = scenario.scenario if isinstance(scenario, LoadedScenario) else scenario
     out = Path(output_dir) if output_dir is not None else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise ConfigError("exists and is not a folder", source=str(out), field="--output")
+    if out is not None:
+        from .analysis.outpath import check_writable_dir
+        check_writable_dir(out)          # below a file, unwritable: one line before any run
     rows = []
     total = len(combos) * len(seed_list)
     i = 0

@@ -112,3 +112,13 @@ def test_sigterm_between_runs_ends_the_comparison_keeping_the_runs_done(tmp_path
     assert df.attrs["interrupted"] is True
     assert list(df["routing"]) == ["ecmp"] and list(df["status"]) == ["complete"]
     assert len(pd.read_csv(tmp_path / "c" / "runs.csv")) == 1
+
+
+def test_compare_output_below_a_file_is_one_line_before_any_run(write, runner, tmp_path):
+    sc = write("tiny.yaml", TINY_YAML)
+    (tmp_path / "afile").write_text("x")
+    r = runner.invoke(main, ["compare", str(sc), "--vary", "routing=ecmp", "-o", str(tmp_path / "afile" / "c")])
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--output" in lines[0] and "is a file" in lines[0], r.stderr
+    assert "[1/1]" not in r.output
