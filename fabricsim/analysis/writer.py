@@ -56,8 +56,9 @@ def scenario_hash(scenario: dict) -> str:
     """Short hash (8 hex digits) of a resolved scenario (``Scenario.model_dump(mode="json")``:
     every default filled in, ``--set`` overrides and the seed applied): names its default folder.
 
-    >>> scenario_hash({"name": "a", "simulation": {"seed": 1}}) != scenario_hash({"name": "a", "simulation": {"seed": 2}})
-    True
+    >>> a, b = {"name": "a", "simulation": {"seed": 1}}, {"name": "a", "simulation": {"seed": 2}}
+    >>> len(scenario_hash(a)), scenario_hash(a) != scenario_hash(b)
+    (8, True)
     """
     text = json.dumps(scenario, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:8]
