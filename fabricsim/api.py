@@ -151,7 +151,7 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
                      f"in messages.partial.csv)")
         else:
             where = ""
-        if isinstance(exc, FabricsimError):
+        if isinstance(exc, ConfigError) or (isinstance(exc, FabricsimError) and not where):
             raise
         raise SimulationError(reason + where) from exc
     return result
