@@ -20,7 +20,7 @@ from .analysis.writer import ResultsFolder
 from .config import LoadedScenario, Scenario, load_scenario
 from .engine import ENGINES, SimulationInput
 from .engine.rng import RandomStreams
-from .errors import ConfigError
+from .errors import ConfigError, FabricsimError, SimulationError
 from .topology import Topology, build_topology
 from .topology.paths import EqualCostPaths
 from .traffic import generate
@@ -64,7 +64,8 @@ def prepare(source, overrides=(), seed: int | None = None,
 
 
 def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | None = None,
-        progress: bool = False, topologies: dict | None = None, estimate_warning: str | None = "") -> Result:
+        progress: bool = False, topologies: dict | None = None, estimate_warning: str | None = "",
+        overwrite: bool = False) -> Result:
     """Run a scenario (YAML path, dict, :class:`Scenario`, :class:`LoadedScenario`, or the
     :class:`~fabricsim.engine.SimulationInput` :func:`prepare` returned: then nothing is built
     again and ``overrides`` / ``seed`` must be empty).
@@ -72,7 +73,11 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
     Parameters
     ----------
     output_dir:
-        Write a results folder there; ``None`` keeps everything in memory.
+        Write a results folder there; ``None`` keeps everything in memory. A folder that holds
+        the results of another scenario (or files that are no results) is refused with a
+        :class:`~fabricsim.errors.ConfigError` before the run starts, unless ``overwrite``; the
+        artefacts of an earlier run of the same scenario are replaced
+        (:class:`~fabricsim.analysis.writer.ResultsFolder`).
     overrides:
         ``"key.path=value"`` strings, as ``fabricsim run --set``.
     seed:
@@ -84,6 +89,8 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
     estimate_warning:
         The long-run warning of :func:`fabricsim.engine.estimate.long_run_warning` if the caller
         computed it already (``""``: compute it here); it goes into the summary's warnings.
+    overwrite:
+        Replace the results in ``output_dir`` even if they are another scenario's.
     """
     if isinstance(source, SimulationInput):
         if overrides or seed is not None:
@@ -96,7 +103,7 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
     folder = None
     stream = None
     if output_dir is not None:
-        folder = ResultsFolder(output_dir, sc.outputs.formats)
+        folder = ResultsFolder(output_dir, sc.outputs.formats, overwrite=overwrite)
         stream = folder.open(sc.model_dump(mode="json"), sc.simulation.seed)
     if estimate_warning == "":
         from .engine.estimate import long_run_warning
@@ -105,23 +112,92 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
             import warnings
             warnings.warn(estimate_warning, stacklevel=2)
     recorder = Recorder(sc.outputs.latency_rel_error, sc.outputs.timeseries_bin, stream_path=stream)
-    engine = ENGINES.get(sc.simulation.engine)(sim, recorder)
-    bar = _progress_bar(len(sim.messages), sc.simulation.time_limit) if progress else None
-    t0 = time.perf_counter()
     try:
-        outcome = engine.run(progress=bar.update_time if bar else None)
-    finally:
-        if bar:
-            bar.close()
+        with StopSignals() as signals:
+            engine = ENGINES.get(sc.simulation.engine)(sim, recorder)
+            bar = _progress_bar(len(sim.messages), sc.simulation.time_limit) if progress else None
+            t0 = time.perf_counter()
+            try:
+                outcome = engine.run(progress=bar.update_time if bar else None)
+            finally:
+                if bar:
+                    bar.close()
+                recorder.close()
+            signals.defer()    # the run is over: a signal now must not lose the results being written
+            wall = time.perf_counter() - t0
+            del engine      # its working state (flows, connections, replay) is not needed for the results
+            if estimate_warning:
+                outcome.warnings.insert(0, estimate_warning)
+            result = build_result(sim, recorder, outcome, wall, __version__)
+            if folder is not None:
+                folder.finish(result)
+    except KeyboardInterrupt:
+        # interrupted before the engine could take over (its own Ctrl-C handling keeps the results)
         recorder.close()
-    wall = time.perf_counter() - t0
-    del engine      # its working state (flows, connections, replay) is not needed for the results
-    if estimate_warning:
-        outcome.warnings.insert(0, estimate_warning)
-    result = build_result(sim, recorder, outcome, wall, __version__)
-    if folder is not None:
-        folder.finish(result)
+        if folder is not None:
+            folder.fail("interrupted", "interrupted before the engine started")
+        raise
+    except Exception as exc:
+        recorder.close()
+        text = " ".join(str(exc).split())
+        if isinstance(exc, FabricsimError):
+            reason = text
+        else:
+            reason = f"internal error: {type(exc).__name__}: {text}"
+        if folder is not None:
+            import traceback
+            folder.fail("failed", reason, traceback.format_exc())
+            where = (f" (results folder {folder.path}: run.json status failed; the messages finished before it "
+                     f"in messages.partial.csv)")
+        else:
+            where = ""
+        if isinstance(exc, ConfigError) or (isinstance(exc, FabricsimError) and not where):
+            raise
+        raise SimulationError(reason + where) from exc
     return result
+
+
+class StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM while a run goes on: the first stops the run as Ctrl-C always
+    did (``KeyboardInterrupt`` inside the engine, which keeps what finished and marks the rest
+    ``interrupted``); any further one, and any signal once the run is over (:meth:`defer`), is
+    noted on stderr and otherwise ignored, so the tables and the final ``run.json`` are always
+    written. The previous handlers are restored afterwards. Only in the main thread (elsewhere
+    signals cannot be handled and nothing changes)."""
+
+    _NAMES = ("SIGINT", "SIGTERM")
+
+    def __init__(self):
+        self._old = {}
+        self._fired = False
+        self._deferred = False
+
+    def __enter__(self):
+        import signal
+        import threading
+        if threading.current_thread() is threading.main_thread():
+            for name in self._NAMES:
+                sig = getattr(signal, name, None)
+                if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:   # (ignored stays ignored)
+                    self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def defer(self):
+        self._deferred = True
+
+    def _handle(self, signum, frame):
+        import sys
+        if self._fired or self._deferred:
+            print("fabricsim: writing the results, please wait", file=sys.stderr, flush=True)
+            return
+        self._fired = True
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        import signal
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
 
 
 class _progress_bar:

@@ -1,7 +1,10 @@
 """``fabricsim`` command line: parse, call the API, map errors to exit codes.
 
-Exit status: 0 success, 2 bad input (one line on stderr naming file, field and what is
-allowed; nothing written), 1 a failure of the simulator itself.
+Exit status: 0 success (for ``run``: every message completed), 2 bad input (one line on stderr
+naming file, field and what is allowed; nothing written), 1 a failure of the simulator itself,
+3 a run that ended with messages not completed (``simulation.time_limit``, failed messages, a
+stall), 130 an interrupted run (Ctrl-C or SIGTERM). The statuses behind them:
+:mod:`fabricsim.analysis.status`.
 """
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .analysis.status import EXIT_CODES_HELP, exit_code
+from .analysis.outpath import check_writable_file
 from .errors import ConfigError, FabricsimError
 from .units import format_rate, format_time
 
@@ -38,19 +43,25 @@ def _print_summary(s: dict, out_dir):
     m = s["messages"]
     lat = s["packet_latency"]
     nm = s.get("not_modelled") or {}
+    from .analysis.status import describe
+    status = s["run"]["status"]
+    partial = status != "complete"
+    only = f"  [completed messages only: {m['completed']} of {m['total']}]" if partial else ""
     lines = [
         f"scenario {s['scenario']}  seed {s['seed']}  profile {s.get('profile', 'none')}  routing {s['routing']}  "
-        f"cc {s['congestion_control']}  status {s['run']['status']}",
+        f"cc {s['congestion_control']}  status {describe(status, m)}",
         f"messages      {m['completed']}/{m['total']} completed"
         + (f"  ({', '.join(f'{k}: {v}' for k, v in m['incomplete_by_reason'].items())})" if m["incomplete"] else ""),
-        "effective bw  goodput {gp} = {gf} of sender line rate; completion time ideal/actual {cr}".format(
+        "effective bw  goodput {gp} = {gf} of sender line rate; completion time ideal/actual {cr}{note}".format(
             gp=format_rate(eb["goodput_bps"]),
             gf="n/a" if eb["goodput_fraction"] is None else f"{eb['goodput_fraction']:.3f}",
-            cr="n/a" if eb["completion_time_ratio"] is None else f"{eb['completion_time_ratio']:.3f}"),
-        "slowdown      p99 {p99}  {n} message{pl} slower than 4x ideal".format(
+            cr="n/a" if eb["completion_time_ratio"] is None else f"{eb['completion_time_ratio']:.3f}",
+            note=(f"  [INCOMPLETE RUN: payload delivered over the {_t(s['run']['end_ps'])} simulated, "
+                  "not the pattern's]") if partial else ""),
+        "slowdown      p99 {p99}  {n} message{pl} slower than 4x ideal{only}".format(
             p99="n/a" if s["slowdown"]["p99"] is None else f"{s['slowdown']['p99']:.2f}",
-            n=s["slowdown"]["messages_over_4x"], pl="" if s["slowdown"]["messages_over_4x"] == 1 else "s"),
-        f"message FCT   p50 {_t(s['fct']['p50_ps'])}  p99 {_t(s['fct']['p99_ps'])}  max {_t(s['fct']['max_ps'])}",
+            n=s["slowdown"]["messages_over_4x"], pl="" if s["slowdown"]["messages_over_4x"] == 1 else "s", only=only),
+        f"message FCT   p50 {_t(s['fct']['p50_ps'])}  p99 {_t(s['fct']['p99_ps'])}  max {_t(s['fct']['max_ps'])}{only}",
         (f"pkt latency   p50 {_t(lat['p50_ps'])}  p99 {_t(lat['p99_ps'])}  p99.9 {_t(lat['p999_ps'])}"
          f"  ({lat['count']} packets)") if "packet_latency" not in nm else
         f"pkt latency   not modelled ({nm['packet_latency']})",
@@ -66,38 +77,54 @@ def _print_summary(s: dict, out_dir):
     click.echo("\n".join(lines))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fabricsim")
 def main():
     """fabricsim: simulate AI-cluster network fabrics (packet-level or flow-level)."""
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.argument("scenario", type=click.Path())
 @click.option("-o", "--output", "output", type=click.Path(), default=None,
-              help="results folder (default: outputs.dir or results/<scenario name>)")
+              help="results folder (default: outputs.dir, else results/<scenario name>-<hash>: one folder per "
+                   "resolved scenario, seed and --set overrides included)")
+@click.option("--force", is_flag=True,
+              help="write into a folder holding another scenario's results (they are replaced)")
 @click.option("--seed", type=int, default=None, help="replace simulation.seed")
 @click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
               help="override a scenario field, e.g. --set routing.policy=adaptive (repeatable)")
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar and no summary")
 @click.option("--json", "as_json", is_flag=True, help="print summary.json instead of the text summary")
 @click.option("--report", "report", is_flag=True, help="also write RESULTS_DIR/report.html (self-contained HTML)")
-def run(scenario, output, seed, sets, quiet, as_json, report):
-    """Simulate SCENARIO and write a results folder."""
+def run(scenario, output, force, seed, sets, quiet, as_json, report):
+    """Simulate SCENARIO and write a results folder.
+
+    The folder is -o, else outputs.dir, else results/<scenario name>-<hash>, the hash (8 hex
+    digits) naming the resolved scenario: every default, --set override and the seed. One folder
+    holds one run: a rerun of the same scenario replaces every artefact (tables, report.html,
+    plots/); a folder holding another scenario's results is refused (exit 2) unless --force.
+    """
+    from .analysis.writer import ResultsFolder, default_results_dir
     from .api import prepare, run as api_run
     try:
         loaded, sim = prepare(scenario, sets, seed)  # every input error surfaces before any output
         sc = loaded.scenario
-        out = Path(output or sc.outputs.dir or Path("results") / sc.name)
-        if out.exists() and not out.is_dir():
-            raise ConfigError("exists and is not a folder", source=str(out), field="--output")
+        dumped = sc.model_dump(mode="json")
+        out = Path(output or sc.outputs.dir or default_results_dir(dumped))
+        ResultsFolder(out, overwrite=force).check(dumped)   # before the run: nothing written yet
+        if report:
+            check_writable_file(out / "report.html", field="--report")
         from .engine.estimate import long_run_warning
         slow = long_run_warning(sim)
         if slow:
             click.echo(f"warning: {slow}", err=True)    # before it starts: the user may stop it now
-        result = api_run(sim, output_dir=out, progress=not quiet, estimate_warning=slow)   # built once
+        result = api_run(sim, output_dir=out, progress=not quiet, estimate_warning=slow,   # built once
+                         overwrite=force)
     except FabricsimError as exc:
         _fail(exc, scenario, list(sets) + ([f"simulation.seed={seed}"] if seed is not None else []))
+    except KeyboardInterrupt:
+        click.echo(f"interrupted before the run started (run.json in {out})", err=True)
+        sys.exit(130)
     if report:
         from .analysis.report import write_report
         write_report(result, out / "report.html")
@@ -112,9 +139,11 @@ def run(scenario, output, seed, sets, quiet, as_json, report):
     if status == "interrupted":
         # results were written (unfinished messages marked "interrupted"); exit like Ctrl-C
         click.echo(f"interrupted: partial results in {out}", err=True)
-        sys.exit(130)
-    if status == "stalled":
-        sys.exit(1)
+    elif status != "complete":
+        from .analysis.status import describe
+        click.echo(f"warning: run incomplete, {describe(status, result.summary['messages'])}; "
+                   f"figures cover completed messages only (results in {out})", err=True)
+    sys.exit(exit_code(status))
 
 
 @main.command()
@@ -141,8 +170,16 @@ def validate(scenario, sets):
 @click.option("-o", "--output", "output", type=click.Path(), default=None,
               help="folder (default: results/<scenario name>-compare)")
 @click.option("-q", "--quiet", is_flag=True, help="no progress lines and no table")
-def compare_cmd(scenario, vary, seeds, output, quiet):
-    """Run SCENARIO for every combination of --vary values and every seed; print mean ± 95 % CI."""
+@click.option("--include-incomplete", "include_incomplete", is_flag=True,
+              help="count runs that did not complete every message (time limit, failed messages) in the means "
+                   "(default: only complete runs; failed runs never)")
+def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
+    """Run SCENARIO for every combination of --vary values and every seed; print mean ± 95 % CI.
+
+    Each run's status is a column of runs.csv; by default only complete runs count in the means
+    (summary.csv, the table), the others are counted as excluded. A run that fails is recorded
+    (status failed and the reason) and the comparison goes on. Exit 0 when every run completed,
+    3 when some run did not (1 when every run failed), 130 when interrupted."""
     from .compare import _plan, compare, format_summary, parse_vary, summarize
     from .config import load_scenario
     try:
@@ -155,19 +192,33 @@ def compare_cmd(scenario, vary, seeds, output, quiet):
         varied = parse_vary(vary)
         _plan(scenario, varied, seeds)  # every combination checked before anything is written
         out = Path(output or Path("results") / f"{loaded.scenario.name}-compare")
-        if out.exists() and not out.is_dir():
-            raise ConfigError("exists and is not a folder", source=str(out), field="--output")
+        from .analysis.outpath import check_writable_dir
+        check_writable_dir(out)
 
         def progress(i, n, name, seed):
             if not quiet:
                 click.echo(f"[{i}/{n}] {name} seed {seed}", err=True)
 
-        df = compare(scenario, varied, seeds=seeds, output_dir=out, progress=progress)
+        df = compare(scenario, varied, seeds=seeds, output_dir=out, progress=progress,
+                     include_incomplete=include_incomplete)
     except FabricsimError as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted between two runs: the finished runs are in {out}", err=True)
+        sys.exit(130)
     if not quiet:
-        click.echo(format_summary(summarize(df), list(varied)))
+        click.echo(format_summary(summarize(df, list(varied), include_incomplete=include_incomplete), list(varied)))
         click.echo(f"results       {out}  (runs.csv, summary.csv, one folder per run)")
+    bad = df[df["status"] != "complete"]
+    for row in bad.to_dict("records"):
+        point = " ".join(f"{k}={row[k]}" for k in varied)
+        why = f": {row['reason']}" if row["reason"] else ""
+        click.echo(f"warning: {point} seed {row['seed']}: {row['status']}{why}", err=True)
+    if df.attrs.get("interrupted"):
+        click.echo(f"interrupted: the runs done so far are in {out}", err=True)
+        sys.exit(130)
+    if len(bad):
+        sys.exit(1 if (bad["status"] == "failed").all() and len(bad) == len(df) else 3)
 
 
 @main.group("profile")
@@ -326,6 +377,7 @@ def trace_convert(src, dst):
     from .traces import read_trace, trace_format, write_trace
     try:
         trace_format(dst)
+        check_writable_file(dst, field="DST")
         t = read_trace(src)
         write_trace(t, dst)
     except FabricsimError as exc:
@@ -381,6 +433,7 @@ def trace_moe(output, config_file, zipf, imbalance, rank_imbalance, as_json, **o
     from .traces.moe import format_summary, generate_moe_trace, load_moe_config
     try:
         trace_format(output)
+        check_writable_file(output)
         data, root, source = {}, None, None
         if config_file is not None:
             from .config.scenario import load_yaml
@@ -454,13 +507,15 @@ def trace_moe(output, config_file, zipf, imbalance, rank_imbalance, as_json, **o
 def trace_collective(output, kind, ranks, size, gap, repeat, op, channels, conn_base, algorithm, tree_chunk):
     """Generate a collective expanded to point-to-point messages (docs/traces.md, "Collectives")."""
     from .traces import trace_format, write_trace
-    from .traces.collectives import KINDS, compose, parse_ranks, sequence
+    from .traces.collectives import KINDS, check_size, compose, parse_ranks, sequence
     from .units import format_size, parse_size, parse_time
     try:
         trace_format(output)
+        check_writable_file(output)
         if kind not in KINDS:
             raise ConfigError(f"unknown collective {kind!r} (allowed: {', '.join(KINDS)})", field="--kind")
         rank_list = parse_ranks(ranks)
+        check_size(kind, len(rank_list), 0, repeat, channels, "ring", 1)   # (size-free bound first)
         try:
             size_b = parse_size(size)
         except ValueError as exc:
@@ -505,6 +560,7 @@ def trace_import_chakra(et_path, output, as_json):
     from .traces.chakra import format_summary, import_chakra
     try:
         trace_format(output)
+        check_writable_file(output)
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore")  # reported in the summary instead
             imp = import_chakra(et_path)
@@ -523,7 +579,9 @@ def plot_cmd(results_dir):
     """Write the plots of the results folder RESULTS_DIR as PNG files into RESULTS_DIR/plots/."""
     from .analysis.load import load_results
     from .analysis.plots import write_plots
+    from .analysis.outpath import check_writable_dir
     try:
+        check_writable_dir(Path(results_dir) / "plots", field="RESULTS_DIR/plots")
         result = load_results(results_dir)
     except FabricsimError as exc:
         _fail(exc)
@@ -539,11 +597,13 @@ def report_cmd(results_dir, output):
     """Write one self-contained HTML report (scenario, summary, plots, definitions) of RESULTS_DIR."""
     from .analysis.load import load_results
     from .analysis.report import write_report
+    target = Path(output) if output else Path(results_dir) / "report.html"
     try:
+        check_writable_file(target, field="--output" if output else "RESULTS_DIR/report.html")
         result = load_results(results_dir)
     except FabricsimError as exc:
         _fail(exc)
-    click.echo(str(write_report(result, output or Path(results_dir) / "report.html")))
+    click.echo(str(write_report(result, target)))
 
 
 if __name__ == "__main__":  # pragma: no cover

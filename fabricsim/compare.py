@@ -182,6 +182,10 @@ def _plan(scenario, vary: dict, seeds, topologies: dict | None = None):
             raise ConfigError(f"{path} is varied twice", field=item)
         if not values:
             raise ConfigError("no values (allowed: one or more values)", field=item)
+        texts = [_value_text(v) for v in values]
+        dup = next((t for i, t in enumerate(texts) if t in texts[:i]), None)
+        if dup is not None:
+            raise ConfigError(f"value {dup} is given twice (allowed: distinct values)", field=item)
         dotted.append(path)
     if seeds is None:
         seed_list = [base.scenario.simulation.seed]
@@ -224,7 +228,7 @@ def _plan(scenario, vary: dict, seeds, topologies: dict | None = None):
 
 
 def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Path | None = None,
-            metrics: list[str] | None = None, progress=None) -> pd.DataFrame:
+            metrics: list[str] | None = None, progress=None, include_incomplete: bool = False) -> pd.DataFrame:
     """Run every combination of ``vary`` and every seed; one row per run.
 
     Parameters
@@ -249,22 +253,31 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         listed too.
     progress:
         Optional callable ``(i, n, name, seed)`` called before each run.
+    include_incomplete:
+        Passed to :func:`summarize` for the ``summary.csv`` written to ``output_dir``: by default
+        only complete runs count in the means.
 
     Returns
     -------
     DataFrame
-        Identity columns (one per varied key, named as given, then ``seed``) and metric columns.
+        Identity columns (one per varied key, named as given, then ``seed``), ``status`` (the
+        run's status, :mod:`fabricsim.analysis.status`; ``failed`` when the run raised),
+        ``reason`` (why a run failed, else empty) and metric columns. A run that fails does not
+        stop the comparison: its row has status ``failed``, the reason and no metrics; Ctrl-C
+        (or SIGTERM) during a run or between runs ends it: the tables hold the runs done so far
+        and ``df.attrs["interrupted"]`` is True.
     Raises
     ------
     ConfigError
         A bad key or value, naming the ``--vary`` item, before anything runs.
     """
-    from .api import run
+    from .api import StopSignals, run
     from .config import LoadedScenario
 
     add_op_metrics = metrics is None
     metrics = list(DEFAULT_METRICS if metrics is None else metrics)
-    unknown = [m for m in metrics if m not in DEFAULT_METRICS + ["completed", "messages", "status"]
+    metrics = [m for m in metrics if m != "status"]   # always a column of its own
+    unknown = [m for m in metrics if m not in DEFAULT_METRICS + ["completed", "messages"]
                and not _OP_METRIC.match(m)]
     if unknown:
         raise ConfigError(f"unknown metric {unknown[0]!r} (allowed: {', '.join(DEFAULT_METRICS)}; per operation "
@@ -274,34 +287,55 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     base, keys, dotted, combos, seed_list = _plan(scenario, vary or {}, seeds, topologies)
     source = scenario.scenario if isinstance(scenario, LoadedScenario) else scenario
     out = Path(output_dir) if output_dir is not None else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise ConfigError("exists and is not a folder", source=str(out), field="--output")
+    if out is not None:
+        from .analysis.outpath import check_writable_dir
+        check_writable_dir(out)          # below a file, unwritable: one line before any run
     rows = []
     total = len(combos) * len(seed_list)
     i = 0
-    for combo in combos:
-        name = _combo_name(keys, combo)
-        overrides = [f"{p}={_value_text(v)}" for p, v in zip(dotted, combo)]
-        for seed in seed_list:
-            i += 1
-            if progress is not None:
-                progress(i, total, name, seed)
-            run_dir = out / name / f"seed{seed}" if out is not None else None
-            res = run(source, output_dir=run_dir, overrides=overrides, seed=seed, topologies=topologies)
-            m = metrics_of(res.summary)
-            row = dict(zip(keys, combo))
-            row["seed"] = seed
-            row.update({k: m.get(k) for k in metrics})
-            if add_op_metrics:
-                row.update(op_metrics_of(res.summary))
-            rows.append(row)
+    interrupted = False
+    with StopSignals() as signals:      # SIGTERM between runs ends the comparison as Ctrl-C does
+        try:
+            for combo in combos:
+                name = _combo_name(keys, combo)
+                overrides = [f"{p}={_value_text(v)}" for p, v in zip(dotted, combo)]
+                for seed in seed_list:
+                    i += 1
+                    if progress is not None:
+                        progress(i, total, name, seed)
+                    run_dir = out / name / f"seed{seed}" if out is not None else None
+                    row = dict(zip(keys, combo))
+                    row["seed"] = seed
+                    try:
+                        res = run(source, output_dir=run_dir, overrides=overrides, seed=seed, topologies=topologies,
+                                  overwrite=True)
+                    except Exception as exc:    # noqa: BLE001 - one failing point must not abort the others
+                        row.update(status="failed", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+                        row.update(dict.fromkeys(metrics))
+                        rows.append(row)
+                        continue
+                    m = metrics_of(res.summary)
+                    row.update(status=m["status"], reason="")
+                    row.update({k: m.get(k) for k in metrics})
+                    if add_op_metrics:
+                        row.update(op_metrics_of(res.summary))
+                    rows.append(row)
+                    if m["status"] == "interrupted":
+                        raise KeyboardInterrupt   # Ctrl-C stopped this run: the comparison ends here too
+        except KeyboardInterrupt:       # (between runs, or a run that was interrupted): keep what ran
+            interrupted = True
+        signals.defer()                 # the tables below are written whatever is pressed now
+        return _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted)
+
+
+def _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted) -> pd.DataFrame:
+    """The table of :func:`compare`'s runs, written to ``out`` (if given) with its summary and plot."""
     if add_op_metrics:
         seen = dict.fromkeys(k for r in rows for k in r if _OP_METRIC.match(k) and k not in metrics)
         metrics += list(seen)
-    df = pd.DataFrame(rows, columns=keys + ["seed"] + metrics)
+    df = pd.DataFrame(rows, columns=keys + ["seed", "status", "reason"] + metrics)
     for c in metrics:
-        if c != "status":
-            df[c] = pd.to_numeric(df[c], errors="coerce")
+        df[c] = pd.to_numeric(df[c], errors="coerce")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         df.to_csv(out / "runs.csv", index=False)
@@ -309,9 +343,15 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
             df.to_parquet(out / "runs.parquet", index=False)
         except (ImportError, ValueError):  # pragma: no cover - no parquet engine
             pass
-        summarize(df).to_csv(out / "summary.csv", index=False)
-        _write_plot(df, keys, out / "effective_bandwidth.png")
+        summarize(df, keys, include_incomplete=include_incomplete).to_csv(out / "summary.csv", index=False)
+        shown = df[df["status"] != "failed"] if include_incomplete else df[df["status"] == "complete"]
+        png = out / "effective_bandwidth.png"
+        if len(shown):
+            _write_plot(shown, keys, png)
+        elif png.exists():
+            png.unlink()             # (no complete run to show: no stale plot of an earlier comparison)
     df.attrs["identity"] = keys
+    df.attrs["interrupted"] = interrupted
     return df
 
 
@@ -328,12 +368,16 @@ def _write_plot(df: pd.DataFrame, keys: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def summarize(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
+def summarize(df: pd.DataFrame, by: list[str] | None = None, include_incomplete: bool = False) -> pd.DataFrame:
     """Mean and 95 % confidence half-width (Student t) of every metric per combination.
 
     ``by`` defaults to the identity columns of :func:`compare` (every column before ``seed``).
-    Columns: the identity columns, ``runs``, then ``<metric>_mean`` and ``<metric>_ci95`` (NaN
-    with a single run)."""
+    Only runs whose ``status`` is ``complete`` count (an incomplete run's figures cover part of
+    the pattern; :mod:`fabricsim.analysis.status`) unless ``include_incomplete``; failed runs
+    never do. Columns: the identity columns, ``runs`` (runs averaged), ``excluded`` (runs left
+    out), ``status`` (``complete``, or e.g. ``time_limit 1, failed 1`` for the excluded or
+    included incomplete runs), then ``<metric>_mean`` and ``<metric>_ci95`` (NaN with a single
+    run)."""
     if by is None:
         by = df.attrs.get("identity")
         if by is None:
@@ -346,6 +390,13 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
         row = dict(zip(by, key))
+        if "status" in g.columns:
+            st = g["status"].astype(str)
+            keep = (st == "complete") | ((st != "failed") & include_incomplete)
+            counts = st[st != "complete"].value_counts()
+            row["status"] = ", ".join(f"{k} {v}" for k, v in counts.items()) or "complete"
+            row["excluded"] = int((~keep).sum())
+            g = g[keep]
         row["runs"] = len(g)
         for c in metric_cols:
             v = g[c].dropna().astype(float)
@@ -361,7 +412,8 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
 def format_summary(summary: pd.DataFrame, identity: list[str]) -> str:
     """The summary as a compact text table: ``mean ± ci`` per metric."""
     metrics = [c[:-5] for c in summary.columns if c.endswith("_mean")]
-    table = summary[identity + ["runs"]].copy() if identity else pd.DataFrame({"runs": summary["runs"]})
+    extra = [c for c in ("runs", "excluded", "status") if c in summary.columns]
+    table = summary[identity + extra].copy()
 
     def cell(mean, ci):
         if mean is None or (isinstance(mean, float) and math.isnan(mean)):

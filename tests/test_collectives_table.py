@@ -93,7 +93,7 @@ def test_compare_gains_per_operation_columns_only_when_runs_have_them(tmp_path, 
     assert ecmp["allreduce_busbw_gbps"] == pytest.approx(row["busbw_bps"] / 1e9)
     # named explicitly, and in the CLI's table
     df2 = fabricsim.compare(scenario(path), metrics=["completion_time_ratio", "allreduce_busbw_gbps"])
-    assert list(df2.columns) == ["seed", "completion_time_ratio", "allreduce_busbw_gbps"]
+    assert list(df2.columns) == ["seed", "status", "reason", "completion_time_ratio", "allreduce_busbw_gbps"]
     import yaml
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump(scenario(path)))

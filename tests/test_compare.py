@@ -32,7 +32,7 @@ def test_rows_are_combinations_times_seeds_with_identity_columns():
     df = fabricsim.compare(TINY, vary={"routing": ["ecmp", "spray", "adaptive"], "split": ["per_flow", "per_packet"]},
                            seeds=2)
     assert len(df) == 3 * 2 * 2
-    assert list(df.columns) == ["routing", "split", "seed"] + DEFAULT_METRICS
+    assert list(df.columns) == ["routing", "split", "seed", "status", "reason"] + DEFAULT_METRICS
     combos = set(zip(df["routing"], df["split"], df["seed"]))
     assert combos == {(r, s, n) for r in ("ecmp", "spray", "adaptive") for s in ("per_flow", "per_packet")
                       for n in (1, 2)}
@@ -127,6 +127,7 @@ def test_cli_default_output_folder(write, runner, tmp_path, monkeypatch):
     ("routing=ecmp,bogus", "--vary routing=ecmp,bogus"),
     ("routing", "--vary routing"),
     ("routing=ecmp,", "--vary routing=ecmp,"),
+    ("routing=ecmp,ecmp", "--vary routing=ecmp,ecmp"),
 ])
 def test_cli_bad_vary_exits_2_with_one_line(item, named, write, runner, tmp_path, monkeypatch):
     sc = write("tiny.yaml", TINY_YAML)

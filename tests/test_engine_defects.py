@@ -124,7 +124,7 @@ def test_a_run_whose_messages_failed_does_not_report_complete():
                     receiver={"model": "ddp", "retry_limit": 0, "rto_low": "5us", "rto_high": "5us"})
     s = fabricsim.run(sc).summary
     assert s["messages"]["incomplete_by_reason"].get("retry_exceeded", 0) > 0
-    assert s["run"]["status"] == "incomplete"
+    assert s["run"]["status"] == "incomplete_failed"
 
 
 def test_the_messages_table_adds_up_to_the_run_totals_when_messages_fail():

@@ -112,5 +112,5 @@ def test_a_reused_folder_holds_only_the_new_runs_tables(tmp_path):
     out = tmp_path / "out"
     fabricsim.run({**SC, "outputs": {"formats": ["parquet", "csv"]}}, output_dir=out)
     assert (out / "messages.csv").exists()
-    fabricsim.run({**SC, "outputs": {"formats": ["parquet"]}}, output_dir=out)
+    fabricsim.run({**SC, "outputs": {"formats": ["parquet"]}}, output_dir=out, overwrite=True)
     assert not (out / "messages.csv").exists() and (out / "messages.parquet").exists()

@@ -81,10 +81,12 @@ class Result:
         The completion-time ratio of a whole pattern can be 1.000 while one victim flow is many
         times slower than it should be, so the tail of the per-message slowdown
         (``slowdown_p99``) and the number of completed messages more than 4x slower than on an
-        idle fabric (``messages_over_4x``) sit beside it, with the completion counts."""
+        idle fabric (``messages_over_4x``) sit beside it, with the completion counts and the
+        run's ``status`` (anything but ``complete``: the figures cover part of the pattern,
+        :mod:`fabricsim.analysis.status`)."""
         s = self.summary
         return {
-            "scenario": s["scenario"], "routing": s["routing"], "seed": s["seed"],
+            "scenario": s["scenario"], "routing": s["routing"], "seed": s["seed"], "status": s["run"]["status"],
             "goodput_fraction": s["effective_bandwidth"]["goodput_fraction"],
             "completion_time_ratio": s["effective_bandwidth"]["completion_time_ratio"],
             "messages_completed": s["messages"]["completed"], "messages_total": s["messages"]["total"],
@@ -254,8 +256,12 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     offered = int(msgs["size_bytes"].sum())
     injected = outcome.counters.get("injected_payload_bytes")
     dropped_payload = int(outcome.counters.get("dropped_payload_bytes", 0))
+    from .status import RESULTS_FORMAT, incomplete_note, run_status
+    status = run_status(outcome.status, int(len(incomplete)))
     summary = {
+        "results_format": RESULTS_FORMAT,
         "scenario": sc.name,
+        "status": status,
         "seed": simcfg.seed,
         "engine": simcfg.engine,
         "kernel": simcfg.kernel,
@@ -320,13 +326,16 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         },
         "not_modelled": not_modelled,
         "run": {
-            "version": version, "status": outcome.status, "end_ps": outcome.end_ps, "wall_time_s": wall_s,
+            "version": version, "status": status, "end_ps": outcome.end_ps, "wall_time_s": wall_s,
             "events": outcome.events, "events_per_s": outcome.events / wall_s if wall_s > 0 else None,
             "packet_hops": outcome.packet_hops,
             "packet_hops_per_s": outcome.packet_hops / wall_s if wall_s > 0 else None,
             **outcome.counters,
         },
     }
+    note = incomplete_note(status, summary["messages"])
+    if note is not None:
+        summary["incomplete"] = note
     bin_ps = recorder.goodput_bin_ps
     gp = np.asarray(recorder.goodput, dtype=np.int64)
     goodput = pd.DataFrame({"bin_start_ps": np.arange(len(gp), dtype=np.int64) * bin_ps,

@@ -14,39 +14,164 @@ Layout (definitions in docs/metrics.md)::
     scenario.resolved.yaml  the scenario with every default filled in
 
 ``messages.partial.csv`` streams completed messages during the run and is removed once the
-final tables are written.
+final tables are written. ``report.html`` (``fabricsim run --report``, ``fabricsim report``) and
+``plots/`` (``fabricsim plot``) are written later, from the folder.
+
+One folder holds one run. :meth:`ResultsFolder.open` refuses, with a
+:class:`~fabricsim.errors.ConfigError` (exit 2) and before anything is written, a folder that
+holds the results of another scenario (another resolved scenario: other settings, ``--set``
+overrides or seed), a folder with files that are no results, or a folder another live run is
+writing into, unless ``overwrite``; it then removes every artefact of the run before (the tables,
+``report.html``, ``plots/``, ...; never other files), so nothing stale is left behind.
+``summary.json``, ``run.json`` and every Parquet file's metadata (key ``fabricsim_results_format``)
+carry :data:`~fabricsim.analysis.status.RESULTS_FORMAT`.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import yaml
 
+from ..errors import ConfigError
+from .outpath import check_writable_dir, check_writable_file  # noqa: F401 - (re-exported)
 from .result import Result, summary_json
+from .status import RESULTS_FORMAT
 
 
 TABLES = ("messages", "links", "latency_histogram", "goodput_timeseries", "collectives", "link_timeseries", "nics")
+#: every file a run (and ``report`` / ``plot`` after it) writes into its folder
+ARTEFACTS = (["summary.json", "run.json", "scenario.resolved.yaml", "messages.partial.csv", "report.html"]
+             + [f"{t}.{fmt}" for t in TABLES for fmt in ("parquet", "csv")])
+#: folders of artefacts
+ARTEFACT_DIRS = ("plots",)
+#: Parquet schema metadata key holding the results format
+PARQUET_FORMAT_KEY = b"fabricsim_results_format"
+
+
+def scenario_hash(scenario: dict) -> str:
+    """Short hash (8 hex digits) of a resolved scenario (``Scenario.model_dump(mode="json")``:
+    every default filled in, ``--set`` overrides and the seed applied): names its default folder.
+
+    >>> a, b = {"name": "a", "simulation": {"seed": 1}}, {"name": "a", "simulation": {"seed": 2}}
+    >>> len(scenario_hash(a)), scenario_hash(a) != scenario_hash(b)
+    (8, True)
+    """
+    text = json.dumps(scenario, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def default_results_dir(scenario: dict, root: str | Path = "results") -> Path:
+    """``results/<name>-<scenario_hash>``: one folder per resolved scenario."""
+    return Path(root) / f"{scenario['name']}-{scenario_hash(scenario)}"
+
+
+def _pid_alive(pid) -> bool:
+    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:       # pragma: no cover - someone else's live process
+        return True
+    return True
 
 
 class ResultsFolder:
-    def __init__(self, path: str | Path, formats=("parquet", "csv")):
+    def __init__(self, path: str | Path, formats=("parquet", "csv"), overwrite: bool = False):
         self.path = Path(path)
         self.formats = list(formats)
+        self.overwrite = overwrite
+
+    def check(self, scenario: dict) -> None:
+        """Refuse (ConfigError, exit 2) a folder that cannot hold this run; writes nothing."""
+        path = check_writable_dir(self.path)
+        for name in ARTEFACTS:
+            if (path / name).is_dir():
+                raise ConfigError("is a folder, not a results file: remove it", source=str(path / name),
+                                  field="--output")
+        for name in ARTEFACT_DIRS:
+            if (path / name).exists() and not (path / name).is_dir():
+                raise ConfigError("is a file, not the plots folder: remove it", source=str(path / name),
+                                  field="--output")
+        if not path.is_dir() or not any(path.iterdir()) or self.overwrite:
+            return
+        hint = "(allowed: another folder, or --force / overwrite=True to replace its results)"
+        run = self._read_json("run.json")
+        if run.get("status") == "running" and _pid_alive(run.get("pid")):
+            raise ConfigError(f"another run (pid {run['pid']}) is writing into this folder {hint}",
+                              source=str(path), field="--output")
+        mine = scenario_hash(scenario)
+        theirs = None
+        resolved = path / "scenario.resolved.yaml"
+        if resolved.is_file():
+            try:
+                theirs = scenario_hash(yaml.safe_load(resolved.read_text()))
+            except (yaml.YAMLError, OSError, TypeError):
+                theirs = None
+        if theirs is None:
+            ours = set(ARTEFACTS) | set(ARTEFACT_DIRS)
+            if any(p.name not in ours and not p.name.endswith(".tmp") for p in path.iterdir()):
+                raise ConfigError(f"is not empty and holds no fabricsim results {hint}", source=str(path),
+                                  field="--output")
+            return                    # only (stale) artefacts of a run that left no scenario: replaced
+        if theirs != mine:
+            other = run.get("scenario") or "another scenario"
+            raise ConfigError(f"holds the results of another scenario ({other}, scenario hash {theirs}; this run: "
+                              f"{mine}) {hint}", source=str(path), field="--output")
+
+    def _read_json(self, name: str) -> dict:
+        try:
+            d = json.loads((self.path / name).read_text())
+        except (OSError, ValueError):
+            return {}
+        return d if isinstance(d, dict) else {}
 
     def open(self, scenario: dict, seed: int) -> Path:
-        """Create the folder and mark the run as started; returns the streaming messages path."""
+        """Check the folder (:meth:`check`), create it, remove the artefacts of any run before and
+        mark the run as started; returns the streaming messages path."""
+        self.check(scenario)
         self.path.mkdir(parents=True, exist_ok=True)
-        # a folder reused from an earlier run must not mix its tables with this run's
-        stale = ["summary.json", "messages.partial.csv"] + [f"{t}.{fmt}" for t in TABLES for fmt in ("parquet", "csv")]
-        for name in stale:
+        # a folder reused from an earlier run must not mix its tables, report or plots with this run's
+        for name in ARTEFACTS:
             f = self.path / name
-            if f.exists():
+            if f.is_file() or f.is_symlink():
                 f.unlink()
+        for name in ARTEFACT_DIRS:
+            d = self.path / name
+            if d.is_dir():
+                shutil.rmtree(d)
         self._write_text("scenario.resolved.yaml", yaml.safe_dump(scenario, sort_keys=False))
-        self._write_text("run.json", json.dumps({"status": "running", "seed": seed}, indent=2))
+        self._run = {"status": "running", "scenario": scenario.get("name"), "scenario_hash": scenario_hash(scenario),
+                     "seed": seed, "results_format": RESULTS_FORMAT, "pid": os.getpid()}
+        self._write_text("run.json", json.dumps(self._run, indent=2))
         return self.path / "messages.partial.csv"
+
+    def fail(self, status: str, reason: str, traceback: str | None = None):
+        """The run ended without its tables (``failed``: the simulator raised; ``interrupted``
+        before the engine started): ``run.json`` says so, with the reason, and the messages
+        finished before it stay in ``messages.partial.csv``."""
+        if not self.path.is_dir():
+            return
+        partial = self.path / "messages.partial.csv"
+        streamed = 0
+        if partial.is_file():
+            with open(partial) as fh:
+                streamed = max(sum(1 for _ in fh) - 1, 0)
+        run = {k: v for k, v in getattr(self, "_run", {}).items() if k != "pid"}
+        run.update(status=status, reason=reason, results_format=RESULTS_FORMAT,
+                   messages_file="messages.partial.csv" if partial.is_file() else None,
+                   messages_ended=streamed)
+        if traceback:
+            run["traceback"] = traceback
+        try:
+            self._write_text("run.json", json.dumps(run, indent=2, default=str))
+        except OSError:                # pragma: no cover - the folder went away
+            pass
 
     def _write_text(self, name: str, text: str):
         tmp = self.path / (name + ".tmp")
@@ -57,7 +182,12 @@ class ResultsFolder:
         for fmt in self.formats:
             tmp = self.path / f"{name}.{fmt}.tmp"
             if fmt == "parquet":
-                df.to_parquet(tmp, index=False)
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+                table = pa.Table.from_pandas(df, preserve_index=False)
+                meta = dict(table.schema.metadata or {})
+                meta[PARQUET_FORMAT_KEY] = str(RESULTS_FORMAT).encode()
+                pq.write_table(table.replace_schema_metadata(meta), tmp)
             else:
                 df.to_csv(tmp, index=False)
             os.replace(tmp, self.path / f"{name}.{fmt}")
@@ -74,7 +204,8 @@ class ResultsFolder:
         if len(result.nics):
             self._table("nics", result.nics)
         self._write_text("summary.json", summary_json(result.summary))
-        self._write_text("run.json", json.dumps({"seed": result.summary["seed"], **result.summary["run"]},
+        run = {k: v for k, v in getattr(self, "_run", {}).items() if k != "pid"}
+        self._write_text("run.json", json.dumps({**run, "seed": result.summary["seed"], **result.summary["run"]},
                                                 indent=2, default=str))
         partial = self.path / "messages.partial.csv"
         if partial.exists():

@@ -103,7 +103,7 @@ class OutputsConfig(BaseModel):
     """What the results folder holds."""
 
     model_config = STRICT
-    dir: str | None = Field(None, description="results folder; default results/<scenario name>")
+    dir: str | None = Field(None, description="results folder; default results/<scenario name>-<hash>")
     formats: list[Literal["parquet", "csv"]] = Field(default_factory=lambda: ["parquet", "csv"], min_length=1)
     timeseries_bin: PositiveTime = Field("10us", description="bin width of the goodput time series (10us)")
     link_sample_interval: PositiveTime | Literal["off"] = Field("10us", description=(

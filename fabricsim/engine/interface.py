@@ -57,7 +57,7 @@ class SimulationInput:
 class RunOutcome:
     """How a run ended and what it cost."""
 
-    status: str                 # "complete" | "incomplete" | "time_limit" | "interrupted" | "stalled"
+    status: str                 # "complete" | "incomplete_failed" | "time_limit" | "interrupted" | "stalled"
     end_ps: int                 # simulated time at the end
     events: int
     packet_hops: int

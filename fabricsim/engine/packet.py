@@ -570,7 +570,7 @@ class PacketEngine:
     def run(self, progress=None) -> RunOutcome:
         """Run to the last message completion (or the time limit, an interruption, a stall).
 
-        Status: ``complete`` when every message completed; ``incomplete`` when every message
+        Status: ``complete`` when every message completed; ``incomplete_failed`` when every message
         ended but some failed (``retry_exceeded``, ``dependency_incomplete``, ``connection_error``); ``time_limit``,
         ``interrupted`` or ``stalled`` (nothing left to do, messages unfinished) otherwise. The
         end-of-run byte and packet balance (:meth:`conservation`) is checked before returning;
@@ -609,7 +609,7 @@ class PacketEngine:
             now = self._last_t
             self.link_samples = [s for s in self.link_samples if s[0] <= now]
             failed = any(st.reason for st in self.states.values())
-            status = "incomplete" if failed else "complete"
+            status = "incomplete_failed" if failed else "complete"
         elif how == "time_limit":
             status = "time_limit"
         elif how == "interrupted":

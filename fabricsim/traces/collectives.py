@@ -347,6 +347,7 @@ def sequence(kind: str, ranks, size_bytes: int, repeat: int = 1, op: str | None 
             return tree_all_reduce(*a, chunk_bytes=chunk_bytes, **kw)
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ConfigError(f"got {repeat!r} (allowed: an integer >= 1)", field="repeat")
+    check_size(kind, len(ranks), size_bytes, repeat, channels, algorithm, chunk_bytes, field="ranks")
     op = op or kind
     recs: list[TraceRecord] = []
     nid = start_id
@@ -419,8 +420,49 @@ def compose(parts: Sequence[Sequence[TraceRecord]], source: str = "<collectives>
     return check_trace(Trace(records, source, [("row", i) for i in range(len(records))]))
 
 
+#: the most GPUs a generated collective may span (``--ranks``), checked before the list is built
+MAX_RANKS = 1 << 20
+#: the most messages one generated collective sequence may have (about 300 B each in memory)
+MAX_MESSAGES = 20_000_000
+
+
+def message_bound(kind: str, nranks: int, size_bytes: int, repeat: int = 1, channels: int = 1,
+                  algorithm: str = "ring", chunk_bytes: int = 512 * 1024) -> int:
+    """An upper bound on the messages :func:`sequence` generates (cheap: nothing is built).
+
+    >>> message_bound("allreduce", 8, 1 << 20), message_bound("all_to_all", 4, 1 << 20, channels=2)
+    (112, 24)
+    """
+    n = max(int(nranks), 0)
+    ch = max(int(channels), 1)
+    if kind == "sendrecv":
+        per = ch
+    elif kind == "all_to_all":
+        per = n * max(n - 1, 0) * ch
+    elif algorithm == "tree":
+        per = 2 * max(n - 1, 0) * ch * max(-(-int(size_bytes) // ch // max(int(chunk_bytes), 1)), 1)
+    else:
+        steps = 2 * (n - 1) if kind == "allreduce" else n - 1
+        per = max(steps, 0) * n * ch
+    return per * max(int(repeat), 1)
+
+
+def check_size(kind: str, nranks: int, size_bytes: int, repeat: int = 1, channels: int = 1,
+               algorithm: str = "ring", chunk_bytes: int = 512 * 1024, field: str = "--ranks") -> None:
+    """Refuse (ConfigError, exit 2) a collective of more than :data:`MAX_MESSAGES` messages."""
+    try:
+        bound = message_bound(kind, nranks, size_bytes, repeat, channels, algorithm, chunk_bytes)
+    except (TypeError, ValueError):
+        return                     # (bad values are named by the generators' own checks)
+    if bound > MAX_MESSAGES:
+        raise ConfigError(f"{kind} over {nranks} ranks x {channels} channel(s) x {repeat} repeat(s) gives up to "
+                          f"{bound:,} messages (allowed: at most {MAX_MESSAGES:,} in one trace; use fewer ranks, "
+                          "channels or repeats)", field=field)
+
+
 def parse_ranks(text: str) -> list[int]:
-    """``"0-7"``, ``"0,2,4-6"`` -> list of GPU ids (in the order given; ranges inclusive)."""
+    """``"0-7"``, ``"0,2,4-6"`` -> list of GPU ids (in the order given; ranges inclusive; at most
+    :data:`MAX_RANKS`, counted before the list is built)."""
     out: list[int] = []
     s = str(text).strip()
     if not s:
@@ -433,6 +475,9 @@ def parse_ranks(text: str) -> list[int]:
                 lo, hi = int(a), int(b)
                 if lo < 0 or hi < lo:
                     raise ValueError
+                if len(out) + hi - lo + 1 > MAX_RANKS:
+                    raise ConfigError(f"{s!r} names more than {MAX_RANKS:,} GPUs (allowed: at most {MAX_RANKS:,})",
+                                      field="--ranks")
                 out.extend(range(lo, hi + 1))
             else:
                 v = int(p)

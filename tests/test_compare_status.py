@@ -1,0 +1,124 @@
+"""compare and run status (issue 13): a status column, incomplete runs out of the means unless
+asked, a point that fails at run time recorded instead of aborting, duplicate --vary values refused."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+import fabricsim
+import fabricsim.api
+from fabricsim.cli import main
+from fabricsim.compare import summarize
+from fabricsim.errors import ConfigError, SimulationError
+
+TINY = {
+    "name": "tiny",
+    "topology": {"kind": "leaf_spine", "hosts_per_leaf": 2, "leaves": 2, "spines": 2},
+    "traffic": {"pattern": "permutation", "message_size": "64KiB"},
+    "simulation": {"seed": 1, "time_limit": "1ms"},
+}
+TINY_YAML = """\
+name: tiny
+topology: {kind: leaf_spine, hosts_per_leaf: 2, leaves: 2, spines: 2}
+traffic: {pattern: permutation, message_size: 64KiB}
+routing: {policy: ecmp}
+simulation: {seed: 1, time_limit: 1ms}
+"""
+
+
+def test_the_table_has_a_status_column_and_incomplete_runs_are_not_averaged_in():
+    df = fabricsim.compare(TINY, vary={"simulation.time_limit": ["1us", "1ms"]})
+    assert list(df["status"]) == ["time_limit", "complete"]
+    s = summarize(df)
+    short, full = s.iloc[0], s.iloc[1]
+    assert short["runs"] == 0 and short["excluded"] == 1 and short["status"] == "time_limit 1"
+    assert math.isnan(short["goodput_fraction_mean"])
+    assert full["runs"] == 1 and full["excluded"] == 0 and full["status"] == "complete"
+    inc = summarize(df, include_incomplete=True).iloc[0]
+    assert inc["runs"] == 1 and inc["goodput_fraction_mean"] == pytest.approx(df["goodput_fraction"][0])
+
+
+def test_summarize_keeps_complete_runs_of_a_mixed_group():
+    df = pd.DataFrame({"routing": ["a"] * 3, "seed": [1, 2, 3], "status": ["complete", "time_limit", "failed"],
+                       "reason": ["", "", "SimulationError: x"], "goodput_fraction": [0.5, 0.9, float("nan")]})
+    row = summarize(df).iloc[0]
+    assert row["runs"] == 1 and row["excluded"] == 2 and row["goodput_fraction_mean"] == 0.5
+    row = summarize(df, include_incomplete=True).iloc[0]
+    assert row["runs"] == 2 and row["excluded"] == 1 and row["goodput_fraction_mean"] == pytest.approx(0.7)
+
+
+def _failing_for_spray(monkeypatch):
+    real = fabricsim.api.run
+
+    def run(source, *a, overrides=(), **kw):
+        if "routing.policy=spray" in overrides:
+            raise SimulationError("injected failure")
+        return real(source, *a, overrides=overrides, **kw)
+    monkeypatch.setattr(fabricsim.api, "run", run)
+
+
+def test_a_point_that_fails_at_run_time_is_recorded_and_the_others_run(monkeypatch, tmp_path):
+    _failing_for_spray(monkeypatch)
+    df = fabricsim.compare(TINY, vary={"routing": ["spray", "ecmp"]}, output_dir=tmp_path / "c")
+    assert list(df["status"]) == ["failed", "complete"]
+    assert "injected failure" in df["reason"][0]
+    assert math.isnan(df["goodput_fraction"][0]) and df["goodput_fraction"][1] > 0
+    assert (tmp_path / "c" / "runs.csv").is_file()
+
+
+def test_cli_compare_reports_a_failed_point_in_one_line_and_exits_3(monkeypatch, write, runner, tmp_path):
+    _failing_for_spray(monkeypatch)
+    sc = write("tiny.yaml", TINY_YAML)
+    r = runner.invoke(main, ["compare", str(sc), "--vary", "routing=spray,ecmp", "-o", str(tmp_path / "c")])
+    assert r.exit_code == 3, r.output
+    assert "Traceback" not in r.output
+    assert "warning: routing=spray seed 1: failed: SimulationError: injected failure" in r.stderr
+    runs = pd.read_csv(tmp_path / "c" / "runs.csv")
+    assert list(runs["status"]) == ["failed", "complete"]
+
+
+def test_cli_compare_include_incomplete(write, runner, tmp_path):
+    sc = write("tiny.yaml", TINY_YAML)
+    for extra, runs in (([], 0), (["--include-incomplete"], 1)):
+        out = tmp_path / f"c{len(extra)}"
+        r = runner.invoke(main, ["compare", str(sc), "--vary", "simulation.time_limit=1us", "-o", str(out), *extra])
+        assert r.exit_code == 3, r.output
+        assert "time_limit" in r.stderr
+        assert pd.read_csv(out / "summary.csv")["runs"].tolist() == [runs]
+
+
+def test_duplicate_vary_values_are_refused():
+    with pytest.raises(ConfigError, match="ecmp is given twice"):
+        fabricsim.compare(TINY, vary={"routing": ["ecmp", "ecmp"]})
+
+
+def test_sigterm_between_runs_ends_the_comparison_keeping_the_runs_done(tmp_path):
+    import os
+    import signal
+
+    def refuse(signum, frame):
+        raise RuntimeError("SIGTERM was not handled by compare")
+    old = signal.signal(signal.SIGTERM, refuse)
+    try:
+        def progress(i, n, name, seed):
+            if i == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+        df = fabricsim.compare(TINY, vary={"routing": ["ecmp", "spray", "adaptive"]}, output_dir=tmp_path / "c",
+                               progress=progress)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert df.attrs["interrupted"] is True
+    assert list(df["routing"]) == ["ecmp"] and list(df["status"]) == ["complete"]
+    assert len(pd.read_csv(tmp_path / "c" / "runs.csv")) == 1
+
+
+def test_compare_output_below_a_file_is_one_line_before_any_run(write, runner, tmp_path):
+    sc = write("tiny.yaml", TINY_YAML)
+    (tmp_path / "afile").write_text("x")
+    r = runner.invoke(main, ["compare", str(sc), "--vary", "routing=ecmp", "-o", str(tmp_path / "afile" / "c")])
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--output" in lines[0] and "is a file" in lines[0], r.stderr
+    assert "[1/1]" not in r.output
