@@ -11,9 +11,13 @@ costs no numpy, pandas or matplotlib.
 """
 __version__ = "0.1.0"
 
+# eager, and cheap (fabricsim/compare.py imports pandas inside its functions): the submodule of the
+# same name must not shadow the function once anything imports fabricsim.compare
+from .compare import compare  # noqa: E402
+
 _LAZY = {
     "run": "fabricsim.api", "prepare": "fabricsim.api", "load_scenario": "fabricsim.api",
-    "Result": "fabricsim.analysis.result", "Scenario": "fabricsim.config", "compare": "fabricsim.compare",
+    "Result": "fabricsim.analysis.result", "Scenario": "fabricsim.config",
     "plot_fct_cdf": "fabricsim.analysis.plots", "plot_latency_cdf": "fabricsim.analysis.plots",
     "plot_goodput": "fabricsim.analysis.plots", "plot_link_utilisation": "fabricsim.analysis.plots",
     "plot_effective_bandwidth": "fabricsim.analysis.plots", "plot_collectives": "fabricsim.analysis.plots",
@@ -22,7 +26,7 @@ _LAZY = {
     "load_results": "fabricsim.analysis.load", "write_report": "fabricsim.analysis.report",
     "write_compare_report": "fabricsim.analysis.report",
 }
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", "compare", *_LAZY]
 
 
 def __getattr__(name):

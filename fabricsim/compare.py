@@ -15,8 +15,6 @@ import math
 import re
 from pathlib import Path
 
-import pandas as pd
-
 from .errors import ConfigError
 
 __all__ = ["compare", "summarize", "t_critical", "ALIASES", "DEFAULT_METRICS", "OP_METRICS"]
@@ -50,7 +48,10 @@ def _op_keys() -> list[str]:
     return [c for c in COLLECTIVES if c] + list(MOE_PHASES) + ["other"]
 
 
-_OP_METRIC = re.compile(r"^(" + "|".join(_op_keys()) + r")_(" + "|".join(OP_METRICS) + r")$")
+def _op_metric_pattern() -> re.Pattern:
+    """``<key>_<metric>`` names of the per-operation metrics (built on first use: it reads the
+    collective kinds, so importing this module stays cheap)."""
+    return re.compile(r"^(" + "|".join(_op_keys()) + r")_(" + "|".join(OP_METRICS) + r")$")
 
 # two-sided 95 % Student t critical values, degrees of freedom 1..30; the normal value beyond
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -277,8 +278,9 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     add_op_metrics = metrics is None
     metrics = list(DEFAULT_METRICS if metrics is None else metrics)
     metrics = [m for m in metrics if m != "status"]   # always a column of its own
+    op_metric = _op_metric_pattern()
     unknown = [m for m in metrics if m not in DEFAULT_METRICS + ["completed", "messages"]
-               and not _OP_METRIC.match(m)]
+               and not op_metric.match(m)]
     if unknown:
         raise ConfigError(f"unknown metric {unknown[0]!r} (allowed: {', '.join(DEFAULT_METRICS)}; per operation "
                           f"KEY_{{{','.join(OP_METRICS)}}} with KEY one of {', '.join(_op_keys())})",
@@ -330,8 +332,10 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
 
 def _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted) -> pd.DataFrame:
     """The table of :func:`compare`'s runs, written to ``out`` (if given) with its summary and plot."""
+    import pandas as pd
     if add_op_metrics:
-        seen = dict.fromkeys(k for r in rows for k in r if _OP_METRIC.match(k) and k not in metrics)
+        op_metric = _op_metric_pattern()
+        seen = dict.fromkeys(k for r in rows for k in r if op_metric.match(k) and k not in metrics)
         metrics += list(seen)
     df = pd.DataFrame(rows, columns=keys + ["seed", "status", "reason"] + metrics)
     for c in metrics:
@@ -357,6 +361,7 @@ def _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interr
 
 def _write_plot(df: pd.DataFrame, keys: list[str], path: Path) -> None:
     """Effective-bandwidth bars per combination (error bars over seeds) as a PNG."""
+    import pandas as pd
     import matplotlib.pyplot as plt
 
     from .analysis.plots import plot_effective_bandwidth
@@ -378,6 +383,7 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, include_incomplete:
     out), ``status`` (``complete``, or e.g. ``time_limit 1, failed 1`` for the excluded or
     included incomplete runs), then ``<metric>_mean`` and ``<metric>_ci95`` (NaN with a single
     run)."""
+    import pandas as pd
     if by is None:
         by = df.attrs.get("identity")
         if by is None:

@@ -48,3 +48,11 @@ def test_lazy_names_are_the_real_objects():
             obj = getattr(fabricsim, name)
             assert callable(obj), name
             assert obj is getattr(importlib.import_module(obj.__module__), obj.__name__), name
+
+
+def test_fabricsim_compare_stays_the_function_whatever_is_imported_first():
+    code = ("from fabricsim.compare import summarize\nimport fabricsim\n"
+            "print('KIND:', type(fabricsim.compare).__name__, callable(fabricsim.compare.summarize))")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "KIND: function True"
