@@ -77,7 +77,29 @@ def _print_summary(s: dict, out_dir):
     click.echo("\n".join(lines))
 
 
-@click.group(epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+class _Cli(click.Group):
+    """The command group, with click's own usage errors (a bad option value, an unknown option or
+    command, a missing argument) as one line and exit 2 like every other bad input."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "fabricsim"
+            click.echo(f"error: {where}: {' '.join(exc.format_message().split())} (see '{where} --help')", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(name="fabricsim", cls=_Cli, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fabricsim")
 def main():
     """fabricsim: simulate AI-cluster network fabrics (packet-level or flow-level)."""
@@ -208,7 +230,7 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
         sys.exit(130)
     if not quiet:
         click.echo(format_summary(summarize(df, list(varied), include_incomplete=include_incomplete), list(varied)))
-        click.echo(f"results       {out}  (runs.csv, summary.csv, one folder per run)")
+        click.echo(f"results       {out}  (runs.csv, summary.csv, report.html, one folder per run)")
     bad = df[df["status"] != "complete"]
     for row in bad.to_dict("records"):
         point = " ".join(f"{k}={row[k]}" for k in varied)
@@ -248,9 +270,37 @@ def profile_show(name):
     click.echo(yaml.safe_dump(shown, sort_keys=False).rstrip())
 
 
+@main.command("schema")
+@click.argument("kind", type=click.Choice(["scenario", "topology"]), default="scenario")
+def schema_cmd(kind):
+    """Print the JSON Schema (draft 2020-12) of a scenario file (default) or a topology file.
+
+    Built from the config models and the registries, so every registered routing policy,
+    receiver, congestion control and engine (plug-ins included) is there with its parameters.
+    Editors take it for completion and checks, e.g. a YAML language server's
+    ``# yaml-language-server: $schema=scenario.schema.json`` after
+    ``fabricsim schema > scenario.schema.json``."""
+    from .config.jsonschema import schema_text
+    click.echo(schema_text(kind), nl=False)
+
+
 @main.group()
 def topo():
-    """Inspect topologies."""
+    """Inspect topologies: the shipped presets and any topology or scenario file."""
+
+
+@topo.command("list")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def topo_list(as_json):
+    """The topology presets shipped with fabricsim: use one as ``topology: {preset: NAME}``."""
+    from .topology.catalog import preset_description, preset_names
+    rows = {name: preset_description(name) for name in preset_names()}
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    width = max(len(n) for n in rows)
+    for name, text in rows.items():
+        click.echo(f"{name:<{width}}  {text}")
 
 
 @topo.command("show")
@@ -260,9 +310,13 @@ def topo():
               help="also draw the topology (small instances) to this PNG file")
 def topo_show(file, as_json, draw):
     """Print node and link counts per tier, bisection bandwidth (per plane for clusters) of a
-    topology (or scenario) FILE; optionally draw it."""
+    topology (or scenario) FILE or of a preset named FILE (``fabricsim topo list``); optionally
+    draw it."""
     from .topology import load_topology_or_scenario
+    from .topology.catalog import preset_names, preset_path
     try:
+        if not Path(file).exists() and file in preset_names():
+            file = str(preset_path(file))
         t = load_topology_or_scenario(file)
         d = t.describe()
         if draw:
@@ -604,6 +658,15 @@ def report_cmd(results_dir, output):
     except FabricsimError as exc:
         _fail(exc)
     click.echo(str(write_report(result, target)))
+
+
+def _attach_groups():
+    # command groups that live beside the code they drive (one noun per module)
+    from .interop.cli import interop
+    main.add_command(interop)
+
+
+_attach_groups()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -327,11 +327,13 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         except KeyboardInterrupt:       # (between runs, or a run that was interrupted): keep what ran
             interrupted = True
         signals.defer()                 # the tables below are written whatever is pressed now
-        return _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted)
+        return _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted,
+                       name=base.scenario.name)
 
 
-def _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted) -> pd.DataFrame:
-    """The table of :func:`compare`'s runs, written to ``out`` (if given) with its summary and plot."""
+def _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted, name: str = "") -> pd.DataFrame:
+    """The table of :func:`compare`'s runs, written to ``out`` (if given) with its summary, plot and
+    cross-run HTML report (``report.html``: every run, its status, means over complete runs, a verdict)."""
     import pandas as pd
     if add_op_metrics:
         op_metric = _op_metric_pattern()
@@ -356,6 +358,9 @@ def _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interr
             png.unlink()             # (no complete run to show: no stale plot of an earlier comparison)
     df.attrs["identity"] = keys
     df.attrs["interrupted"] = interrupted
+    if out is not None:
+        from .analysis.report import write_compare_report
+        write_compare_report(df, out / "report.html", title=f"fabricsim compare: {name}" if name else "fabricsim compare")
     return df
 
 

@@ -6,9 +6,23 @@
 
 The click group :data:`fabricsim.interop.cli.interop` holds the commands.
 """
-from .htsim_cm import CmExport, CmImport, format_cm, read_cm, write_cm
-from .nccl_table import bus_factor, format_nccl_tables, nccl_rows, nccl_tables
-from .ns3_fct import fct_lines, node_ip, write_fct
+_LAZY = {  # imported on first use, so the CLI (which attaches interop.cli) starts without numpy
+    "CmExport": "htsim_cm", "CmImport": "htsim_cm", "format_cm": "htsim_cm", "read_cm": "htsim_cm",
+    "write_cm": "htsim_cm", "bus_factor": "nccl_table", "format_nccl_tables": "nccl_table",
+    "nccl_rows": "nccl_table", "nccl_tables": "nccl_table", "fct_lines": "ns3_fct", "node_ip": "ns3_fct",
+    "write_fct": "ns3_fct",
+}
+__all__ = sorted(_LAZY)
 
-__all__ = ["CmExport", "CmImport", "bus_factor", "fct_lines", "format_cm", "format_nccl_tables", "nccl_rows",
-           "nccl_tables", "node_ip", "read_cm", "write_cm", "write_fct"]
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
