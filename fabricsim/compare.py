@@ -246,7 +246,9 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         If given, each run's results folder goes to ``output_dir/<combination>/seed<N>/`` and the
         table and its :func:`summarize` are written there as ``runs.csv``, ``runs.parquet`` and
         ``summary.csv``, with ``effective_bandwidth.png`` (bars per combination, error bars over
-        seeds).
+        seeds), ``report.html`` (every run, means over complete runs, a verdict) and
+        ``compare.json`` (the run folders this comparison owns: a later comparison into the same
+        folder removes those it does not plan, so no stale point stays).
     metrics:
         Metric columns (default :data:`DEFAULT_METRICS`, then the per-operation metrics
         (:data:`OP_METRICS`) of every kind any run has, in the order first seen; a run without
@@ -292,6 +294,8 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     if out is not None:
         from .analysis.outpath import check_writable_dir
         check_writable_dir(out)          # below a file, unwritable: one line before any run
+        planned = [f"{_combo_name(keys, combo)}/seed{seed}" for combo in combos for seed in seed_list]
+        _replace_manifest(out, planned, base.scenario.name, vary or {}, seed_list)
     rows = []
     total = len(combos) * len(seed_list)
     i = 0
@@ -331,6 +335,40 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
                        name=base.scenario.name)
 
 
+#: the comparison's own record in its output folder: the run folders it owns
+MANIFEST = "compare.json"
+
+
+def _replace_manifest(out: Path, planned: list[str], name: str, vary: dict, seeds: list) -> None:
+    """Record this comparison's run folders in ``out/compare.json``, first removing the run folders
+    an earlier comparison into ``out`` recorded and this one does not plan (so no stale point of
+    another ``--vary`` stays beside the new ones). Only folders the old record lists, and that
+    hold a results folder's ``run.json``, are removed; nothing else in ``out`` is touched."""
+    import shutil
+
+    from .analysis.status import RESULTS_FORMAT
+    old = out / MANIFEST
+    try:
+        before = json.loads(old.read_text()).get("runs", []) if old.is_file() else []
+    except (OSError, ValueError):
+        before = []
+    keep = set(planned)
+    for rel in before:
+        d = out / str(rel)
+        if rel in keep or ".." in Path(str(rel)).parts or not (d / "run.json").is_file():
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        parent = d.parent
+        if parent != out and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"results_format": RESULTS_FORMAT, "scenario": name, "vary": {k: [str(v) for v in vs] for k, vs in vary.items()},
+           "seeds": list(seeds), "runs": planned}
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(old)
+
+
 def _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted, name: str = "") -> pd.DataFrame:
     """The table of :func:`compare`'s runs, written to ``out`` (if given) with its summary, plot and
     cross-run HTML report (``report.html``: every run, its status, means over complete runs, a verdict)."""
@@ -367,15 +405,15 @@ def _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interr
 def _write_plot(df: pd.DataFrame, keys: list[str], path: Path) -> None:
     """Effective-bandwidth bars per combination (error bars over seeds) as a PNG."""
     import pandas as pd
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     from .analysis.plots import plot_effective_bandwidth
     policy = df[keys].astype(str).agg(" ".join, axis=1) if keys else pd.Series(["run"] * len(df))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * policy.nunique() + 2), 3.8))
-    plot_effective_bandwidth(df.assign(policy=policy.values), ax=ax)
+    # a Figure outside pyplot: no backend switch and no stray figure in a notebook
+    fig = Figure(figsize=(max(5.0, 1.2 * policy.nunique() + 2), 3.8))
+    plot_effective_bandwidth(df.assign(policy=policy.values), ax=fig.subplots())
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def summarize(df: pd.DataFrame, by: list[str] | None = None, include_incomplete: bool = False) -> pd.DataFrame:

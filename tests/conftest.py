@@ -16,6 +16,11 @@ REPO = Path(__file__).resolve().parent.parent
 # (fabricsim/analysis/result.py, docs/metrics.md "The lower bound"): the bound must hold on every
 # run, not only in its own tests.
 os.environ["FABRICSIM_CHECK_BOUND"] = "1"
+
+# tests/plugins holds an installed-looking plug-in (a dist-info with entry points): collecting it
+# would put that folder on sys.path and register the plug-in in this process's registries, for
+# every later test. tests/test_plugins.py puts it on the path of a subprocess only.
+collect_ignore = ["plugins"]
 SCENARIOS = REPO / "scenarios"
 TOPOLOGIES = REPO / "topologies"
 TRACES = REPO / "traces"

@@ -122,3 +122,20 @@ def test_compare_output_below_a_file_is_one_line_before_any_run(write, runner, t
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "--output" in lines[0] and "is a file" in lines[0], r.stderr
     assert "[1/1]" not in r.output
+
+
+def test_a_second_comparison_into_the_same_folder_leaves_no_stale_points(tmp_path):
+    import json
+
+    import fabricsim
+    sc = {"name": "st", "topology": {"hosts_per_leaf": 2, "leaves": 2, "spines": 2},
+          "traffic": {"pattern": "permutation", "message_size": "64KiB"}, "simulation": {"seed": 1}}
+    out = tmp_path / "cmp"
+    (out).mkdir()
+    (out / "notes.txt").write_text("mine")              # not the comparison's: never touched
+    fabricsim.compare(sc, vary={"routing": ["ecmp", "spray"]}, output_dir=out)
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {"routing-ecmp", "routing-spray"}
+    fabricsim.compare(sc, vary={"routing": ["adaptive"]}, output_dir=out)
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {"routing-adaptive"}
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "compare.json").read_text())["runs"] == ["routing-adaptive/seed1"]
