@@ -32,6 +32,7 @@ import tempfile
 import time
 
 import fabricsim
+from fabricsim.analysis.collectives import KINDS
 from fabricsim.traces import write_trace
 from fabricsim.traces.collectives import compose, sequence
 from fabricsim.units import parse_size
@@ -66,7 +67,7 @@ def bus_bandwidth(res, size_bytes: int, n: int) -> dict:
         raise RuntimeError("the all-reduce did not complete")
     t_ps = int(m["end_ps"].max() - m["release_ps"].min())
     algbw = size_bytes * 8 / (t_ps * 1e-12)
-    busbw = algbw * 2 * (n - 1) / n
+    busbw = algbw * KINDS["allreduce"].bus(n)      # the one nccl-tests factor (analysis/collectives.py)
     return {"time_ps": t_ps, "algbw_gbps": algbw / 1e9, "busbw_gbps": busbw / 1e9, "busbw_fraction": busbw / RATE_BPS}
 
 

@@ -352,3 +352,13 @@ def test_a_utf8_byte_order_mark_is_read_as_such(runner, write, tmp_path, pattern
         "\n1,1,0,", "\n9,1,0,").encode())
     _, sim = prepare(p)
     assert list(sim.messages.id) == [5, 9]
+
+
+def test_a_misspelt_engine_parameter_section_is_suggested():
+    from click.testing import CliRunner
+
+    from fabricsim.cli import main
+    from conftest import SCENARIOS
+    res = CliRunner().invoke(main, ["validate", str(SCENARIOS / "quickstart.yaml"), "--set", "simulation.flwo=1"])
+    assert res.exit_code == 2
+    assert "flow" in res.output.split("allowed:")[1] and "did you mean 'flow'?" in res.output

@@ -434,7 +434,11 @@ def allowed_fields(model, loc: tuple, data) -> list[str] | None:
             return None
         params = getattr(impl, "Params", None)
         return [model.name_field] + (sorted(params.model_fields) if params else [])
-    return sorted(n for n, f in model.model_fields.items() if not f.exclude)
+    names = [n for n, f in model.model_fields.items() if not f.exclude]
+    if model is SimulationConfig:        # each engine's parameter mapping, keyed by its name
+        from ..engine import ENGINES
+        names += [n for n in ENGINES.names() if getattr(ENGINES.get(n), "Params", None) is not None]
+    return sorted(names)
 
 
 def _union_error(errors: list) -> tuple[dict, str | None]:
