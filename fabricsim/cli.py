@@ -293,14 +293,14 @@ def topo():
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def topo_list(as_json):
     """The topology presets shipped with fabricsim: use one as ``topology: {preset: NAME}``."""
-    from .topology.catalog import preset_description, preset_names
-    rows = {name: preset_description(name) for name in preset_names()}
+    from .topology.catalog import preset_description, preset_names, preset_summary
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps({n: {"summary": preset_summary(n), "description": preset_description(n)}
+                              for n in preset_names()}, indent=2))
         return
-    width = max(len(n) for n in rows)
-    for name, text in rows.items():
-        click.echo(f"{name:<{width}}  {text}")
+    width = max(len(n) for n in preset_names())
+    for name in preset_names():
+        click.echo(f"{name:<{width}}  {preset_summary(name)}")
 
 
 @topo.command("show")

@@ -42,6 +42,8 @@ def test_topo_list_names_every_preset_with_its_description(runner):
     assert all(len(line.split()) > 3 for line in lines)          # a description follows each name
     rows = json.loads(runner.invoke(main, ["topo", "list", "--json"]).output)
     assert list(rows) == preset_names()
+    for name, row in rows.items():      # the line is the description's first sentence
+        assert row["description"].startswith(row["summary"]) and row["summary"] in res.output, name
 
 
 def test_topo_show_takes_a_preset_name(runner, tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ import difflib
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["preset_names", "preset_path", "preset_description", "unknown_preset_message"]
+__all__ = ["preset_names", "preset_path", "preset_description", "preset_summary", "unknown_preset_message"]
 
 _SUFFIX = ".yaml"
 
@@ -56,3 +56,15 @@ def preset_description(name: str) -> str:
             break
         lines.append(line.lstrip("#").strip())
     return " ".join(x for x in lines if x)
+
+
+def preset_summary(name: str) -> str:
+    """The first sentence of :func:`preset_description` (one line of ``fabricsim topo list``).
+
+    >>> preset_summary("leaf_spine_128x400g")
+    '128 GPUs on a non-blocking two-tier leaf-spine: 8 leaves x 16 hosts, 16 spines, 400G links.'
+    """
+    import re
+    text = preset_description(name)
+    return re.split(r"(?<=[.;])\s+(?=[A-Z(])", text, maxsplit=1)[0]
+
