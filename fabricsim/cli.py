@@ -132,7 +132,7 @@ def run(scenario, output, force, seed, sets, quiet, as_json, report):
         loaded, sim = prepare(scenario, sets, seed)  # every input error surfaces before any output
         sc = loaded.scenario
         dumped = sc.model_dump(mode="json")
-        out = Path(output or sc.outputs.dir or default_results_dir(dumped))
+        out = Path(output or sc.outputs.dir or default_results_dir(dumped, inputs=loaded.input_files()))
         ResultsFolder(out, overwrite=force).check(dumped)   # before the run: nothing written yet
         if report:
             check_writable_file(out / "report.html", field="--report")

@@ -102,3 +102,49 @@ def test_a_folder_a_live_run_is_writing_into_is_refused(tmp_path):
     (tmp_path / "r" / "run.json").write_text(json.dumps(run))
     with pytest.raises(ConfigError, match=f"another run \\(pid {os.getppid()}\\) is writing"):
         fabricsim.run(TINY, output_dir=tmp_path / "r")
+
+
+def test_user_files_named_like_results_are_not_taken_for_a_run(write, runner, tmp_path):
+    """Found in review: a folder holding only a user's plots/notes.md or messages.csv was wiped."""
+    scenario = write("scenario.yaml", BASE_SCENARIO)
+    out = tmp_path / "mine"
+    (out / "plots").mkdir(parents=True)
+    (out / "plots" / "notes.md").write_text("keep")
+    (out / "messages.csv").write_text("src,dst,size_bytes\n0,1,100\n")
+    r = runner.invoke(main, ["run", str(scenario), "-o", str(out), "-q"])
+    assert r.exit_code == 2 and "holds no fabricsim results" in r.output
+    assert (out / "plots" / "notes.md").read_text() == "keep" and (out / "messages.csv").exists()
+    assert not (out / "run.json").exists()
+    # with --force the run replaces its own artefacts, and still leaves the user's note in plots/
+    r = runner.invoke(main, ["run", str(scenario), "-o", str(out), "-q", "--force"])
+    assert r.exit_code == 0, r.output
+    runner.invoke(main, ["plot", str(out)])
+    r = runner.invoke(main, ["run", str(scenario), "-o", str(out), "-q"])     # a rerun: plots replaced
+    assert r.exit_code == 0, r.output
+    assert (out / "plots" / "notes.md").read_text() == "keep"
+    assert not list((out / "plots").glob("*.png"))
+
+
+def test_the_default_folder_names_the_input_files_contents(tmp_path, runner, monkeypatch):
+    """Found in review: one scenario text beside two different message lists shared a folder."""
+    text = ("name: m\ntopology: {hosts_per_leaf: 2, leaves: 2, spines: 2}\n"
+            "traffic: {pattern: csv, path: m.csv}\nsimulation: {seed: 1}\n")
+    for d, size in (("A", 1000), ("B", 2000)):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "s.yaml").write_text(text)
+        (tmp_path / d / "m.csv").write_text(f"src,dst,size_bytes\n0,3,{size}\n")
+    monkeypatch.chdir(tmp_path)
+    for d in ("A", "B"):
+        r = runner.invoke(main, ["run", f"{d}/s.yaml", "-q"])
+        assert r.exit_code == 0, r.output
+    folders = sorted((tmp_path / "results").iterdir())
+    assert len(folders) == 2
+    sizes = sorted(json.loads((f / "summary.json").read_text())["bytes"]["offered_payload_bytes"] for f in folders)
+    assert sizes == [1000, 2000]
+
+
+def test_an_unwritable_output_is_one_line(write, runner, tmp_path):
+    scenario = write("scenario.yaml", BASE_SCENARIO)
+    r = runner.invoke(main, ["run", str(scenario), "-o", "/proc/fabricsim-test", "-q"])
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 
 import yaml
@@ -64,9 +63,39 @@ def scenario_hash(scenario: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
-def default_results_dir(scenario: dict, root: str | Path = "results") -> Path:
-    """``results/<name>-<scenario_hash>``: one folder per resolved scenario."""
-    return Path(root) / f"{scenario['name']}-{scenario_hash(scenario)}"
+def default_results_dir(scenario: dict, root: str | Path = "results", inputs=()) -> Path:
+    """``results/<name>-<hash>``: one folder per resolved scenario and the contents of the files it
+    reads (``inputs``: :meth:`~fabricsim.config.scenario.LoadedScenario.input_files`), so the same
+    scenario text beside another trace or topology file gets a folder of its own."""
+    if not inputs:
+        return Path(root) / f"{scenario['name']}-{scenario_hash(scenario)}"
+    h = hashlib.sha256(scenario_hash(scenario).encode())
+    for f in inputs:
+        try:
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+        except OSError:
+            h.update(str(f).encode())     # (validation has read it; a vanished file still names it)
+    return Path(root) / f"{scenario['name']}-{h.hexdigest()[:8]}"
+
+
+def remove_artefacts(path: Path) -> None:
+    """Remove what a run (and ``report`` / ``plot`` after it) wrote into ``path``: its files
+    (:data:`ARTEFACTS`) and, in ``plots/``, the PNG files ``fabricsim plot`` writes (the folder
+    too once empty); never anything else."""
+    for name in ARTEFACTS:
+        f = path / name
+        if f.is_file() or f.is_symlink():
+            f.unlink()
+    for name in ARTEFACT_DIRS:
+        d = path / name
+        if d.is_dir():
+            for f in d.glob("*.png"):
+                if f.is_file():
+                    f.unlink()
+            if not any(d.iterdir()):
+                d.rmdir()
 
 
 def _pid_alive(pid) -> bool:
@@ -86,6 +115,7 @@ class ResultsFolder:
         self.path = Path(path)
         self.formats = list(formats)
         self.overwrite = overwrite
+        self._run: dict = {}          # run.json's fields, once open() wrote it
 
     def check(self, scenario: dict) -> None:
         """Refuse (ConfigError, exit 2) a folder that cannot hold this run; writes nothing."""
@@ -114,8 +144,11 @@ class ResultsFolder:
             except (yaml.YAMLError, OSError, TypeError):
                 theirs = None
         if theirs is None:
+            # files named like results are a run's only if a fabricsim run.json says so: a user's
+            # own messages.csv or plots/ must not be taken for stale artefacts and removed
             ours = set(ARTEFACTS) | set(ARTEFACT_DIRS)
-            if any(p.name not in ours and not p.name.endswith(".tmp") for p in path.iterdir()):
+            foreign = [p for p in path.iterdir() if p.name not in ours and not p.name.endswith(".tmp")]
+            if foreign or "results_format" not in run:
                 raise ConfigError(f"is not empty and holds no fabricsim results {hint}", source=str(path),
                                   field="--output")
             return                    # only (stale) artefacts of a run that left no scenario: replaced
@@ -135,20 +168,17 @@ class ResultsFolder:
         """Check the folder (:meth:`check`), create it, remove the artefacts of any run before and
         mark the run as started; returns the streaming messages path."""
         self.check(scenario)
-        self.path.mkdir(parents=True, exist_ok=True)
-        # a folder reused from an earlier run must not mix its tables, report or plots with this run's
-        for name in ARTEFACTS:
-            f = self.path / name
-            if f.is_file() or f.is_symlink():
-                f.unlink()
-        for name in ARTEFACT_DIRS:
-            d = self.path / name
-            if d.is_dir():
-                shutil.rmtree(d)
-        self._write_text("scenario.resolved.yaml", yaml.safe_dump(scenario, sort_keys=False))
-        self._run = {"status": "running", "scenario": scenario.get("name"), "scenario_hash": scenario_hash(scenario),
-                     "seed": seed, "results_format": RESULTS_FORMAT, "pid": os.getpid()}
-        self._write_text("run.json", json.dumps(self._run, indent=2))
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            remove_artefacts(self.path)
+            self._write_text("scenario.resolved.yaml", yaml.safe_dump(scenario, sort_keys=False))
+            self._run = {"status": "running", "scenario": scenario.get("name"),
+                         "scenario_hash": scenario_hash(scenario), "seed": seed, "results_format": RESULTS_FORMAT,
+                         "pid": os.getpid()}
+            self._write_text("run.json", json.dumps(self._run, indent=2))
+        except OSError as exc:
+            raise ConfigError(f"cannot be written: {exc.strerror or exc}", source=str(self.path),
+                              field="--output") from None
         return self.path / "messages.partial.csv"
 
     def fail(self, status: str, reason: str, traceback: str | None = None):
@@ -162,7 +192,7 @@ class ResultsFolder:
         if partial.is_file():
             with open(partial) as fh:
                 streamed = max(sum(1 for _ in fh) - 1, 0)
-        run = {k: v for k, v in getattr(self, "_run", {}).items() if k != "pid"}
+        run = {k: v for k, v in self._run.items() if k != "pid"}
         run.update(status=status, reason=reason, results_format=RESULTS_FORMAT,
                    messages_file="messages.partial.csv" if partial.is_file() else None,
                    messages_ended=streamed)
@@ -204,7 +234,7 @@ class ResultsFolder:
         if len(result.nics):
             self._table("nics", result.nics)
         self._write_text("summary.json", summary_json(result.summary))
-        run = {k: v for k, v in getattr(self, "_run", {}).items() if k != "pid"}
+        run = {k: v for k, v in self._run.items() if k != "pid"}
         self._write_text("run.json", json.dumps({**run, "seed": result.summary["seed"], **result.summary["run"]},
                                                 indent=2, default=str))
         partial = self.path / "messages.partial.csv"

@@ -626,6 +626,15 @@ class LoadedScenario:
         self.root: yaml.Node | None = None  # YAML node tree, for line numbers
         self.overrides: list[tuple] = []  # (key, value, as written) applied by --set / --seed
 
+    def input_files(self) -> list[Path]:
+        """The files the scenario reads besides itself (a topology file, a message list or a
+        trace), resolved as the run resolves them; their contents name the run as much as the
+        scenario's text does (:func:`fabricsim.analysis.writer.default_results_dir`)."""
+        sc = self.scenario
+        refs = [getattr(sc.topology, "path", None) if sc.topology.kind == "file" else None,
+                getattr(sc.traffic, "path", None) if sc.traffic.pattern in ("csv", "trace") else None]
+        return [self.resolve_path(r) for r in refs if isinstance(r, str)]
+
     def resolve_path(self, rel: str) -> Path:
         p = Path(rel)
         if p.is_absolute():
