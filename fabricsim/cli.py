@@ -216,6 +216,8 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
         out = Path(output or Path("results") / f"{loaded.scenario.name}-compare")
         from .analysis.outpath import check_writable_dir
         check_writable_dir(out)
+        from .compare import _check_compare_dir
+        _check_compare_dir(out)        # a folder of the user's own files: refused before any run
 
         def progress(i, n, name, seed):
             if not quiet:

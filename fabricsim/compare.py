@@ -122,8 +122,9 @@ def _item(key: str, values) -> str:
 
 
 def parse_vary(items) -> dict[str, list]:
-    """``["routing=ecmp,spray"]`` -> ``{"routing": ["ecmp", "spray"]}`` (values parsed as YAML)."""
-    import yaml
+    """``["routing=ecmp,spray"]`` -> ``{"routing": ["ecmp", "spray"]}`` (values parsed as YAML,
+    under the limits of ``--set`` values: fabricsim/config/yaml_loader.py)."""
+    from .config.yaml_loader import load_yaml_value
     out: dict[str, list] = {}
     for item in items:
         if "=" not in item:
@@ -137,10 +138,7 @@ def parse_vary(items) -> dict[str, list]:
             v = v.strip()
             if v == "":
                 raise ConfigError("empty value (allowed: a comma-separated list of values)", field=f"--vary {item}")
-            try:
-                values.append(yaml.safe_load(v))
-            except yaml.YAMLError:
-                values.append(v)
+            values.append(load_yaml_value(v, f"--vary {item}"))
         out[key] = values
     return out
 
@@ -148,6 +146,19 @@ def parse_vary(items) -> dict[str, list]:
 def _combo_name(keys, combo) -> str:
     parts = [f"{k}-{_value_text(v)}" for k, v in zip(keys, combo)]
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", "_".join(parts)) or "base"
+
+
+def _combo_names(keys, combos) -> list[str]:
+    """A folder name per combination (:func:`_combo_name`), made unique: values that differ only
+    in characters a folder name cannot hold (``a b`` and ``a/b``) get a short hash each."""
+    import hashlib
+    names = [_combo_name(keys, c) for c in combos]
+    seen: dict[str, int] = {}
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+    return [n if seen[n] == 1 else
+            f"{n}-{hashlib.sha256(repr([_value_text(v) for v in c]).encode()).hexdigest()[:6]}"
+            for n, c in zip(names, combos)]
 
 
 def _plan(scenario, vary: dict, seeds, topologies: dict | None = None):
@@ -294,7 +305,8 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     if out is not None:
         from .analysis.outpath import check_writable_dir
         check_writable_dir(out)          # below a file, unwritable: one line before any run
-        planned = [f"{_combo_name(keys, combo)}/seed{seed}" for combo in combos for seed in seed_list]
+        _check_compare_dir(out)
+        planned = [f"{name}/seed{seed}" for name in _combo_names(keys, combos) for seed in seed_list]
         _replace_manifest(out, planned, base.scenario.name, vary or {}, seed_list)
     rows = []
     total = len(combos) * len(seed_list)
@@ -302,8 +314,7 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     interrupted = False
     with StopSignals() as signals:      # SIGTERM between runs ends the comparison as Ctrl-C does
         try:
-            for combo in combos:
-                name = _combo_name(keys, combo)
+            for combo, name in zip(combos, _combo_names(keys, combos)):
                 overrides = [f"{p}={_value_text(v)}" for p, v in zip(dotted, combo)]
                 for seed in seed_list:
                     i += 1
@@ -339,28 +350,45 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
 MANIFEST = "compare.json"
 
 
+#: a run folder of a comparison, relative to its output folder: ``<combination>/seed<N>``
+_RUN_DIR = re.compile(r"^[A-Za-z0-9_=-][A-Za-z0-9._=-]*/seed-?[0-9]+$")
+
+
+def _check_compare_dir(out: Path) -> None:
+    """Refuse (one line, exit 2, before any run) an output folder that holds files but no
+    comparison's record: runs.csv, summary.csv or report.html of the user's must not be
+    overwritten."""
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise ConfigError("is not empty and holds no fabricsim comparison (allowed: a new or empty folder, "
+                          "or the folder of an earlier comparison)", source=str(out), field="--output")
+
+
 def _replace_manifest(out: Path, planned: list[str], name: str, vary: dict, seeds: list) -> None:
     """Record this comparison's run folders in ``out/compare.json``, first removing the run folders
     an earlier comparison into ``out`` recorded and this one does not plan (so no stale point of
-    another ``--vary`` stays beside the new ones). Only folders the old record lists, and that
-    hold a results folder's ``run.json``, are removed; nothing else in ``out`` is touched."""
-    import shutil
-
+    another ``--vary`` stays beside the new ones). Only entries shaped ``<combination>/seed<N>``
+    inside ``out`` count, and in each only a run's own artefacts are removed
+    (:func:`fabricsim.analysis.writer.remove_artefacts`), its folders too once empty; nothing else
+    in ``out`` is touched."""
     from .analysis.status import RESULTS_FORMAT
+    from .analysis.writer import remove_artefacts
     old = out / MANIFEST
     try:
         before = json.loads(old.read_text()).get("runs", []) if old.is_file() else []
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         before = []
     keep = set(planned)
-    for rel in before:
-        d = out / str(rel)
-        if rel in keep or ".." in Path(str(rel)).parts or not (d / "run.json").is_file():
+    root = out.resolve()
+    for rel in before if isinstance(before, list) else []:
+        if not isinstance(rel, str) or rel in keep or not _RUN_DIR.match(rel):
             continue
-        shutil.rmtree(d, ignore_errors=True)
-        parent = d.parent
-        if parent != out and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
+        d = out / rel
+        if root not in d.resolve().parents or not (d / "run.json").is_file():
+            continue                       # (a link out of the folder, or not a run's folder)
+        remove_artefacts(d)
+        for folder in (d, d.parent):
+            if folder != out and folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
     out.mkdir(parents=True, exist_ok=True)
     doc = {"results_format": RESULTS_FORMAT, "scenario": name, "vary": {k: [str(v) for v in vs] for k, vs in vary.items()},
            "seeds": list(seeds), "runs": planned}

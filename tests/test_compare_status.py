@@ -131,11 +131,63 @@ def test_a_second_comparison_into_the_same_folder_leaves_no_stale_points(tmp_pat
     sc = {"name": "st", "topology": {"hosts_per_leaf": 2, "leaves": 2, "spines": 2},
           "traffic": {"pattern": "permutation", "message_size": "64KiB"}, "simulation": {"seed": 1}}
     out = tmp_path / "cmp"
-    (out).mkdir()
-    (out / "notes.txt").write_text("mine")              # not the comparison's: never touched
     fabricsim.compare(sc, vary={"routing": ["ecmp", "spray"]}, output_dir=out)
+    (out / "notes.txt").write_text("mine")              # not the comparison's: never touched
     assert {p.name for p in out.iterdir() if p.is_dir()} == {"routing-ecmp", "routing-spray"}
     fabricsim.compare(sc, vary={"routing": ["adaptive"]}, output_dir=out)
     assert {p.name for p in out.iterdir() if p.is_dir()} == {"routing-adaptive"}
     assert (out / "notes.txt").read_text() == "mine"
     assert json.loads((out / "compare.json").read_text())["runs"] == ["routing-adaptive/seed1"]
+
+
+def test_compare_json_entries_never_reach_outside_the_folder(tmp_path):
+    """Found in review: an absolute path or '.' in compare.json had its folder removed."""
+    import json
+
+    import fabricsim
+    sc = {"name": "st", "topology": {"hosts_per_leaf": 2, "leaves": 2, "spines": 2},
+          "traffic": {"pattern": "permutation", "message_size": "64KiB"}, "simulation": {"seed": 1}}
+    victim = tmp_path / "victim"
+    fabricsim.run(sc, output_dir=victim)                    # a real run folder outside
+    (victim / "data.txt").write_text("keep")
+    out = tmp_path / "cmp"
+    fabricsim.compare(sc, vary={"routing": ["ecmp"]}, output_dir=out)
+    (out / "mine").mkdir()
+    (out / "mine" / "run.json").write_text("{}")
+    doc = json.loads((out / "compare.json").read_text())
+    doc["runs"] += [str(victim), ".", "../victim", "mine"]
+    (out / "compare.json").write_text(json.dumps(doc))
+    fabricsim.compare(sc, vary={"routing": ["spray"]}, output_dir=out)
+    assert (victim / "data.txt").read_text() == "keep" and (victim / "summary.json").is_file()
+    assert (out / "mine" / "run.json").is_file() and (out / "runs.csv").is_file()
+    assert not (out / "routing-ecmp").exists()
+
+
+def test_compare_refuses_a_folder_of_the_users_files(tmp_path, runner):
+    from fabricsim.cli import main
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "runs.csv").write_text("my own table\n")
+    sc = tmp_path / "s.yaml"
+    sc.write_text("name: c\ntopology: {hosts_per_leaf: 2, leaves: 2, spines: 2}\n"
+                  "traffic: {pattern: permutation, message_size: 64KiB}\n")
+    r = runner.invoke(main, ["compare", str(sc), "--vary", "routing=ecmp", "-o", str(out), "-q"])
+    assert r.exit_code == 2 and "holds no fabricsim comparison" in r.output
+    assert (out / "runs.csv").read_text() == "my own table\n"
+
+
+def test_values_that_make_the_same_folder_name_get_their_own_folders(tmp_path):
+    import fabricsim
+    sc = {"name": "st", "topology": {"hosts_per_leaf": 2, "leaves": 2, "spines": 2},
+          "traffic": {"pattern": "permutation", "message_size": "64KiB"}, "simulation": {"seed": 1}}
+    df = fabricsim.compare(sc, vary={"description": ["a b", "a/b"]}, output_dir=tmp_path / "c")
+    assert len(df) == 2
+    dirs = [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
+    assert len(dirs) == 2 and all((d / "seed1" / "summary.json").is_file() for d in dirs)
+
+
+def test_vary_values_are_read_under_the_yaml_limits():
+    from fabricsim.compare import parse_vary
+    from fabricsim.errors import ConfigError
+    with pytest.raises(ConfigError):
+        parse_vary(["description=" + "[" * 5000 + "]" * 5000])
