@@ -58,6 +58,13 @@ def _print_summary(s: dict, out_dir):
             cr="n/a" if eb["completion_time_ratio"] is None else f"{eb['completion_time_ratio']:.3f}",
             note=(f"  [INCOMPLETE RUN: payload delivered over the {_t(s['run']['end_ps'])} simulated, "
                   "not the pattern's]") if partial else ""),
+    ]
+    if eb.get("nic_capacity_bps") and eb["nic_capacity_bps"] != eb.get("sender_capacity_bps"):
+        # NVLink ports count in the sender line rate: the scale-out NICs' own share says more
+        nf = eb.get("nic_goodput_fraction")
+        lines.append(f"scale-out     NIC goodput {format_rate(eb['nic_goodput_bps'])} = "
+                     f"{'n/a' if nf is None else f'{nf:.3f}'} of the hosts' NIC line rate")
+    lines += [
         "slowdown      p99 {p99}  {n} message{pl} slower than 4x ideal{only}".format(
             p99="n/a" if s["slowdown"]["p99"] is None else f"{s['slowdown']['p99']:.2f}",
             n=s["slowdown"]["messages_over_4x"], pl="" if s["slowdown"]["messages_over_4x"] == 1 else "s", only=only),

@@ -28,7 +28,7 @@ ALIASES = {
 }
 
 DEFAULT_METRICS = [
-    "goodput_fraction", "completion_time_ratio", "slowdown_p99", "messages_over_4x",
+    "goodput_fraction", "nic_goodput_fraction", "completion_time_ratio", "slowdown_p99", "messages_over_4x",
     "goodput_while_all_active_fraction", "fct_p50_us", "fct_p99_us", "fct_max_us",
     "latency_p50_us", "latency_p99_us", "latency_p999_us",
     "drops", "retransmitted_bytes", "out_of_order_fraction", "peak_queue_bytes", "pfc_pause_events",
@@ -90,6 +90,7 @@ def metrics_of(summary: dict) -> dict:
     has_lat = bool(lat.get("count"))
     return {**op_metrics_of(summary), **{
         "goodput_fraction": eb["goodput_fraction"],
+        "nic_goodput_fraction": eb.get("nic_goodput_fraction"),
         "completion_time_ratio": eb["completion_time_ratio"],
         "slowdown_p99": summary["slowdown"]["p99"],
         "messages_over_4x": summary["slowdown"]["messages_over_4x"],

@@ -91,3 +91,18 @@ def test_compare_writes_a_cross_run_report(runner, write, tmp_path):
     assert res.exit_code == 0, res.output
     html = (tmp_path / "cmp" / "report.html").read_text()
     assert "fabricsim compare: c" in html and "ecmp" in html and "spray" in html
+
+
+def test_on_an_nvlink_cluster_the_summary_and_compare_show_the_nic_goodput(runner, tmp_path):
+    """Found in review: the summary line and compare's metrics showed only the NVLink-inclusive
+    goodput fraction (about 0.03 on an NVLink cluster)."""
+    sc = SCENARIOS / "moe_dsv3_64gpu_flat.yaml"
+    res = runner.invoke(main, ["run", str(sc), "-o", str(tmp_path / "r"), "--set", "simulation.engine=flow"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())["effective_bandwidth"]
+    line = next(x for x in res.output.splitlines() if x.startswith("scale-out"))
+    assert f"{summary['nic_goodput_fraction']:.3f} of the hosts' NIC line rate" in line
+    from fabricsim.compare import DEFAULT_METRICS, metrics_of
+    assert "nic_goodput_fraction" in DEFAULT_METRICS
+    assert metrics_of(json.loads((tmp_path / "r" / "summary.json").read_text()))["nic_goodput_fraction"] == \
+        summary["nic_goodput_fraction"]
