@@ -19,6 +19,9 @@ import math
 import re
 from decimal import Decimal, InvalidOperation, localcontext
 
+#: the largest integer any size, time or rate holds inside fabricsim (int64 columns and counters)
+INT64_MAX = 2**63 - 1
+
 _NUM = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
 _RE = re.compile(r"^\s*" + _NUM + r"\s*([A-Za-z/\u00b5\u03bc]*)\s*$")
 

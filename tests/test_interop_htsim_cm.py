@@ -137,6 +137,9 @@ BAD = [
     ("Nodes 4\nConnections 1\n0->1 start 0 size -5\n", r"line 3: column size: got -5 \(allowed: > 0\)"),
     ("Nodes 4\nConnections 1\n0->1 start 0 size 3000000000\n", r"line 3: column size: got 3000000000 \(allowed: at most 2147483647"),
     ("Nodes 4\nConnections 1\n0->1 start -1 size 10\n", r"line 3: column start: got -1 \(allowed: >= 0 picoseconds\)"),
+    # found in review: an OverflowError traceback, and a hang on a huge exponent
+    ("Nodes 4\nConnections 1\n0->1 start 1e19 size 10\n", r"line 3: column start: got 1e19 \(allowed: at most 9223372036854775807"),
+    ("Nodes 4\nConnections 1\n0->1 start 1e99999999 size 10\n", r"line 3: column start: got 1e99999999 \(allowed: at most"),
     ("Nodes 4\nConnections 1\n0->1 start 0 size 10 speed 3\n", r"line 3: column speed: unknown token 'speed'"),
     ("Nodes 4\nConnections 1\n0->1 start 0\n", r"line 3: column size: missing"),
     ("Nodes 4\nConnections 1\n0->1 size 10\n", r"line 3: column start: no start method"),

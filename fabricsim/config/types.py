@@ -18,7 +18,7 @@ from .. import units
 STRICT = ConfigDict(extra="forbid", validate_default=True, frozen=False)
 
 #: largest value of any unit-typed field, in base units (bit/s, bytes, ps): a signed 64-bit integer
-INT64_MAX = 2**63 - 1
+INT64_MAX = units.INT64_MAX
 
 
 def _bounded(parse, kind, positive):

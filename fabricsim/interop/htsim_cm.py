@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TraceError
+from ..units import INT64_MAX
 from ..traces.schema import Trace, TraceRecord, check_trace
 
 #: the largest ``size`` / ``id`` htsim reads (``stoi`` into an ``int``)
@@ -127,6 +128,8 @@ class _Reader:
             raise self.err(line, "start", f"got {text!r} (allowed: a finite number of picoseconds >= 0)")
         if d < 0:
             raise self.err(line, "start", f"got {text} (allowed: >= 0 picoseconds)")
+        if d > INT64_MAX:      # (before int(): 1e99999999 would take minutes to expand)
+            raise self.err(line, "start", f"got {text} (allowed: at most {INT64_MAX} picoseconds, a 64-bit integer)")
         return int(d)   # truncation, as htsim's conversion to the integer simtime_picosec
 
 

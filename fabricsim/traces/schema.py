@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import TraceError
+from ..units import INT64_MAX as _INT64_MAX
 
 FORMAT_VERSION = 2
 #: versions a reader accepts (v1 files have none of the v2 columns, which take their defaults)
@@ -47,7 +48,7 @@ COLUMNS: dict[str, tuple[str, object]] = {
     "collective_bytes": ("int", 0),
 }
 #: the largest integer a trace column holds (Parquet int64)
-INT64_MAX = 2**63 - 1
+INT64_MAX = _INT64_MAX
 REQUIRED_COLUMNS = tuple(c for c, (_, d) in COLUMNS.items() if d is REQUIRED)
 
 
