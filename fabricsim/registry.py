@@ -34,6 +34,10 @@ from typing import Callable, Generic, TypeVar
 T = TypeVar("T")
 
 
+class PluginWarning(UserWarning):
+    """A plug-in's entry point was ignored (its name is taken)."""
+
+
 class UnknownName(KeyError):
     """Raised by :meth:`Registry.get`; its message lists what is allowed."""
 
@@ -55,21 +59,45 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._discovered = group is None
         self._broken: dict[str, str] = {}      # plug-in name -> why it could not be loaded
+        self._accepts: tuple = (None, "")      # what a plug-in must be (see accepts())
+
+    def accepts(self, check, what: str) -> None:
+        """Declare what a plug-in of this family must be: ``check`` a base class (a subclass or an
+        instance of it passes) or a predicate; ``what`` names it in the message of one that is not."""
+        self._accepts = (check, what)
+
+    def _conforms(self, obj) -> bool:
+        check, _ = self._accepts
+        if check is None:
+            return True
+        if isinstance(check, type):
+            return (isinstance(obj, type) and issubclass(obj, check)) or isinstance(obj, check)
+        return bool(check(obj))
 
     def discover(self) -> None:
         """Load this family's plug-ins (entry points of :attr:`group`), once; later calls do nothing."""
         if self._discovered:
             return
         self._discovered = True
+        import warnings
         for ep in metadata.entry_points(group=self.group):
             if ep.name in self._items:
-                continue        # registered already (a built-in keeps its name)
+                # a built-in (or an earlier plug-in) keeps its name; say so once
+                warnings.warn(f"{self.kind} plug-in {ep.name!r} ({ep.value}) ignored: the name is taken",
+                              PluginWarning, stacklevel=2)
+                continue
             try:
                 obj = ep.load()
             except Exception as exc:  # noqa: BLE001 - a broken plug-in must not break the others
                 self._broken[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
                 continue
-            if ep.name not in self._items:      # importing it may have registered it
+            if ep.name in self._items:          # importing it registered it (the decorator)
+                obj = self._items[ep.name]
+            if not self._conforms(obj):
+                self._items.pop(ep.name, None)
+                self._broken[ep.name] = f"{ep.value}: {obj!r} is not {self._accepts[1]}"
+                continue
+            if ep.name not in self._items:
                 self.register(ep.name)(obj)
 
     def register(self, name: str) -> Callable[[T], T]:

@@ -11,8 +11,9 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
-from fabricsim.registry import Registry
+from fabricsim.registry import PluginWarning, Registry
 
 from conftest import REPO, parse_error_line
 
@@ -61,7 +62,23 @@ def test_a_builtin_name_is_never_shadowed(monkeypatch, tmp_path):
     class Mine:
         pass
 
-    assert r.get("ecmp") is Mine
+    with pytest.warns(PluginWarning, match="'ecmp' .* ignored: the name is taken"):
+        assert r.get("ecmp") is Mine
+
+
+def test_a_plugin_of_the_wrong_kind_is_refused_with_the_reason(monkeypatch, tmp_path):
+    """Found in review: an entry point naming a plain function was registered as a routing policy
+    and failed later, after the results folder existed."""
+    dist = tmp_path / "wrong-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: wrong\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[fabricsim.test_kind]\nnot_a_policy = json:dumps\nok = fabricsim.routing.spray:Spray\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from fabricsim.routing import RoutingPolicy
+    r = Registry("routing policy", group="fabricsim.test_kind")
+    r.accepts(RoutingPolicy, "a RoutingPolicy subclass")
+    assert r.names() == ["ok"]
+    assert "is not a RoutingPolicy subclass" in r.unknown_message("not_a_policy")
 
 
 def test_plugin_policy_and_topology_run_from_the_cli(tmp_path):

@@ -126,3 +126,7 @@ class CongestionControl:
 
     def on_done(self, flow: Flow, t: int) -> None:
         pass
+
+
+#: what a plug-in of this family must be (fabricsim/registry.py, Registry.discover)
+CC.accepts(CongestionControl, "a CongestionControl subclass")

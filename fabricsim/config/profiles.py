@@ -124,3 +124,7 @@ _register(Profile(
         "switch": {"pfc": {"enabled": True}, "ecn": {"enabled": True, "sample": "dequeue"},
                    "strict_priority": "cnp", "buffer": {"admission": "dynamic", "alpha": 1.0}},
     }))
+
+
+#: what a plug-in of this family must be (fabricsim/registry.py, Registry.discover)
+PROFILES.accepts(Profile, "a Profile")

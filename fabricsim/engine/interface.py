@@ -81,3 +81,7 @@ class Engine(Protocol):
     def __init__(self, sim: SimulationInput, recorder) -> None: ...
 
     def run(self, progress: Callable[[int], None] | None = None) -> RunOutcome: ...
+
+
+#: what a plug-in of this family must be (fabricsim/registry.py, Registry.discover)
+ENGINES.accepts(lambda obj: isinstance(obj, type) and callable(getattr(obj, "run", None)), "an engine class (with run())")

@@ -48,3 +48,7 @@ class PlaneSplit:
     def parallel(self, qps: int, eligible: int) -> int:
         """How many ports one message of ``qps`` queue pairs can use at once (for ideal figures)."""
         raise NotImplementedError  # pragma: no cover
+
+
+#: what a plug-in of this family must be (fabricsim/registry.py, Registry.discover)
+SPLITS.accepts(PlaneSplit, "a PlaneSplit subclass")

@@ -465,3 +465,7 @@ class Receiver:
     def on_gap(self, t, qp, pkt) -> bool:  # pragma: no cover - abstract
         """A unit arrived beyond a gap in the prefix: True to hold it, False to discard it."""
         raise NotImplementedError
+
+
+#: what a plug-in of this family must be (fabricsim/registry.py, Registry.discover)
+RECEIVERS.accepts(Receiver, "a Receiver subclass")

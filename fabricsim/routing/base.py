@@ -62,3 +62,7 @@ class RoutingPolicy:
         """Share of the flow (``qp``'s data, or its control packets) per port of ``ports`` at
         ``switch``, or ``None`` if the choice has no static share (see the module doc)."""
         return None
+
+
+#: what a plug-in of this family must be (fabricsim/registry.py, Registry.discover)
+ROUTING.accepts(RoutingPolicy, "a RoutingPolicy subclass")

@@ -22,3 +22,7 @@ __all__ = ["TOPOLOGY_PLUGINS"]
 
 #: name -> ``build(params) -> dict``; plug-ins register through entry points (fabricsim.topologies)
 TOPOLOGY_PLUGINS: Registry = Registry("topology plug-in", group="fabricsim.topologies")
+
+
+#: what a plug-in of this family must be (fabricsim/registry.py, Registry.discover)
+TOPOLOGY_PLUGINS.accepts(callable, "a callable build(params) -> dict")
