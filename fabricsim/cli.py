@@ -135,6 +135,7 @@ def run(scenario, output, force, seed, sets, quiet, as_json, report):
     """
     from .analysis.writer import ResultsFolder, default_results_dir
     from .api import prepare, run as api_run
+    out = None
     try:
         loaded, sim = prepare(scenario, sets, seed)  # every input error surfaces before any output
         sc = loaded.scenario
@@ -152,7 +153,8 @@ def run(scenario, output, force, seed, sets, quiet, as_json, report):
     except FabricsimError as exc:
         _fail(exc, scenario, list(sets) + ([f"simulation.seed={seed}"] if seed is not None else []))
     except KeyboardInterrupt:
-        click.echo(f"interrupted before the run started (run.json in {out})", err=True)
+        where = f" (run.json in {out})" if out is not None and (Path(out) / "run.json").is_file() else ""
+        click.echo(f"interrupted before the run started{where}", err=True)
         sys.exit(130)
     if report:
         from .analysis.report import write_report

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["compare", "summarize", "t_critical", "ALIASES", "DEFAULT_METRICS", "OP_METRICS"]
+__all__ = ["compare", "summarize", "t_critical", "ci95_halfwidth", "ALIASES", "DEFAULT_METRICS", "OP_METRICS"]
 
 #: short names accepted as vary keys
 ALIASES = {
@@ -57,6 +57,18 @@ def _op_metric_pattern() -> re.Pattern:
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def ci95_halfwidth(values) -> float:
+    """95 % confidence half-width of the mean of ``values`` (Student t, :func:`t_critical`);
+    NaN for fewer than two values. The one formula behind compare's table and its plots.
+
+    >>> round(ci95_halfwidth([1.0, 2.0, 3.0]), 4)
+    2.4843
+    """
+    import statistics
+    v = [float(x) for x in values]
+    return t_critical(len(v) - 1) * statistics.stdev(v) / math.sqrt(len(v)) if len(v) >= 2 else math.nan
 
 
 def t_critical(dof: int) -> float:
@@ -480,7 +492,7 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, include_incomplete:
             v = g[c].dropna().astype(float)
             n = len(v)
             mean = float(v.mean()) if n else math.nan
-            ci = t_critical(n - 1) * float(v.std(ddof=1)) / math.sqrt(n) if n >= 2 else math.nan
+            ci = ci95_halfwidth(v.tolist())
             row[f"{c}_mean"] = mean
             row[f"{c}_ci95"] = ci
         rows.append(row)

@@ -148,3 +148,15 @@ def test_an_unwritable_output_is_one_line(write, runner, tmp_path):
     r = runner.invoke(main, ["run", str(scenario), "-o", "/proc/fabricsim-test", "-q"])
     assert r.exit_code == 2, r.output
     assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+
+
+def test_a_folder_of_another_results_format_is_refused_on_load(tmp_path):
+    from fabricsim.analysis.load import load_results
+    out = tmp_path / "r"
+    fabricsim.run(TINY, output_dir=out)
+    load_results(out)                                   # this version's own folder loads
+    s = json.loads((out / "summary.json").read_text())
+    s["results_format"] = 0
+    (out / "summary.json").write_text(json.dumps(s))
+    with pytest.raises(ConfigError, match="results format 0"):
+        load_results(out)

@@ -9,6 +9,7 @@ import yaml
 
 from ..errors import ConfigError
 from .result import Result
+from .status import RESULTS_FORMAT
 
 #: Result attribute -> table file stem
 #: (every table :class:`~fabricsim.analysis.writer.ResultsFolder` writes; a test checks the two agree)
@@ -31,7 +32,8 @@ def load_results(path: str | Path) -> Result:
     ``summary.json`` and ``scenario.resolved.yaml``) as a :class:`Result`.
 
     Raises :class:`~fabricsim.errors.ConfigError` if the folder has no ``summary.json``
-    (not a results folder, or a run that has not finished).
+    (not a results folder, or a run that has not finished), or if its ``results_format`` is not
+    the one this version writes and reads.
     """
     folder = Path(path)
     summary_file = folder / "summary.json"
@@ -39,7 +41,15 @@ def load_results(path: str | Path) -> Result:
         raise ConfigError("not a results folder (no such directory)", source=str(folder))
     if not summary_file.exists():
         raise ConfigError("not a finished results folder (no summary.json)", source=str(folder))
-    summary = json.loads(summary_file.read_text())
+    try:
+        summary = json.loads(summary_file.read_text())
+    except ValueError as exc:
+        raise ConfigError(f"summary.json is not valid JSON ({exc})", source=str(summary_file)) from None
+    fmt = summary.get("results_format") if isinstance(summary, dict) else None
+    if fmt != RESULTS_FORMAT:
+        # a folder of another format may name or define figures differently: refuse to guess
+        raise ConfigError(f"results format {fmt!r} (allowed: {RESULTS_FORMAT}, the format this fabricsim "
+                          "reads; rerun the scenario to rewrite the folder)", source=str(folder))
     scen_file = folder / "scenario.resolved.yaml"
     scenario = (yaml.safe_load(scen_file.read_text()) or {}) if scen_file.exists() else {}
     tables = {attr: _read_table(folder, stem) for attr, stem in _TABLES.items()}

@@ -252,14 +252,14 @@ def plot_effective_bandwidth(df: pd.DataFrame, ax=None, metrics=("goodput_fracti
                              by: str = "policy"):
     """Bars per policy (column ``by``) of the effective-bandwidth figures (fractions, 1.0 = ideal):
     the mean over rows (seeds), with an error bar of the 95 % confidence interval of that mean
-    (Student t, :func:`fabricsim.compare.t_critical`; the ``_ci95`` columns of
+    (Student t, :func:`fabricsim.compare.ci95_halfwidth`; the ``_ci95`` columns of
     :func:`fabricsim.compare.summarize`) when a policy has several rows. The legend says so.
 
     ``df`` is tidy: one row per run with a ``by`` column and the ``metrics`` columns (e.g. a
     DataFrame of :meth:`Result.headline` dicts with a policy column, or the table of
     :func:`fabricsim.compare`).
     """
-    from ..compare import t_critical
+    from ..compare import ci95_halfwidth
 
     ax = _ax(ax)
     if by not in df.columns and "routing" in df.columns:
@@ -277,7 +277,7 @@ def plot_effective_bandwidth(df: pd.DataFrame, ax=None, metrics=("goodput_fracti
             vals = pd.to_numeric(df[m], errors="coerce")
             mean = [vals[key == gname].mean() for gname in groups]
             n = [int(vals[key == gname].count()) for gname in groups]
-            ci = [t_critical(c - 1) * vals[key == gname].std(ddof=1) / np.sqrt(c) if c > 1 else 0.0
+            ci = [ci95_halfwidth(vals[key == gname].dropna().tolist()) if c > 1 else 0.0   # no bar for one run
                   for gname, c in zip(groups, n)]
             yerr = ci if any(c > 1 for c in n) else None
             any_ci = any_ci or yerr is not None
