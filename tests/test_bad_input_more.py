@@ -362,3 +362,30 @@ def test_a_misspelt_engine_parameter_section_is_suggested():
     res = CliRunner().invoke(main, ["validate", str(SCENARIOS / "quickstart.yaml"), "--set", "simulation.flwo=1"])
     assert res.exit_code == 2
     assert "flow" in res.output.split("allowed:")[1] and "did you mean 'flow'?" in res.output
+
+
+@pytest.mark.parametrize("sets, field", [
+    (["topology.hosts_per_leaf=100000", "topology.leaves=100000"], "topology.hosts_per_leaf"),
+    (["topology.spines=100000", "topology.links_per_spine=10000"], "topology.leaves"),
+])
+def test_a_fabric_too_large_to_build_is_refused_before_building(sets, field):
+    """Found in review: 10^10 hosts from two --set typos took 10 GB in 40 s without an answer."""
+    from click.testing import CliRunner
+
+    from fabricsim.cli import main
+    from conftest import SCENARIOS
+    args = ["validate", str(SCENARIOS / "quickstart.yaml")]
+    for s in sets:
+        args += ["--set", s]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and f"{field}:" in res.output and "allowed: at most" in res.output
+
+
+def test_a_cluster_too_large_to_build_is_refused(tmp_path):
+    from click.testing import CliRunner
+
+    from fabricsim.cli import main
+    p = tmp_path / "c.yaml"
+    p.write_text("name: c\ntopology: {kind: cluster, domain: nvl72, racks: 100000}\n")
+    res = CliRunner().invoke(main, ["validate", str(p)])
+    assert res.exit_code == 2 and "topology.racks" in res.output and "7,200,000 hosts" in res.output

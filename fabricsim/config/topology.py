@@ -41,6 +41,21 @@ class BufferSpec(BaseModel):
         return None if self.size == "unbounded" else int(self.size)
 
 
+#: the largest fabric a scenario may describe: hosts and fabric links (a graph of this size takes
+#: gigabytes; a typo such as hosts_per_leaf: 100000 x leaves: 100000 must not run the machine
+#: out of memory before an error is given). 1,048,576 hosts is 128x the largest preset.
+MAX_HOSTS = 1 << 20
+MAX_FABRIC_LINKS = 1 << 24
+
+
+def _check_size(hosts: int, links: int, hosts_expr: str, links_expr: str) -> None:
+    if hosts > MAX_HOSTS:
+        raise ValueError(f"{hosts_expr.split(' ')[0]}: {hosts_expr} = {hosts:,} hosts (allowed: at most {MAX_HOSTS:,})")
+    if links > MAX_FABRIC_LINKS:
+        raise ValueError(f"{links_expr.split(' ')[0]}: {links_expr} = {links:,} links "
+                         f"(allowed: at most {MAX_FABRIC_LINKS:,})")
+
+
 class LeafSpineConfig(BaseModel):
     """Two-tier leaf-spine (folded Clos). Every leaf connects to every spine with
     ``links_per_spine`` parallel links; hosts attach to one leaf each.
@@ -65,6 +80,8 @@ class LeafSpineConfig(BaseModel):
     def _check(self):
         if self.leaves > 1 and self.spines == 0:
             raise ValueError("spines: a fabric with more than one leaf needs at least one spine")
+        _check_size(self.hosts_per_leaf * self.leaves, self.leaves * self.spines * self.links_per_spine,
+                    "hosts_per_leaf x leaves", "leaves x spines x links_per_spine")
         if self.oversubscription is not None and self.spines > 0:
             actual = self.actual_oversubscription
             if abs(actual - self.oversubscription) > 1e-9 * max(1.0, actual):
@@ -321,6 +338,9 @@ class ClusterConfig(ScaleOutSpec):
             raise ValueError(f"{want}: required for domain {self.domain} (or give gpus)")
         if self.domain == "none" and self.nvlink is not None:
             raise ValueError("nvlink: domain none has no NVLink (use domain: hgx8)")
+        per = {"nvl72": 72, "nvl36": 36}.get(self.domain, 8)
+        count = self.gpus if self.gpus is not None else per * (getattr(self, want) or 0)
+        _check_size(count, 0, "gpus" if self.gpus is not None else f"{want} x {per} GPUs", "")
         return self
 
 
