@@ -216,8 +216,13 @@ class DaskExecutor(Executor):
             self.workers = max(1, sum(w.get("nthreads", 1) for w in
                                       self._client.scheduler_info()["workers"].values()))
         else:
+            # worker processes talk TCP on loopback only; threads of this process talk in-process.
+            # No dashboard; the scheduler's plain HTTP endpoints (health, metrics), which it always
+            # serves, on a free loopback port rather than 8787 on every interface
+            where = {"host": "127.0.0.1"} if self.processes else {}
             self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=self.processes,
-                                         host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
+                                         dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                                         silence_logs=logging.ERROR, **where)
             self._client = Client(self._cluster)
 
     def imap(self, fn, tasks):
