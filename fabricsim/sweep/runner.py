@@ -175,7 +175,7 @@ def check(spec: SweepSpec, topologies: dict | None = None) -> list[Point]:
                 axis, key, path, i = culprit
                 where = ("grid", key) if axis.where == "grid" else ("zip", int(axis.where[4:-1]), key)
                 inner = f"{exc.field}: " if exc.field and exc.field != path else ""
-                raise spec.error(f"value {i}: {inner}{msg}", *where) from None
+                raise spec.error(f"{inner}{msg}", *where, i) from None
             at = ", ".join(f"{k}={v}" for k, v in p.identity.items())
             inner = f"{exc.field}: " if exc.field else ""
             raise spec.error(f"{inner}{msg} (at point {at or 'base'} seed {p.seed})", "base") from None
