@@ -169,9 +169,11 @@ class ProcessExecutor(Executor):
             return
         if cancel:
             self._pool.shutdown(wait=False, cancel_futures=True)
-            for p in self._children:        # the points still running are abandoned
+            # the points still running are abandoned (they run again on resume): SIGKILL, since
+            # a run turns SIGTERM into a tidy stop that would write its results first
+            for p in self._children:
                 if p.is_alive():
-                    p.terminate()
+                    p.kill()
             for p in self._children:
                 p.join(timeout=5)
         else:
