@@ -258,3 +258,23 @@ def test_compare_on_the_serial_executor_matches_its_own_loop(write, tmp_path, mo
     pd.testing.assert_frame_equal(_stable(serial), _stable(on_ex))
     with pytest.raises(ConfigError, match="unknown executor 'threads'"):
         fabricsim.compare(str(f), vary={"routing": ["ecmp"]}, executor="threads")
+
+
+def test_dask_without_the_extra_exits_2_before_writing(sweep_file, runner, tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "distributed", None)      # `import distributed` now fails
+    out = tmp_path / "out"
+    r = runner.invoke(main, ["sweep", str(sweep_file), "-o", str(out), "--executor", "dask"])
+    assert r.exit_code == 2 and "pip install 'fabricsim[dask]'" in r.stderr, r.output
+    assert not out.exists()
+
+
+def test_an_unknown_executor_and_bad_jobs_are_config_errors(sweep_file, tmp_path):
+    from fabricsim.sweep.executor import EXECUTORS, make_executor
+    assert {"serial", "processes", "dask"} <= set(EXECUTORS.names())
+    with pytest.raises(ConfigError, match="--executor: unknown executor 'proceses'.*did you mean 'processes'"):
+        make_executor("proceses")
+    with pytest.raises(ConfigError, match="--jobs: 0"):
+        make_executor("processes", jobs=0)
+    with pytest.raises(ConfigError, match="takes no scheduler"):
+        make_executor("processes", scheduler="tcp://127.0.0.1:1")
