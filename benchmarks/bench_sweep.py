@@ -2,9 +2,9 @@
 
     python3 benchmarks/bench_sweep.py [--jobs 2] [--points 100] [--repeat 1]
 
-The sweep: a small scenario (8 hosts on a 2-leaf, 4-spine leaf-spine, a cross-leaf permutation,
-packet engine) x routing (ecmp, spray, adaptive, flowlet) x message size (5 sizes, 16-256 KiB)
-x 5 seeds = 100 points, each a fraction of a second. Each executor runs the whole sweep into a
+The sweep: a small scenario (16 hosts on a 2-leaf, 4-spine leaf-spine, a cross-leaf permutation,
+packet engine) x routing (ecmp, spray, adaptive, flowlet) x message size (5 sizes, 256 KiB -
+4 MiB) x 5 seeds = 100 points, each a fraction of a second. Each executor runs the whole sweep into a
 fresh folder (nothing resumed), timed from the call to the written summary, executor start-up
 included; the start-up alone (an empty imap after start) is timed separately. The tables of
 every executor are checked equal to the serial one (wall times aside). Writes
@@ -28,12 +28,12 @@ sys.path.insert(0, str(ROOT))
 
 BASE = {
     "name": "bench-sweep",
-    "topology": {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 2, "spines": 4},
+    "topology": {"kind": "leaf_spine", "hosts_per_leaf": 8, "leaves": 2, "spines": 4},
     "traffic": {"pattern": "permutation", "locality": "cross_leaf", "message_size": "64KiB"},
     "simulation": {"seed": 1, "time_limit": "5ms"},
 }
 ROUTING = ["ecmp", "spray", "adaptive", "flowlet"]
-SIZES = ["16KiB", "32KiB", "64KiB", "128KiB", "256KiB"]
+SIZES = ["256KiB", "512KiB", "1MiB", "2MiB", "4MiB"]
 
 
 def sweep_doc(points: int) -> dict:
@@ -82,6 +82,7 @@ def main(argv=None) -> int:
     names = args.executors.split(",")
     doc = sweep_doc(args.points)
     rows, tables = [], {}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             walls = []
@@ -115,7 +116,9 @@ def main(argv=None) -> int:
     except ImportError:
         dask_version = None
     out = {"date": date.today().isoformat(), "python": platform.python_version(), "machine": platform.machine(),
-           "cpu_count": os.cpu_count(), "dask": dask_version, "sweep": doc, "jobs": args.jobs,
+           "cpu_count": os.cpu_count(), "dask": dask_version,
+           # the machine may be shared: the 1-minute load average before and after the run
+           "loadavg_1min_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)], "sweep": doc, "jobs": args.jobs,
            "repeat": args.repeat, "rows": rows,
            "command": "python3 benchmarks/bench_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

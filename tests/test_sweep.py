@@ -278,3 +278,37 @@ def test_an_unknown_executor_and_bad_jobs_are_config_errors(sweep_file, tmp_path
         make_executor("processes", jobs=0)
     with pytest.raises(ConfigError, match="takes no scheduler"):
         make_executor("processes", scheduler="tcp://127.0.0.1:1")
+
+
+def test_cli_sweep_failed_point_exits_3_and_ctrl_c_exits_130_keeping_finished_points(sweep_file, runner, tmp_path,
+                                                                                     monkeypatch):
+    real = fabricsim.api.run
+    monkeypatch.setattr(fabricsim.api, "run", _planted_in_process(real))
+    out = tmp_path / "out"
+    r = runner.invoke(main, ["sweep", str(sweep_file), "-o", str(out), "--executor", "serial", "-q"])
+    assert r.exit_code == 3, r.output
+    assert r.stderr.strip() == "warning: routing=spray seed 2: failed: RuntimeError: planted failure"
+    calls = []
+
+    def interrupted(source, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(source, **kw)
+
+    monkeypatch.setattr(fabricsim.api, "run", interrupted)
+    out2 = tmp_path / "out2"
+    r = runner.invoke(main, ["sweep", str(sweep_file), "-o", str(out2), "--executor", "serial", "-q"])
+    assert r.exit_code == 130, r.output
+    assert "interrupted: 1 of 4 points are in" in r.stderr
+    assert len(pd.read_parquet(out2 / "points")) == 1
+
+
+def _planted_in_process(real):
+    """``fabricsim.api.run`` replaced in this process: spray seed 2 fails, the rest run for real."""
+
+    def run(source, output_dir=None, overrides=(), seed=None, overwrite=False):
+        if "routing.policy=spray" in overrides and seed == 2:
+            raise RuntimeError("planted failure")
+        return real(source, output_dir=output_dir, overrides=overrides, seed=seed, overwrite=overwrite)
+    return run
