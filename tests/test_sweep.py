@@ -42,6 +42,15 @@ def planted_failure(source, output_dir=None, overrides=(), seed=None, overwrite=
     return fabricsim.api.run(source, output_dir=output_dir, overrides=overrides, seed=seed, overwrite=overwrite)
 
 
+def crashing_run(source, output_dir=None, overrides=(), seed=None, overwrite=False):
+    """A point's run function whose worker process dies (as killed for memory) for routing spray,
+    seed 2. Only ever run in a worker process."""
+    import os
+    if "routing.policy=spray" in overrides and seed == 2:
+        os._exit(3)
+    return fabricsim.api.run(source, output_dir=output_dir, overrides=overrides, seed=seed, overwrite=overwrite)
+
+
 @pytest.fixture
 def sweep_file(write):
     write("base.yaml", BASE)
@@ -172,6 +181,13 @@ def test_a_failing_point_is_recorded_while_the_others_complete(executor, sweep_f
     # ...unless asked to
     retried = run_sweep(sweep_file, tmp_path / "out", executor="serial", retry_failed=True)
     assert retried.ran == 1 and (retried.table["status"] == "complete").all()
+
+
+def test_a_worker_that_dies_fails_its_own_point_only(sweep_file, tmp_path):
+    res = run_sweep(sweep_file, tmp_path / "out", executor="processes", jobs=2, run=crashing_run)
+    t = res.table
+    assert list(t["status"]) == ["complete", "complete", "complete", "failed"]
+    assert t["reason"].iloc[3].startswith("WorkerDied: the worker process running this point died")
 
 
 def test_a_resumed_sweep_runs_only_the_missing_points(sweep_file, tmp_path, monkeypatch):

@@ -33,11 +33,16 @@ from typing import Callable, Iterable, Iterator
 from ..errors import ConfigError
 from ..registry import Registry
 
-__all__ = ["Executor", "EXECUTORS", "make_executor", "DEFAULT_EXECUTOR"]
+__all__ = ["Executor", "EXECUTORS", "make_executor", "DEFAULT_EXECUTOR", "WorkerDied"]
 
 #: executors by name (plug-ins: the entry-point group ``fabricsim.executors``)
 EXECUTORS: Registry = Registry("executor", group="fabricsim.executors")
 DEFAULT_EXECUTOR = "processes"
+
+
+class WorkerDied(RuntimeError):
+    """Yielded for a task whose worker process died while running it (killed for memory, a
+    crash in an extension module), on its own: the task is the cause."""
 
 
 class Executor(ABC):
@@ -116,49 +121,98 @@ def _ignore_sigint() -> None:
 
 @EXECUTORS.register("processes")
 class ProcessExecutor(Executor):
-    """A ``spawn`` process pool of the standard library (``concurrent.futures``)."""
+    """A ``spawn`` process pool of the standard library (``concurrent.futures``).
+
+    A worker process that dies (killed for memory, a crash in an extension) breaks a standard
+    pool: every task in it fails with ``BrokenProcessPool``. Here the pool is started again, and
+    the tasks that were in it run again one at a time: the one that kills its worker alone is
+    yielded as a :class:`WorkerDied` error, the others with their results."""
 
     def __init__(self, jobs: int | None = None, scheduler: str | None = None):
         super().__init__(jobs, scheduler)
         self._pool = None
         self._children: list = []
+        self._before: set = set()
 
     def start(self):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         if self._pool is not None:
             return
-        before = set(multiprocessing.active_children())
+        self._before = set(multiprocessing.active_children())
+        self._children = []
         self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_ignore_sigint)
-        self._before = before
+
+    def _note_children(self):
+        # the pool's processes (started on demand), to stop them when the caller gives up
+        import multiprocessing
+        self._children += [p for p in multiprocessing.active_children()
+                           if p not in self._before and p not in self._children]
+
+    def _restart(self):
+        self.close(cancel=True)
+        self.start()
 
     def imap(self, fn, tasks):
-        import multiprocessing
+        from collections import deque
         from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures.process import BrokenProcessPool
         self.start()
         tasks = list(tasks)
         window = 2 * self.workers          # a few queued behind the running ones: workers never idle
+        queue = deque(range(len(tasks)))
+        suspects: deque = deque()          # tasks that were in a pool that broke
         pending: dict = {}
-        nxt = 0
         try:
-            while nxt < len(tasks) or pending:
-                while nxt < len(tasks) and len(pending) < window:
-                    pending[self._pool.submit(fn, tasks[nxt])] = nxt
-                    nxt += 1
-                # the pool's processes (started on demand), to stop them when the caller gives up
-                self._children += [p for p in multiprocessing.active_children()
-                                   if p not in self._before and p not in self._children]
-                self.in_flight = len(pending)
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-                for fut in done:
-                    i = pending.pop(fut)
+            while queue or pending or suspects:
+                if suspects and not pending:         # one alone: does it kill its worker?
+                    i = suspects.popleft()
+                    fut = self._pool.submit(fn, tasks[i])
+                    pending[fut] = i
+                    self._note_children()
+                    self.in_flight = 1
                     try:
                         result = fut.result()
-                    except Exception as exc:  # noqa: BLE001 - a dead worker is recorded, not fatal
+                    except BrokenProcessPool:
+                        result = WorkerDied("the worker process running this point died (killed, or crashed "
+                                            "outside Python)")
+                        self._restart()
+                    except Exception as exc:  # noqa: BLE001 - recorded by the caller, not fatal
                         result = exc
-                    self.in_flight = len(pending)
+                    pending.clear()
+                    self.in_flight = 0
                     yield i, result
+                    continue
+                broken = False
+                while not suspects and queue and len(pending) < window:
+                    i = queue.popleft()
+                    try:
+                        pending[self._pool.submit(fn, tasks[i])] = i
+                    except BrokenProcessPool:
+                        queue.appendleft(i)
+                        broken = True
+                        break
+                if not broken:
+                    self._note_children()
+                    self.in_flight = len(pending)
+                    done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        i = pending.pop(fut)
+                        try:
+                            result = fut.result()
+                        except BrokenProcessPool:
+                            suspects.append(i)
+                            broken = True
+                            continue
+                        except Exception as exc:  # noqa: BLE001 - recorded by the caller, not fatal
+                            result = exc
+                        self.in_flight = len(pending)
+                        yield i, result
+                if broken:                            # every task still in the pool is lost with it
+                    suspects.extend(sorted(pending.values()))
+                    pending.clear()
+                    self._restart()
         finally:
             for fut in pending:
                 fut.cancel()
