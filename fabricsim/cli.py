@@ -266,8 +266,11 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete, jobs, 
 @click.option("--retry-failed", "retry_failed", is_flag=True, help="run the points recorded as failed again")
 @click.option("--include-incomplete", "include_incomplete", is_flag=True,
               help="count incomplete runs in the summary's means (default: complete runs only)")
+@click.option("--check", "check_only", is_flag=True,
+              help="validate every point and say how many would run; run nothing and write nothing")
 @click.option("-q", "--quiet", is_flag=True, help="no progress and no table")
-def sweep_cmd(sweep_file, output, executor, jobs, scheduler, keep_runs, retry_failed, include_incomplete, quiet):
+def sweep_cmd(sweep_file, output, executor, jobs, scheduler, keep_runs, retry_failed, include_incomplete, check_only,
+              quiet):
     """Run every point of SWEEP.yaml (a base scenario x a grid of overrides x seeds).
 
     Results: DIR/points/ (a Parquet dataset, one row per point, partitioned by status),
@@ -284,6 +287,19 @@ def sweep_cmd(sweep_file, output, executor, jobs, scheduler, keep_runs, retry_fa
         if scheduler is not None and executor not in (None, "dask"):
             raise ConfigError(f"--scheduler needs --executor dask (got {executor})", field="--scheduler")
         spec = load_spec(sweep_file)
+        if check_only:
+            from .sweep.runner import check
+            from .sweep.store import SweepStore
+            points = check(spec)
+            out = Path(output) if output is not None else Path("results") / f"{spec.name}-sweep"
+            done = SweepStore(out, {}).finished()
+            if retry_failed:
+                done = {k: v for k, v in done.items() if v != "failed"}
+            todo = sum(1 for p in points if p.point_id not in done)
+            combos = len({p.positions for p in points})
+            click.echo(f"{sweep_file}: ok ({len(points)} points: {combos} combinations x {len(points) // combos} "
+                       f"seeds; {len(points) - todo} done in {out}, {todo} to run)")
+            return
         last = [0.0]
 
         def progress(p):

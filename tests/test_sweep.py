@@ -328,3 +328,15 @@ def _planted_in_process(real):
             raise RuntimeError("planted failure")
         return real(source, output_dir=output_dir, overrides=overrides, seed=seed, overwrite=overwrite)
     return run
+
+
+def test_cli_sweep_check_counts_points_and_writes_nothing(sweep_file, runner, tmp_path):
+    out = tmp_path / "out"
+    r = runner.invoke(main, ["sweep", str(sweep_file), "-o", str(out), "--check"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == f"{sweep_file}: ok (4 points: 2 combinations x 2 seeds; 0 done in {out}, 4 to run)"
+    assert not out.exists()
+    run_sweep(sweep_file, out, executor="serial", run=planted_failure)
+    r = runner.invoke(main, ["sweep", str(sweep_file), "-o", str(out), "--check", "--retry-failed"])
+    assert "3 done in" in r.stdout and "1 to run" in r.stdout
+    assert len(pd.read_parquet(out / "points")) == 4         # --check dropped nothing

@@ -38,7 +38,10 @@ class PointTask:
     ``source``: a scenario path or mapping (or a :class:`~fabricsim.Scenario`); ``base_dir``: where
     an inline scenario's relative paths resolve (None: the current folder); ``run``: the function
     that runs it (default :func:`fabricsim.api.run`; a module-level function, importable by name
-    on the workers, with the same signature)."""
+    on the workers, with the same signature). It is called as ``run(source, output_dir=...,
+    overrides=..., seed=..., overwrite=True)``; for an inline scenario with a ``base_dir``, as
+    ``run(loaded, output_dir=..., overwrite=True)`` with the scenario loaded (overrides and seed
+    applied) and its relative paths resolving in ``base_dir``."""
 
     source: Any
     overrides: list
@@ -238,7 +241,8 @@ def run_sweep(spec: SweepSpec | str | Path, output_dir: str | Path | None = None
         done_before = store.finished()
         todo = [p for p in points if p.point_id not in done_before]
         store.write_manifest({
-            "results_format": RESULTS_FORMAT, "sweep": spec.name, "source": spec.source,
+            "results_format": RESULTS_FORMAT, "sweep": spec.name, "description": spec.description,
+            "source": spec.source,
             "base": spec.base if isinstance(spec.base, str) else "<inline>", "keys": spec.keys,
             "seeds": sorted({p.seed for p in points}),
             "points": [{"point_id": p.point_id, "seed": p.seed, **{k: v for k, v in p.identity.items()}}
