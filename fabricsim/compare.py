@@ -309,7 +309,12 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         ex.start()                      # a missing extra or an unreachable scheduler: before writing
     if out is not None:
         planned = [f"{_combo_name(keys, combo)}/seed{seed}" for combo in combos for seed in seed_list]
-        _replace_manifest(out, planned, base.scenario.name, vary or {}, seed_list)
+        try:
+            _replace_manifest(out, planned, base.scenario.name, vary or {}, seed_list)
+        except BaseException:
+            if ex is not None:
+                ex.close(cancel=True)       # (its workers must not outlive the comparison)
+            raise
     rows = []
     total = len(combos) * len(seed_list)
     i = 0
