@@ -197,9 +197,9 @@ def validate(scenario, sets):
                    "(default: only complete runs; failed runs never)")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="runs at once (default 1, one after the other; more: on --executor, default processes)")
-@click.option("--executor", "executor", type=click.Choice(["serial", "processes", "dask"]), default=None,
-              help="where the runs go: serial, processes (standard library), dask (pip install 'fabricsim[dask]'); "
-                   "docs/sweeps.md")
+@click.option("--executor", "executor", default=None, metavar="NAME",
+              help="where the runs go: serial, processes (standard library), dask (pip install 'fabricsim[dask]'), "
+                   "or a plug-in's; docs/sweeps.md")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="an existing Dask scheduler (implies --executor dask)")
 def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete, jobs, executor, scheduler):
@@ -256,8 +256,9 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete, jobs, 
 @click.argument("sweep_file", metavar="SWEEP.yaml", type=click.Path())
 @click.option("-o", "--output", "output", type=click.Path(), default=None,
               help="results folder (default: results/<sweep name>-sweep); an existing one is resumed")
-@click.option("--executor", "executor", type=click.Choice(["serial", "processes", "dask"]), default=None,
-              help="where the points run (default processes; dask with --scheduler)")
+@click.option("--executor", "executor", default=None, metavar="NAME",
+              help="where the points run: serial, processes (the default), dask (the default with --scheduler), "
+                   "or a plug-in's")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="workers (default: the CPU count; for a Dask LocalCluster, its worker processes)")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",

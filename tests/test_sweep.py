@@ -340,3 +340,14 @@ def test_cli_sweep_check_counts_points_and_writes_nothing(sweep_file, runner, tm
     r = runner.invoke(main, ["sweep", str(sweep_file), "-o", str(out), "--check", "--retry-failed"])
     assert "3 done in" in r.stdout and "1 to run" in r.stdout
     assert len(pd.read_parquet(out / "points")) == 4         # --check dropped nothing
+
+
+@pytest.mark.parametrize("cmd", [["sweep", "{sweep}"], ["compare", "{base}", "--vary", "routing=ecmp"]])
+def test_cli_unknown_executor_exits_2_with_did_you_mean_and_writes_nothing(cmd, sweep_file, runner, tmp_path):
+    out = tmp_path / "out"
+    args = [a.format(sweep=sweep_file, base=sweep_file.parent / "base.yaml") for a in cmd]
+    r = runner.invoke(main, args + ["-o", str(out), "--executor", "proceses"])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip() == ("error: --executor: unknown executor 'proceses' (allowed: dask, processes, serial); "
+                                "did you mean 'processes'?")
+    assert not out.exists()
