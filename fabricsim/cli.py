@@ -204,7 +204,14 @@ def validate(scenario, sets):
 @click.option("--include-incomplete", "include_incomplete", is_flag=True,
               help="count runs that did not complete every message (time limit, failed messages) in the means "
                    "(default: only complete runs; failed runs never)")
-def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="runs at once (default 1, one after the other; more: on --executor, default processes)")
+@click.option("--executor", "executor", default=None, metavar="NAME",
+              help="where the runs go: serial, processes (standard library), dask (pip install 'fabricsim[dask]'), "
+                   "or a plug-in's; docs/sweeps.md")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="an existing Dask scheduler (implies --executor dask)")
+def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete, jobs, executor, scheduler):
     """Run SCENARIO for every combination of --vary values and every seed; print mean ± 95 % CI.
 
     Each run's status is a column of runs.csv; by default only complete runs count in the means
@@ -232,8 +239,10 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
             if not quiet:
                 click.echo(f"[{i}/{n}] {name} seed {seed}", err=True)
 
+        if scheduler is not None and executor not in (None, "dask"):
+            raise ConfigError(f"--scheduler needs --executor dask (got {executor})", field="--scheduler")
         df = compare(scenario, varied, seeds=seeds, output_dir=out, progress=progress,
-                     include_incomplete=include_incomplete)
+                     include_incomplete=include_incomplete, jobs=jobs, executor=executor, scheduler=scheduler)
     except FabricsimError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -249,6 +258,88 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete):
         click.echo(f"warning: {point} seed {row['seed']}: {row['status']}{why}", err=True)
     if df.attrs.get("interrupted"):
         click.echo(f"interrupted: the runs done so far are in {out}", err=True)
+        sys.exit(130)
+    if len(bad):
+        sys.exit(1 if (bad["status"] == "failed").all() and len(bad) == len(df) else 3)
+
+
+@main.command("sweep")
+@click.argument("sweep_file", metavar="SWEEP.yaml", type=click.Path())
+@click.option("-o", "--output", "output", type=click.Path(), default=None,
+              help="results folder (default: results/<sweep name>-sweep); an existing one is resumed")
+@click.option("--executor", "executor", default=None, metavar="NAME",
+              help="where the points run: serial, processes (the default), dask (the default with --scheduler), "
+                   "or a plug-in's")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="workers (default: the CPU count; for a Dask LocalCluster, its worker processes)")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="an existing Dask scheduler (implies --executor dask; its workers need fabricsim and the files)")
+@click.option("--keep-runs", "keep_runs", is_flag=True, help="also keep each point's results folder (DIR/runs/<id>/)")
+@click.option("--retry-failed", "retry_failed", is_flag=True, help="run the points recorded as failed again")
+@click.option("--include-incomplete", "include_incomplete", is_flag=True,
+              help="count incomplete runs in the summary's means (default: complete runs only)")
+@click.option("--check", "check_only", is_flag=True,
+              help="validate every point and say how many would run; run nothing and write nothing")
+@click.option("-q", "--quiet", is_flag=True, help="no progress and no table")
+def sweep_cmd(sweep_file, output, executor, jobs, scheduler, keep_runs, retry_failed, include_incomplete, check_only,
+              quiet):
+    """Run every point of SWEEP.yaml (a base scenario x a grid of overrides x seeds).
+
+    Results: DIR/points/ (a Parquet dataset, one row per point, partitioned by status),
+    points.csv, summary.csv (mean ± 95 % CI per combination) and sweep.json. A rerun into the
+    same folder runs only the points not finished (by a hash of each resolved point). A point
+    that fails is recorded and the others go on; Ctrl-C keeps the finished points. Exit 0 when
+    every point completed, 3 when some did not (1 when every point failed), 130 when interrupted.
+    The file format: docs/sweeps.md."""
+    import time
+
+    from .sweep.runner import run_sweep
+    from .sweep.spec import load_spec
+    try:
+        if scheduler is not None and executor not in (None, "dask"):
+            raise ConfigError(f"--scheduler needs --executor dask (got {executor})", field="--scheduler")
+        spec = load_spec(sweep_file)
+        if check_only:
+            from .sweep.runner import check
+            from .sweep.store import SweepStore
+            points = check(spec)
+            out = Path(output) if output is not None else Path("results") / f"{spec.name}-sweep"
+            done = SweepStore(out, {}).finished()
+            if retry_failed:
+                done = {k: v for k, v in done.items() if v != "failed"}
+            todo = sum(1 for p in points if p.point_id not in done)
+            combos = len({p.positions for p in points})
+            click.echo(f"{sweep_file}: ok ({len(points)} points: {combos} combinations x {len(points) // combos} "
+                       f"seeds; {len(points) - todo} done in {out}, {todo} to run)")
+            return
+        last = [0.0]
+
+        def progress(p):
+            now = time.monotonic()
+            if not quiet and (now - last[0] >= 1.0 or p.remaining + p.running == 0):
+                last[0] = now
+                click.echo(p.line(), err=True)
+
+        res = run_sweep(spec, output, executor=executor, jobs=jobs, scheduler=scheduler, keep_runs=keep_runs,
+                        retry_failed=retry_failed, include_incomplete=include_incomplete, progress=progress)
+    except FabricsimError as exc:
+        _fail(exc)
+    out = res.output_dir
+    if not quiet:
+        from .compare import format_summary
+        if len(res.summary):
+            click.echo(format_summary(res.summary, res.keys))
+        click.echo(f"results       {out}  (points/, points.csv, summary.csv, sweep.json)  "
+                   f"{res.ran} run, {res.skipped} done before")
+    df = res.table
+    bad = df[df["status"] != "complete"]
+    for row in bad.to_dict("records"):
+        point = " ".join(f"{k}={row[k]}" for k in res.keys)
+        why = f": {row['reason']}" if row["reason"] else ""
+        click.echo(f"warning: {point} seed {row['seed']}: {row['status']}{why}", err=True)
+    if res.interrupted:
+        click.echo(f"interrupted: {len(df)} of {res.total} points are in {out}; run the same command to resume",
+                   err=True)
         sys.exit(130)
     if len(bad):
         sys.exit(1 if (bad["status"] == "failed").all() and len(bad) == len(df) else 3)

@@ -253,7 +253,8 @@ def _plan(scenario, vary: dict, seeds, topologies: dict | None = None):
 
 
 def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Path | None = None,
-            metrics: list[str] | None = None, progress=None, include_incomplete: bool = False) -> pd.DataFrame:
+            metrics: list[str] | None = None, progress=None, include_incomplete: bool = False,
+            jobs: int | None = None, executor=None, scheduler: str | None = None) -> pd.DataFrame:
     """Run every combination of ``vary`` and every seed; one row per run.
 
     Parameters
@@ -283,6 +284,13 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
     include_incomplete:
         Passed to :func:`summarize` for the ``summary.csv`` written to ``output_dir``: by default
         only complete runs count in the means.
+    jobs, executor, scheduler:
+        Run the points on an executor of :mod:`fabricsim.sweep.executor` (``serial``,
+        ``processes``, ``dask``; ``jobs`` workers, ``scheduler`` an existing Dask cluster). By
+        default (no executor, ``jobs`` None or 1) they run one after the other in this process;
+        ``jobs`` > 1 alone means ``processes``. The table is the same either way, rows in the
+        same order (wall times aside); with an executor, ``progress`` is called as each run
+        finishes (``i`` counting finished runs) rather than before it starts.
 
     Returns
     -------
@@ -319,12 +327,26 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         from .analysis.outpath import check_writable_dir
         check_writable_dir(out)          # below a file, unwritable: one line before any run
         _check_compare_dir(out)
+    ex = None
+    if executor is not None or (jobs is not None and jobs != 1):
+        from .sweep.executor import make_executor
+        ex = make_executor(executor, jobs=jobs, scheduler=scheduler)
+        ex.start()                      # a missing extra or an unreachable scheduler: before writing
+    if out is not None:
         planned = [f"{name}/seed{seed}" for name in _combo_names(keys, combos) for seed in seed_list]
-        _replace_manifest(out, planned, base.scenario.name, vary or {}, seed_list)
+        try:
+            _replace_manifest(out, planned, base.scenario.name, vary or {}, seed_list)
+        except BaseException:
+            if ex is not None:
+                ex.close(cancel=True)       # (its workers must not outlive the comparison)
+            raise
     rows = []
     total = len(combos) * len(seed_list)
     i = 0
     interrupted = False
+    if ex is not None:
+        return _compare_on(ex, source, keys, dotted, combos, seed_list, out, metrics,
+                           add_op_metrics, op_metric, progress, include_incomplete, base.scenario.name)
     with StopSignals() as signals:      # SIGTERM between runs ends the comparison as Ctrl-C does
         try:
             for combo, name in zip(combos, _combo_names(keys, combos)):
@@ -357,6 +379,52 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         signals.defer()                 # the tables below are written whatever is pressed now
         return _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted,
                        name=base.scenario.name)
+
+
+def _compare_on(ex, source, keys, dotted, combos, seed_list, out, metrics, add_op_metrics,
+                op_metric, progress, include_incomplete, name) -> pd.DataFrame:
+    """:func:`compare`'s runs on an executor (:mod:`fabricsim.sweep.executor`): the same rows in
+    the same order as the serial loop, put back in plan order as they arrive."""
+    from .api import StopSignals
+    from .sweep.runner import PointTask, run_point
+
+    plan, tasks = [], []
+    for combo, cname in zip(combos, _combo_names(keys, combos)):
+        overrides = [f"{p}={_value_text(v)}" for p, v in zip(dotted, combo)]
+        for seed in seed_list:
+            run_dir = str(out / cname / f"seed{seed}") if out is not None else None
+            plan.append((combo, cname, seed))
+            tasks.append(PointTask(source, overrides, seed, run_dir))
+    by_pos: dict[int, dict] = {}
+    interrupted = False
+    try:
+        with StopSignals() as signals:      # SIGTERM ends the comparison as Ctrl-C does
+            try:
+                for pos, res in ex.imap(run_point, tasks):
+                    if isinstance(res, BaseException):     # the executor lost the run (a worker died)
+                        res = {"status": "failed", "reason": f"{type(res).__name__}: {' '.join(str(res).split())}",
+                               "metrics": {}}
+                    if res["status"] == "interrupted":
+                        raise KeyboardInterrupt
+                    combo, cname, seed = plan[pos]
+                    if progress is not None:
+                        progress(len(by_pos) + 1, len(tasks), cname, seed)
+                    row = dict(zip(keys, combo))
+                    row["seed"] = seed
+                    row.update(status=res["status"], reason=res["reason"])
+                    m = res["metrics"]
+                    row.update({k: m.get(k) for k in metrics})
+                    if add_op_metrics and res["status"] != "failed":
+                        row.update({k: v for k, v in m.items() if op_metric.match(k)})
+                    by_pos[pos] = row
+            except KeyboardInterrupt:
+                interrupted = True
+            signals.defer()
+            ex.close(cancel=interrupted)
+            rows = [by_pos[i] for i in sorted(by_pos)]
+            return _finish(rows, keys, metrics, add_op_metrics, out, include_incomplete, interrupted, name=name)
+    finally:
+        ex.close(cancel=True)
 
 
 #: the comparison's own record in its output folder: the run folders it owns
