@@ -8,6 +8,13 @@ flow-level meaning (:mod:`fabricsim.engine.spread`). At every instant the active
 max-min fair allocation of the links' payload capacities (:func:`fabricsim.flows.fluid.max_min_fair`),
 recomputed whenever a flow starts or finishes. Assumptions (docs/fidelity.md, "Flow engine"):
 
+- **Framing is exact**: a link's capacity is its line rate x the payload share of a full packet
+  of the framing it carries, and a queue pair is charged its exact wire bytes in that unit (its
+  fluid size): every packet pays its header, a short last packet a whole one
+  (:func:`queue_pair_wire_bytes`, the framing of :func:`~fabricsim.analysis.ideal.message_packets`),
+  so a queue pair of whole packets has its payload as fluid size and a 1 KiB one 1106 x 4096 / 4178
+  bytes. Link ``tx_bytes`` are the flows' exact wire bytes; delivered bytes and goodput are payload.
+
 - **Congestion control is ideal**: it converges at once to the max-min fair rates, and nothing is
   lost (no drops, no retransmissions, no PFC). ``simulation.flow.efficiency`` scales every link's
   capacity by a factor a user measures with packet runs (per routing policy if a mapping); it is
@@ -306,8 +313,9 @@ class FlowEngine:
         self.ideal = self.sim.ideal_model()        # shared with build_result (its memos)
         self._fct = self.ideal.fct_rows(t)          # every message's idle-fabric time, at once
         self._framings: dict = {}                   # framing triple -> id (:meth:`_frame_ids`)
-        self._frame = self._frame_ids(t.src, t.dst)  # every unit's framing id (PXN pieces appended)
-        self._tail = np.maximum(0.0, self._fct - self._alone_rows(t))   # and its pipeline latency
+        cls = self.ideal.pair_classes(t.src, t.dst)
+        self._frame = self._frame_ids(cls)          # every unit's framing id (PXN pieces appended)
+        self._tail = np.maximum(0.0, self._fct - self._alone_rows(t, cls))   # and its pipeline latency
         self.replay = Replay(t, self.sim.scenario.simulation.compute)
         self.conns = Connections(t)
         self.recorder.stream_only()              # rows streamed; the table is handed over as columns
@@ -344,7 +352,8 @@ class FlowEngine:
         self._plan_pieces()
         units = n + len(self.u_src)
         if units > n:
-            self._frame = np.concatenate([self._frame, self._frame_ids(self.u_src, self.u_dst)])
+            pieces = self.ideal.pair_classes(self.u_src, self.u_dst)
+            self._frame = np.concatenate([self._frame, self._frame_ids(pieces)])
         # per message (and PXN piece) state as columns: release (-1: not released), and of the n
         # messages their completion, delivered payload and reason (a row of the messages table)
         self.rel = np.full(units, -1, dtype=np.int64)
@@ -917,10 +926,10 @@ class FlowEngine:
             got = self._lat[i] = (fct, max(0.0, fct - self._alone_ps(m)))
         return got
 
-    def _frame_ids(self, src, dst) -> np.ndarray:
-        """Framing id (:attr:`_framings`) of each ``src[i] -> dst[i]``: one
-        :meth:`IdealModel.framing` per pair class (it depends on the hosts only through them)."""
-        cls = self.ideal.pair_classes(src, dst)
+    def _frame_ids(self, cls: np.ndarray) -> np.ndarray:
+        """Framing id (``_framings``) of each pair of the pair classes ``cls``
+        (:meth:`IdealModel.pair_classes`): one :meth:`IdealModel.framing` per class (it depends
+        on the hosts only through them)."""
         uc, inv = np.unique(cls, return_inverse=True)
         ids = np.empty(len(uc), dtype=np.int64)
         for j, c in enumerate(uc.tolist()):
@@ -948,13 +957,12 @@ class FlowEngine:
         base, extra = np.divmod(size, qps)
         return extra * self._fluid_bytes(base + 1, fid) + (qps - extra) * self._fluid_bytes(base, fid)
 
-    def _alone_rows(self, t) -> np.ndarray:
-        """:meth:`_alone_ps` of every row: the payload rate once per (pair class, queue pairs)
-        (the line rate and framing of a pair depend on its two hosts only through their classes),
-        the fluid bytes per row, vectorised."""
+    def _alone_rows(self, t, cls: np.ndarray) -> np.ndarray:
+        """:meth:`_alone_ps` of every row (``cls``: their pair classes): the payload rate once per
+        (pair class, queue pairs) (the line rate and framing of a pair depend on its two hosts only
+        through their classes), the fluid bytes per row, vectorised."""
         if not len(t):
             return np.zeros(0)
-        cls = self.ideal.pair_classes(t.src, t.dst)
         key = cls * 1024 + np.minimum(t.qps, 1023)
         uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
         rate = np.empty(len(uk))
@@ -968,7 +976,7 @@ class FlowEngine:
         its ports allow (the same framing as the link capacities, efficiency 1)."""
         if m.size_bytes == 0:
             return 0.0
-        fid = self._frame_ids(np.array([m.src]), np.array([m.dst]))
+        fid = self._frame_ids(self.ideal.pair_classes([m.src], [m.dst]))
         return float(self._message_fluid(np.array([m.size_bytes]), np.array([m.qps]), fid)[0]) / self._payload_rate(m)
 
     def _payload_rate(self, m) -> float:
