@@ -4,6 +4,8 @@ in payload-equivalent units; payload figures (delivered bytes, goodput) stay in 
 Hand-computed expectations: every link 400 Gbit/s (20 ps per byte), MTU 4096, header 82."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,7 @@ from test_theory import csv_traffic, leaf_spine, scenario
 
 MTU, HDR = 4096, 82
 PS_PER_BYTE = 20                     # 400 Gbit/s
+ROOT = Path(__file__).resolve().parents[1]
 # host -> leaf -> spine -> leaf -> host (tests/test_theory.py's leaf_spine): propagation of the
 # two host links and two fabric links, forwarding of three switches
 PATH_PS = 2 * 500_000 + 2 * 700_000 + 3 * 600_000
@@ -139,3 +142,20 @@ def test_goodput_counts_payload_for_odd_sizes(tmp_path):
     assert len(res.goodput) > 3
     assert int(res.goodput["delivered_bytes"].sum()) == sum(sizes) == int(res.messages["delivered_bytes"].sum())
     assert res.summary["run"]["injected_payload_bytes"] == sum(sizes)
+
+
+def test_nvlink_links_carry_the_exact_nvlink_wire_bytes():
+    """Inside an NVL72 rack (credit transport: 4096-byte units sent as 256-byte NVLink packets
+    with 16 bytes each) a permutation of 4097-byte messages: one whole unit (16 packets, 4352
+    wire bytes) and a 1-byte unit paying a whole 16-byte header, 4369 wire bytes per message on
+    the way up and again on the way down. The packet engine's links carry exactly that; the flow
+    engine's, spread evenly over the 18 chips, too, up to each link's rounding to whole bytes
+    (charged payload / share, 4097 x 272 / 256 = 4353.06, they carried 16 bytes a message less)."""
+    size, gpus = 4097, 72
+    wire = 16 * (256 + 16) + (1 + 16)
+    sc = {"name": "nv", "topology": {"kind": "file", "path": str(ROOT / "topologies" / "nvl72_rack.yaml")},
+          "traffic": {"pattern": "permutation", "message_size": f"{size}B"}, "routing": {"policy": "ecmp"}}
+    res = {e: fabricsim.run({**sc, "simulation": {"engine": e, "seed": 1}}) for e in ("packet", "flow")}
+    assert int(res["packet"].links["tx_data_bytes"].sum()) == 2 * gpus * wire
+    used = res["flow"].links[res["flow"].links["tx_bytes"] > 0]
+    assert abs(int(used["tx_bytes"].sum()) - 2 * gpus * wire) <= len(used) / 2
