@@ -90,9 +90,6 @@ def _check(sc):
         assert status == "complete"      # the default time limit is far beyond these small runs
 
 
-@pytest.mark.xfail(strict=True, reason="known: a flow-engine all-to-all of 1 KiB messages on 3 leaves x 1 host "
-                   "beats the pattern's lower bound by 1.2 ns (found by the property test above; analysis/bound.py "
-                   "or the flow engine's latency model)")
 def test_known_flow_run_that_beats_its_lower_bound(monkeypatch):
     monkeypatch.setenv("FABRICSIM_CHECK_BOUND", "1")
     res = fabricsim.run({"name": "prop", "topology": {"kind": "leaf_spine", "hosts_per_leaf": 1, "leaves": 3,

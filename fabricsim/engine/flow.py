@@ -8,6 +8,13 @@ flow-level meaning (:mod:`fabricsim.engine.spread`). At every instant the active
 max-min fair allocation of the links' payload capacities (:func:`fabricsim.flows.fluid.max_min_fair`),
 recomputed whenever a flow starts or finishes. Assumptions (docs/fidelity.md, "Flow engine"):
 
+- **Framing is exact**: a link's capacity is its line rate x the payload share of a full packet
+  of the framing it carries, and a queue pair is charged its exact wire bytes in that unit (its
+  fluid size): every packet pays its header, a short last packet a whole one
+  (:func:`queue_pair_wire_bytes`, the framing of :func:`~fabricsim.analysis.ideal.message_packets`),
+  so a queue pair of whole packets has its payload as fluid size and a 1 KiB one 1106 x 4096 / 4178
+  bytes. Link ``tx_bytes`` are the flows' exact wire bytes; delivered bytes and goodput are payload.
+
 - **Congestion control is ideal**: it converges at once to the max-min fair rates, and nothing is
   lost (no drops, no retransmissions, no PFC). ``simulation.flow.efficiency`` scales every link's
   capacity by a factor a user measures with packet runs (per routing policy if a mapping); it is
@@ -50,6 +57,7 @@ from ..flows.fluid import FluidProblem
 from ..flows.links import LinkTable
 from ..flows.replay import Connections, Replay
 from ..flows.table import MessageTable
+from ..net.nvlink import nvlink_wire_bytes
 from ..planes import SPLITS
 from ..routing import ROUTING
 from .interface import ENGINES, RunOutcome, SimulationInput
@@ -104,16 +112,46 @@ class FlowParams(BaseModel):
         return float(e.get(policy, 1.0)) if isinstance(e, dict) else float(e)
 
 
+def share_terms(unit: int, header: int, packet_payload: int | None) -> tuple[int, int]:
+    """(payload bytes, wire bytes) of one full packet of a framing (:meth:`IdealModel.framing`'s
+    triple): ``(unit, unit + header)`` for MTU packets, ``(packet_payload, packet_payload + header)``
+    for NVLink packets; their ratio is :func:`payload_share`."""
+    if packet_payload is None:
+        return unit, unit + header
+    return packet_payload, packet_payload + header
+
+
 def payload_share(unit: int, header: int, packet_payload: int | None) -> float:
-    """Payload bytes per wire byte of a framing (:meth:`IdealModel.framing`'s triple): MTU packets
-    ``unit / (unit + header)``, or NVLink packets of ``packet_payload`` bytes with ``header`` each.
+    """Payload bytes per wire byte of a full packet of a framing (:meth:`IdealModel.framing`'s
+    triple): MTU packets ``unit / (unit + header)``, or NVLink packets of ``packet_payload`` bytes
+    with ``header`` each.
 
     >>> round(payload_share(4096, 82, None), 4), round(payload_share(4096, 16, 256), 4)
     (0.9804, 0.9412)
     """
-    if packet_payload is None:
-        return unit / (unit + header)
-    return packet_payload / (packet_payload + header)
+    num, den = share_terms(unit, header, packet_payload)
+    return num / den
+
+
+def queue_pair_wire_bytes(nbytes, unit, header, packet_payload):
+    """Wire bytes (first transmissions) of queue pairs carrying ``nbytes`` each (an int array),
+    framed as :func:`~fabricsim.analysis.ideal.message_packets` frames one queue pair: its whole
+    units, then one short last unit, every packet with its own header
+    (:func:`~fabricsim.net.nvlink.nvlink_wire_bytes`: payload in packets of at most ``per`` bytes,
+    ``per`` = the MTU, or the NVLink packet payload inside a unit). ``unit``, ``header`` and
+    ``packet_payload`` (0 for MTU framing) broadcast against ``nbytes``.
+
+    >>> queue_pair_wire_bytes(np.array([0, 1024, 4096, 5000]), 4096, 82, 0).tolist()
+    [0, 1106, 4178, 5164]
+    >>> queue_pair_wire_bytes(np.array([1000, 4096 + 1000]), 4096, 16, 256).tolist()
+    [1064, 5416]
+    """
+    nbytes = np.asarray(nbytes, dtype=np.int64)
+    unit = np.asarray(unit, dtype=np.int64)
+    pp = np.asarray(packet_payload, dtype=np.int64)
+    per = np.where(pp > 0, pp, unit)
+    full, rest = np.divmod(nbytes, unit)
+    return full * nvlink_wire_bytes(unit, per, header) + nvlink_wire_bytes(rest, per, header)
 
 
 def _whole(values) -> list[int]:
@@ -274,7 +312,10 @@ class FlowEngine:
         n = len(t)
         self.ideal = self.sim.ideal_model()        # shared with build_result (its memos)
         self._fct = self.ideal.fct_rows(t)          # every message's idle-fabric time, at once
-        self._tail = np.maximum(0.0, self._fct - self._alone_rows(t))   # and its pipeline latency
+        self._framings: dict = {}                   # framing triple -> id (:meth:`_frame_ids`)
+        cls = self.ideal.pair_classes(t.src, t.dst)
+        self._frame = self._frame_ids(cls)          # every unit's framing id (PXN pieces appended)
+        self._tail = np.maximum(0.0, self._fct - self._alone_rows(t, cls))   # and its pipeline latency
         self.replay = Replay(t, self.sim.scenario.simulation.compute)
         self.conns = Connections(t)
         self.recorder.stream_only()              # rows streamed; the table is handed over as columns
@@ -284,16 +325,21 @@ class FlowEngine:
         for at, i in self.replay.initial():
             self._push(at, _RELEASE, i)
         # flows (queue pairs): growable columns, and F in CSR pieces
+        # a flow's size and what remains of it are fluid bytes: its exact wire bytes (every
+        # packet's header, short last packets included) x the payload share of its framing, the
+        # unit of the links' capacities (:meth:`_fluid_bytes`); f_payload holds its payload
         self.f_row = np.zeros(1024, dtype=np.int64)
         self.f_rem = np.zeros(1024)
         self.f_alive = np.zeros(1024, dtype=bool)
         self.f_size = np.zeros(1024)
+        self.f_payload = np.zeros(1024)
         self.f_t0 = np.zeros(1024)            # when each flow started
         self.f_tail = np.zeros(1024)          # its message's pipeline latency
-        self.f_final = np.zeros(1024, dtype=bool)   # its bytes reach the message's destination (goodput)
+        self.f_good = np.zeros(1024)          # payload per fluid byte reaching the message's destination
+                                              # (goodput; 0 for PXN first legs)
         self.f_version = 0                    # bumped whenever F changes
         self.flows_opened = 0
-        self.link_payload = np.zeros(len(self.links))   # payload of flows compacted away, per link
+        self.link_fluid = np.zeros(len(self.links))   # fluid bytes of flows compacted away, per link
         self.nf = 0
         self._dirty = False
         self.f_counts: list = []     # F in chunks: entries per flow, segments, weights
@@ -305,6 +351,9 @@ class FlowEngine:
         # message: src -> relay over NVLink, then relay -> dst), as the packet engine cuts them
         self._plan_pieces()
         units = n + len(self.u_src)
+        if units > n:
+            pieces = self.ideal.pair_classes(self.u_src, self.u_dst)
+            self._frame = np.concatenate([self._frame, self._frame_ids(pieces)])
         # per message (and PXN piece) state as columns: release (-1: not released), and of the n
         # messages their completion, delivered payload and reason (a row of the messages table)
         self.rel = np.full(units, -1, dtype=np.int64)
@@ -317,7 +366,8 @@ class FlowEngine:
         self.qps_left = np.zeros(units, dtype=np.int64)
         self._lat: dict = {}
         self.fluid_end = np.zeros(units)
-        self.delivered = np.zeros(units)
+        self.delivered = np.zeros(units)     # payload of the unit's finished queue pairs (the live
+                                             # ones' part is added at the end: :meth:`_outcome`)
         self._arrivals: list = []            # (arrival start, arrival end, bytes) per step
         self._arr_head = 0                   # arrivals before it are settled ...
         self._arrived = 0.0                  # ... and their bytes summed
@@ -421,8 +471,7 @@ class FlowEngine:
                 self._take_samples(alive, r, step)
             moved = np.where(fin, rem, r * step)
             self.f_rem[alive] = np.where(fin, 0.0, np.maximum(rem - moved, 0.0))
-            np.add.at(self.delivered, self.f_row[alive], moved)
-            good = moved * self.f_final[alive]            # PXN first legs are not goodput
+            good = moved * self.f_good[alive]             # payload; PXN first legs are not goodput
             total = float(good.sum())
             if total > 0:
                 # the bytes that left in this step arrive a pipeline latency later: their mean
@@ -435,6 +484,7 @@ class FlowEngine:
             self.now += step
             if len(done_flows):
                 self.f_alive[done_flows] = False
+                np.add.at(self.delivered, self.f_row[done_flows], self.f_payload[done_flows])
                 self._dirty = True
                 order = np.argsort(finish_at, kind="stable")       # in the order they finish
                 rows, finish_at = self.f_row[done_flows[order]], finish_at[order]
@@ -537,7 +587,8 @@ class FlowEngine:
             self.f_size = np.concatenate([self.f_size, np.zeros(grow - len(self.f_size))])
             self.f_t0 = np.concatenate([self.f_t0, np.zeros(grow - len(self.f_t0))])
             self.f_tail = np.concatenate([self.f_tail, np.zeros(grow - len(self.f_tail))])
-            self.f_final = np.concatenate([self.f_final, np.zeros(grow - len(self.f_final), dtype=bool)])
+            self.f_payload = np.concatenate([self.f_payload, np.zeros(grow - len(self.f_payload))])
+            self.f_good = np.concatenate([self.f_good, np.zeros(grow - len(self.f_good))])
         sl = slice(self.nf, need)
         self.f_t0[sl] = t0_l
         rows = np.asarray(row_l, dtype=np.int64)
@@ -548,9 +599,12 @@ class FlowEngine:
         self.f_tail[sl] = tail
         final = msg.copy()                                 # PXN first legs are not goodput
         final[~msg] = [self.u_final[i - n] for i in rows[~msg].tolist()]
-        self.f_final[sl] = final
-        self.f_rem[sl] = size_l
-        self.f_size[sl] = size_l
+        payload = np.asarray(size_l, dtype=np.float64)
+        fluid = self._fluid_bytes(np.asarray(size_l, dtype=np.int64), self._frame[rows])
+        self.f_good[sl] = np.where(final, payload / fluid, 0.0)
+        self.f_payload[sl] = payload
+        self.f_rem[sl] = fluid
+        self.f_size[sl] = fluid
         self.f_alive[sl] = True
         self.f_row[sl] = row_l
         self.f_counts.append(counts)
@@ -675,8 +729,8 @@ class FlowEngine:
             sent = self.f_size[:self.nf] - self.f_rem[:self.nf]
             # a sample due in an idle gap before this step sees the bytes as they were (clip at 0)
             sent[alive] += np.minimum(r * max(ts - self.now, 0.0), self.f_rem[alive])
-            payload = self.link_payload + V.T @ (F.T @ sent)
-            self.link_samples.append((int(ts), np.rint(payload / self.payload_share).astype(np.int64).tolist(), None))
+            fluid = self.link_fluid + V.T @ (F.T @ sent)
+            self.link_samples.append((int(ts), np.rint(fluid / self.payload_share).astype(np.int64).tolist(), None))
             if len(self.link_samples) * len(self.links) >= self._sample_budget:
                 self.link_samples_truncated = True
                 self._sample_every = 0
@@ -741,6 +795,11 @@ class FlowEngine:
         reason = {"time_limit": "time_limit", "interrupted": "interrupted"}.get(status, "")
         self._stream_ended()                 # (an interrupted round)
         unfinished = np.flatnonzero(~self.done).tolist()
+        live = np.flatnonzero(self.f_alive[:self.nf])
+        if unfinished and len(live):
+            # the payload share of what the live queue pairs have sent (their fluid bytes' share)
+            part = (self.f_size[live] - self.f_rem[live]) / self.f_size[live] * self.f_payload[live]
+            np.add.at(self.delivered, self.f_row[live], part)
         for i in unfinished:
             if self.rel[i] < 0:
                 self.reason[i] = reason or "not_released"
@@ -756,7 +815,7 @@ class FlowEngine:
         # goodput bins hold whole bytes
         self.recorder.goodput[:] = _whole(self.recorder.goodput)
         sent = self._sizes_sent(np.arange(self.nf))
-        link_payload = self.link_payload + self._v_matrix().T @ (self._f_matrix().T @ sent)
+        link_fluid = self.link_fluid + self._v_matrix().T @ (self._f_matrix().T @ sent)
         # the fluid model has nothing in flight: a byte that left its sender is delivered
         # (its arrival is the pipeline latency later), so injected = delivered, per message
         counters = {"injected_payload_bytes": int(self.dlv.sum()),
@@ -767,7 +826,7 @@ class FlowEngine:
                     "flow_group": self.group, "flow_releases": self.params.releases}
         if self.replay.gpu:
             counters["gpu_compute_busy_ps"] = dict(sorted(self.replay.gpu_busy.items()))
-        links = self._link_rows(link_payload)
+        links = self._link_rows(link_fluid)
         samples = [x for x in self.link_samples if x[0] <= end_ps]
         if samples and samples[-1][0] < end_ps:
             samples.append((end_ps, [row["tx_bytes"] for row in links], None))
@@ -798,7 +857,7 @@ class FlowEngine:
         return pd.DataFrame(cols)
 
     def _sizes_sent(self, flows: np.ndarray) -> np.ndarray:
-        """Payload each flow has sent (its bytes less what remains)."""
+        """Fluid bytes each flow has sent (its size less what remains)."""
         return self.f_size[flows] - self.f_rem[flows]
 
     def _compact(self):
@@ -810,11 +869,11 @@ class FlowEngine:
         gone[keep] = False
         F = self._f_matrix()
         sent = (self.f_size[:n] - self.f_rem[:n]) * gone
-        self.link_payload += self._v_matrix().T @ (F.T @ sent)
+        self.link_fluid += self._v_matrix().T @ (F.T @ sent)
         Fk = F[keep]
         self.f_counts, self.f_seg, self.f_w = [np.diff(Fk.indptr)], [Fk.indices.astype(np.int64)], [Fk.data]
         m = len(keep)
-        for name in ("f_rem", "f_row", "f_size", "f_alive", "f_t0", "f_tail", "f_final"):
+        for name in ("f_rem", "f_row", "f_size", "f_payload", "f_alive", "f_t0", "f_tail", "f_good"):
             a = getattr(self, name)
             b = np.zeros_like(a)
             b[:m] = a[keep]
@@ -867,28 +926,63 @@ class FlowEngine:
             got = self._lat[i] = (fct, max(0.0, fct - self._alone_ps(m)))
         return got
 
-    def _alone_rows(self, t) -> np.ndarray:
-        """:meth:`_alone_ps` of every row, computed once per (pair class, queue pairs): the line
-        rate and framing of a pair depend on its two hosts only through their classes."""
+    def _frame_ids(self, cls: np.ndarray) -> np.ndarray:
+        """Framing id (``_framings``) of each pair of the pair classes ``cls``
+        (:meth:`IdealModel.pair_classes`): one :meth:`IdealModel.framing` per class (it depends
+        on the hosts only through them)."""
+        uc, inv = np.unique(cls, return_inverse=True)
+        ids = np.empty(len(uc), dtype=np.int64)
+        for j, c in enumerate(uc.tolist()):
+            fr = self.ideal.framing(*self.ideal.representative(c))
+            ids[j] = self._framings.setdefault(fr, len(self._framings))
+        cols = np.array([(u, h, pp or 0) + share_terms(u, h, pp) for u, h, pp in self._framings],
+                        dtype=np.int64).reshape(-1, 5)
+        self._fr_cols = cols.T            # unit, header, packet payload (0: MTU), share numerator, denominator
+        return ids[inv.ravel()]
+
+    def _fluid_bytes(self, nbytes: np.ndarray, fid: np.ndarray) -> np.ndarray:
+        """Fluid size of queue pairs of ``nbytes`` payload each (int64) framed as ``fid``: their
+        exact wire bytes (:func:`queue_pair_wire_bytes`) x the payload share of a full packet of
+        the framing, the unit of the link capacities (:meth:`_capacities`). Equal to ``nbytes``
+        for whole units; a short last packet costs its whole header."""
+        unit, hdr, pp, num, den = self._fr_cols[:, fid]
+        return (queue_pair_wire_bytes(nbytes, unit, hdr, pp) * num) / den
+
+    def _message_fluid(self, size, qps, fid) -> np.ndarray:
+        """Fluid bytes of messages of ``size`` bytes over ``qps`` queue pairs (the queue-pair
+        split of :func:`~fabricsim.flows.identity.split_bytes`: the first ``size % qps`` one byte
+        larger), framed as ``fid``: the sum of their queue pairs' :meth:`_fluid_bytes`."""
+        size = np.asarray(size, dtype=np.int64)
+        qps = np.asarray(qps, dtype=np.int64)
+        base, extra = np.divmod(size, qps)
+        return extra * self._fluid_bytes(base + 1, fid) + (qps - extra) * self._fluid_bytes(base, fid)
+
+    def _alone_rows(self, t, cls: np.ndarray) -> np.ndarray:
+        """:meth:`_alone_ps` of every row (``cls``: their pair classes): the payload rate once per
+        (pair class, queue pairs) (the line rate and framing of a pair depend on its two hosts only
+        through their classes), the fluid bytes per row, vectorised."""
         if not len(t):
             return np.zeros(0)
-        cls = self.ideal.pair_classes(t.src, t.dst)
         key = cls * 1024 + np.minimum(t.qps, 1023)
         uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        per_byte = np.empty(len(uk))
+        rate = np.empty(len(uk))
         for j, f in enumerate(first.tolist()):
-            m = _Msg(t, f)
-            m.size_bytes = 1
-            per_byte[j] = self._alone_ps(m)
-        return t.size_bytes * per_byte[inv.ravel()]
+            rate[j] = self._payload_rate(_Msg(t, f))
+        return self._message_fluid(t.size_bytes, t.qps, self._frame[:len(t)]) / rate[inv.ravel()]
 
     def _alone_ps(self, m) -> float:
-        """Fluid time of ``m`` alone on an idle fabric at full capacity: its payload over the
-        payload rate its ports allow (the same framing as the link capacities, efficiency 1)."""
+        """Fluid time of ``m`` alone on an idle fabric at full capacity: its fluid bytes (its
+        exact wire bytes in payload-equivalent units, as the engine's flows) over the payload rate
+        its ports allow (the same framing as the link capacities, efficiency 1)."""
         if m.size_bytes == 0:
             return 0.0
-        rate_bps = self.ideal.parallel_rate(m)
-        return m.size_bytes / (rate_bps / 8e12 * payload_share(*self.ideal.framing(m.src, m.dst)))
+        fid = self._frame_ids(self.ideal.pair_classes([m.src], [m.dst]))
+        return float(self._message_fluid(np.array([m.size_bytes]), np.array([m.qps]), fid)[0]) / self._payload_rate(m)
+
+    def _payload_rate(self, m) -> float:
+        """Payload capacity (bytes per ps) of the ports ``m`` can use alone (as :meth:`_capacities`,
+        efficiency 1)."""
+        return self.ideal.parallel_rate(m) / 8e12 * payload_share(*self.ideal.framing(m.src, m.dst))
 
     def _v_matrix(self):
         """``V`` (segments x links), rebuilt only when segments were added since the last call."""
@@ -907,9 +1001,11 @@ class FlowEngine:
         val = np.concatenate(sb.seg_coef) if sb.seg_coef else np.zeros(0)
         return sp.csr_matrix((val, idx, ptr), shape=(len(lens), len(self.links)))
 
-    def _link_rows(self, payload_bytes: np.ndarray) -> list:
+    def _link_rows(self, fluid_bytes: np.ndarray) -> list:
+        """Link rows: each link's fluid bytes back to wire bytes (over its payload share: exact
+        when the flows crossing it have its framing, as every path of a built topology)."""
         L = self.links
-        wire = payload_bytes / self.payload_share
+        wire = fluid_bytes / self.payload_share
         return [{"link_id": i, "src": int(L.src[i]), "dst": int(L.dst[i]), "kind": L.kind[i],
                  "rate_bps": int(L.rate_bps[i]), "delay_ps": int(L.delay_ps[i]),
                  "tx_bytes": int(round(w)), "tx_data_bytes": int(round(w))} for i, w in enumerate(wire.tolist())]
