@@ -10,10 +10,6 @@ import pytest
 from click.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
-# tests/plugins is a plug-in package, not tests: --doctest-modules would import it in this process and
-# its decorators would register its models in the global registries (test_plugins.py runs it apart)
-collect_ignore = ["plugins"]
-
 # Every simulation the suite runs (in-process, through the CLI, in the notebooks' kernels, which
 # inherit the environment) fails if its duration, or an operation's time, is below its lower bound
 # (fabricsim/analysis/result.py, docs/metrics.md "The lower bound"): the bound must hold on every
