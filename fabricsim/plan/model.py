@@ -7,8 +7,8 @@ generator uses too; the rest of each preset (layers, dense / MoE split, attentio
 is in :data:`SHAPES` with its source.
 
 >>> m = ModelConfig(preset="deepseek-v3")
->>> round(m.total_params() / 1e9), round(m.active_params() / 1e9)
-(671, 37)
+>>> round(m.total_params() / 1e9), round(m.active_params() / 1e9, 1)   # 37B quoted, embeddings aside
+(671, 37.6)
 >>> m.moe_layers
 59
 """
