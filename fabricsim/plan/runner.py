@@ -1,0 +1,318 @@
+"""Run a plan: build each cluster, place the groups, simulate each distinct pattern once, time the step.
+
+:func:`check` builds every topology and layout first (every input error is raised before anything is
+simulated or written); :func:`run_plan` then derives each size's communication
+(:func:`fabricsim.plan.comm.derive`), simulates its patterns with the flow engine through
+:func:`fabricsim.api.run` (one :class:`PatternSimulator` per topology) and turns the times into step
+times (:mod:`fabricsim.plan.step`).
+
+Identical patterns. A pattern is keyed by where its GPUs sit, relative to the pattern itself: per GPU
+its NVLink domain (rack) counted from the pattern's first domain, its rail, and its scale-out leaves
+counted from the pattern's lowest leaf on each plane (and, for messages, who sends how much to whom).
+Two EP groups in two racks, or two pipeline boundaries with the same rack pattern, get the same key
+and are simulated once; the result stands for both. The representative is the first such pattern
+met, so hash-based choices (ECMP) are drawn for its GPU ids and reused for the others.
+
+What is not modelled here (docs/planning.md, "Limits"): each pattern is simulated alone, so groups of
+different kinds or of other stages do not load the fabric at the same time; a collective is one ring
+step times its step count (no pipelining between steps or buckets).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError, SimulationError
+from .comm import CommItem, Pattern, derive
+from .layout import Layout
+from .spec import COMM_TYPES, PlanSpec
+from . import step as stepmod
+
+
+@dataclass
+class Case:
+    """One planned cluster size: entry ``entry`` of ``clusters``, its first ``gpus`` GPUs."""
+
+    entry: int
+    topology: str          # label: the preset name, or the topology kind
+    gpus: int
+    layout: Layout
+    key: str               # the topology section, as JSON (shared built topology)
+
+
+@dataclass
+class Built:
+    topology: object
+    paths: object
+    scenario: object
+
+
+def _label(topo: dict) -> str:
+    return topo.get("preset") or topo.get("kind", "leaf_spine")
+
+
+def _scenario_dict(spec: PlanSpec, topo: dict) -> dict:
+    f = spec.fabric
+    d = {"name": f"{spec.name}-pattern", "profile": f.profile, "topology": topo,
+         "traffic": {"pattern": "trace", "path": "<plan pattern>", "qps_per_connection": f.qps_per_connection},
+         "simulation": {"engine": f.engine, "seed": spec.seed, "time_limit": f.time_limit}}
+    if f.routing is not None:
+        d["routing"] = {"policy": f.routing}
+    return d
+
+
+def check(spec: PlanSpec, source: str) -> tuple[list[Case], dict[str, Built]]:
+    """Build every topology and layout; ConfigError (naming the plan field) on the first that does not fit."""
+    from ..config import load_scenario
+    from ..topology import build_topology
+    from ..topology.paths import EqualCostPaths
+    built: dict[str, Built] = {}
+    cases: list[Case] = []
+    for i, entry in enumerate(spec.clusters):
+        key = json.dumps(entry.topology, sort_keys=True)
+        where = f"clusters[{i}]"
+        if key not in built:
+            try:
+                sc = load_scenario(_scenario_dict(spec, entry.topology)).scenario
+                topo = build_topology(sc.topology)
+            except ConfigError as exc:
+                field = exc.field or ""
+                if field.startswith("topology"):
+                    field = f"{where}.{field}"
+                elif field.split(".")[0] in ("routing", "simulation", "profile"):
+                    field = "fabric"
+                else:
+                    field = f"{where}.topology" + (f".{field}" if field else "")
+                raise ConfigError(exc.message, source=source, field=field) from None
+            built[key] = Built(topo, EqualCostPaths(topo), sc)
+        hosts = built[key].topology.num_hosts
+        for j, n in enumerate(entry.sizes()):
+            n = hosts if n is None else n
+            at = f"{where}.gpus" + (f"[{j}]" if isinstance(entry.gpus, list) else "")
+            if n > hosts:
+                raise ConfigError(f"{n} GPUs on a topology of {hosts} (allowed: at most {hosts})",
+                                  source=source, field=at)
+            cases.append(Case(i, _label(entry.topology), n, Layout.of(spec, n, source, at), key))
+    cal = spec.compute.calibrate
+    if cal is not None and cal.gpus not in [c.gpus for c in cases]:
+        raise ConfigError(f"{cal.gpus} GPUs is not a planned size (allowed: {sorted({c.gpus for c in cases})})",
+                          source=source, field="compute.calibrate.gpus")
+    return cases, built
+
+
+class PatternSimulator:
+    """Simulates patterns on one built topology, each distinct one once (``simulations`` counts them)."""
+
+    def __init__(self, spec: PlanSpec, built: Built, source: str):
+        self.spec, self.built, self.source = spec, built, source
+        self.cache: dict[str, dict] = {}
+        self.simulations = 0
+        self.rows: list[dict] = []          # one per simulated pattern
+        self._desc: dict[int, tuple] = {}
+        self._moe: dict[tuple, object] = {}
+
+    # ------------------------------------------------------------------ identity
+    def _gpu(self, g: int) -> tuple:
+        d = self._desc.get(g)
+        if d is None:
+            graph = self.built.topology.graph
+            a = graph.nodes[g]
+            leaves = tuple(sorted(n for n in graph.neighbors(g)
+                                  if graph.nodes[n].get("domain") != "nvlink" and graph.nodes[n]["tier"] == 1))
+            d = self._desc[g] = (a.get("rack", 0), a.get("rail", 0), leaves)
+        return d
+
+    def signature(self, pat: Pattern) -> str:
+        """The key of ``pat``: equal for patterns at the same relative place (module doc)."""
+        gpus = pat.gpus if pat.kind == "a2a" else tuple(x for s, d, _ in pat.messages for x in (s, d))
+        desc = [self._gpu(g) for g in gpus]
+        rack0 = min(d[0] for d in desc)
+        width = max(len(d[2]) for d in desc)
+        low = [min((d[2][k] for d in desc if len(d[2]) > k), default=0) for k in range(width)]
+        rel = [(d[0] - rack0, d[1], tuple(x - low[k] for k, x in enumerate(d[2]))) for d in desc]
+        if pat.kind == "a2a":
+            body = ("a2a", pat.tokens_per_gpu, rel)
+        else:
+            body = ("messages", [(rel[2 * i], rel[2 * i + 1], m[2]) for i, m in enumerate(pat.messages)])
+        return hashlib.sha1(repr(body).encode()).hexdigest()[:16]
+
+    # ------------------------------------------------------------------ simulation
+    def _moe_trace(self, ep: int, tokens: int):
+        key = (ep, tokens)
+        if key not in self._moe:
+            from ..traces.moe import generate_moe_trace, load_moe_config
+            m = self.spec.model
+            gpn = int(self.built.topology.meta.get("gpus_per_domain", ep))
+            cfg = dict(model="custom", hidden_size=m.hidden_size, experts=m.experts, top_k=m.top_k,
+                       expert_ffn_size=m.expert_ffn_size, dispatch_bytes_per_token=m.dispatch_bytes_per_token,
+                       combine_bytes_per_token=m.combine_bytes_per_token, max_nodes_per_token=m.max_nodes_per_token,
+                       ep_size=ep, gpus=ep, gpus_per_node=min(ep, gpn), tokens_per_gpu=tokens, layers=1,
+                       microbatches=1, passes="forward_backward", gpu_flops=1e30, seed=self.spec.seed)
+            cfg.update(self.spec.comm.moe)
+            try:
+                conf = load_moe_config(cfg, self.source)
+            except ConfigError as exc:
+                raise ConfigError(exc.message, source=self.source,
+                                  field="comm.moe" + (f".{exc.field}" if exc.field else "")) from None
+            self._moe[key] = generate_moe_trace(conf).trace
+        return self._moe[key]
+
+    def _trace(self, pat: Pattern):
+        import numpy as np
+        from ..traces.schema import Trace, TraceRecord
+        if pat.kind == "a2a":
+            local = self._moe_trace(len(pat.gpus), pat.tokens_per_gpu)
+            cols, ptr, dep = local.columns()
+            ids = np.asarray(pat.gpus, dtype=np.int64)
+            cols = dict(cols, src=ids[cols["src"]], dst=ids[cols["dst"]])
+            return Trace.from_columns(cols, ptr, dep, source="<plan a2a>")
+        return Trace([TraceRecord(i, s, d, size, "pattern", "other", conn=0)
+                      for i, (s, d, size) in enumerate(pat.messages)], source="<plan pattern>")
+
+    def times(self, pat: Pattern, kind: str) -> dict:
+        """``{"all": s, "dispatch": s, "combine": s}`` of ``pat`` (simulated on first sight of its key)."""
+        key = self.signature(pat)
+        hit = self.cache.get(key)
+        if hit is not None:
+            hit["members"].add(id(pat))
+            return hit
+        from ..api import run
+        from ..engine import SimulationInput
+        from ..engine.rng import RandomStreams
+        trace = self._trace(pat)
+        b = self.built
+        sim = SimulationInput(scenario=b.scenario, topology=b.topology, paths=b.paths,
+                              messages=trace.to_table(self.spec.fabric.qps_per_connection),
+                              streams=RandomStreams(self.spec.seed))
+        res = run(sim, estimate_warning=None)
+        self.simulations += 1
+        status = res.summary["run"]["status"]
+        if status != "complete":
+            raise SimulationError(f"pattern {kind} {key} did not complete ({status}) within fabric.time_limit "
+                                  f"{self.spec.fabric.time_limit} (raise fabric.time_limit)")
+        msgs = res.messages
+        out = {"all": (int(msgs["end_ps"].max()) - int(msgs["release_ps"].min())) / 1e12, "dispatch": 0.0,
+               "combine": 0.0}
+        if pat.kind == "a2a":
+            spans = msgs.groupby("op").agg(lo=("release_ps", "min"), hi=("end_ps", "max"), phase=("phase", "first"))
+            for _, r in spans.iterrows():
+                out[r["phase"]] += (int(r["hi"]) - int(r["lo"])) / 1e12
+        row = {"signature": key, "type": kind, "pattern": pat.kind, "messages": len(trace),
+               "bytes": int(msgs["size_bytes"].sum()), "gpus": len(set(msgs["src"]) | set(msgs["dst"])),
+               "first_gpu": int(min(msgs["src"].min(), msgs["dst"].min())),
+               "time_s": out["all"], "dispatch_s": out["dispatch"], "combine_s": out["combine"],
+               "engine_wall_s": res.summary["run"].get("wall_time_s")}
+        out = dict(out, members={id(pat)}, row=row)
+        self.cache[key] = out
+        self.rows.append(row)
+        return out
+
+
+@dataclass
+class PlanResult:
+    rows: list[dict]
+    patterns: list[dict]
+    assumptions: dict
+    simulations: int
+    items: dict = field(default_factory=dict)     # case index -> [CommItem]
+
+
+def comm_times(items: list[CommItem], sim: PatternSimulator) -> dict:
+    """Seconds per communication type: each item is ``repeat x`` its slowest pattern's leg."""
+    out = {t: 0.0 for t in COMM_TYPES}
+    for it in items:
+        worst = 0.0
+        for p in it.patterns:
+            worst = max(worst, sim.times(p, it.type)[it.leg])
+        it.notes["pattern_s"] = worst
+        out[it.type] += it.repeat * worst
+    return out
+
+
+def run_plan(spec: PlanSpec, source: str = "<dict>", progress=None) -> PlanResult:
+    """Plan every cluster size of ``spec`` (see the module doc). ``progress(text)`` is told each size."""
+    cases, built = check(spec, source)
+    sims = {k: PatternSimulator(spec, b, source) for k, b in built.items()}
+    m, bt = spec.model, spec.batch
+    tokens_step = bt.global_batch * bt.seq_len
+    fpt = m.flops_per_token(bt.seq_len)
+    comms, items_of, counts = [], {}, []
+    for i, c in enumerate(cases):
+        if progress:
+            progress(f"{c.topology} {c.gpus} GPUs: deriving and simulating the step's communication")
+        items = derive(spec, c.layout)
+        sim = sims[c.key]
+        before = sim.simulations
+        comms.append(comm_times(items, sim))
+        items_of[i] = items
+        counts.append(sim.simulations - before)
+    cal = spec.compute.calibrate
+    if cal is None:
+        rate = spec.compute.peak_tflops * 1e12 * spec.compute.mfu
+        rate_source = "peak_tflops x mfu"
+    else:
+        k = [c.gpus for c in cases].index(cal.gpus)
+        c = cases[k]
+
+        def step_of(r):
+            busy = stepmod.busy_seconds(fpt, tokens_step, c.gpus, r)
+            return stepmod.breakdown(busy, c.layout.pp, c.layout.vpp, c.layout.microbatches, comms[k],
+                                     spec.overlap)["step_s"]
+        rate = stepmod.calibrate(cal.tokens_per_s_per_gpu, fpt, tokens_step, c.gpus, step_of, source)
+        rate_source = f"calibrated: {cal.tokens_per_s_per_gpu:g} tokens/s/GPU at {cal.gpus} GPUs"
+    rows = []
+    for i, c in enumerate(cases):
+        lay = c.layout
+        busy = stepmod.busy_seconds(fpt, tokens_step, c.gpus, rate)
+        br = stepmod.breakdown(busy, lay.pp, lay.vpp, lay.microbatches, comms[i], spec.overlap)
+        tps = tokens_step / br["step_s"] / c.gpus
+        row = {"cluster": c.entry, "topology": c.topology, "gpus": c.gpus, "tp": lay.tp, "pp": lay.pp,
+               "vpp": lay.vpp, "ep": lay.ep, "cp": lay.cp, "dp": lay.dp, "microbatches": lay.microbatches,
+               "tokens_per_step": tokens_step, **br, "tokens_per_s_per_gpu": tps,
+               "tokens_per_s": tps * c.gpus, "flops_per_s_per_gpu": rate,
+               "mfu_effective": fpt * tokens_step / br["step_s"] / c.gpus / (spec.compute.peak_tflops * 1e12)}
+        for t in COMM_TYPES:
+            row[f"{t}_bytes_per_gpu"] = sum(it.bytes_per_gpu for it in items_of[i] if it.type == t)
+        row["time_to_budget_s"] = spec.token_budget / (tps * c.gpus) if spec.token_budget else math.nan
+        row["patterns_simulated"] = counts[i]
+        row["patterns_used"] = len({sims[c.key].signature(p) for it in items_of[i] for p in it.patterns})
+        rows.append(row)
+    smallest = min(rows, key=lambda r: r["gpus"])
+    for r in rows:
+        r["scaling_efficiency"] = r["tokens_per_s_per_gpu"] / smallest["tokens_per_s_per_gpu"]
+    assumptions = assumptions_of(spec, fpt, rate, rate_source)
+    patterns = [dict(r, topology=_label(json.loads(k))) for k, s in sims.items() for r in s.rows]
+    for k, s in sims.items():
+        for r in patterns:
+            if r["signature"] in s.cache:
+                r["reused"] = len(s.cache[r["signature"]]["members"]) - 1
+    return PlanResult(rows, patterns, assumptions, sum(s.simulations for s in sims.values()), items_of)
+
+
+def assumptions_of(spec: PlanSpec, fpt: float, rate: float, rate_source: str) -> dict:
+    """Every assumption behind the numbers, written beside them (plan.json, and columns of plan.csv)."""
+    m = spec.model
+    return {
+        "plan": spec.name, "seed": spec.seed, "model": m.preset,
+        "model_total_params": m.total_params(), "model_active_params": m.active_params(),
+        "dense_params": m.dense_params(), "routed_expert_params": m.routed_expert_params(),
+        "flops_per_token": fpt, "flops_per_s_per_gpu": rate, "flops_source": rate_source,
+        "peak_flops_per_s_per_gpu": spec.compute.peak_tflops * 1e12, "mfu": spec.compute.mfu,
+        "seq_len": spec.batch.seq_len, "global_batch_sequences": spec.batch.global_batch,
+        "micro_batch_sequences": spec.batch.micro_batch,
+        "dispatch_bytes_per_token": m.dispatch_bytes_per_token, "combine_bytes_per_token": m.combine_bytes_per_token,
+        "activation_bytes": m.activation_bytes, "gradient_bytes": m.gradient_bytes, "param_bytes": m.param_bytes,
+        "dp_bucket_bytes": spec.comm.dp_bucket, "moe_options": dict(spec.comm.moe),
+        "overlap_model": spec.overlap.model, "overlap_fraction": spec.overlap.fraction,
+        "overlap_fractions": dict(spec.overlap.fractions),
+        "routing": spec.fabric.routing or "(profile/default)", "profile": spec.fabric.profile,
+        "engine": spec.fabric.engine, "qps_per_connection": spec.fabric.qps_per_connection,
+        "placement": "contiguous: rank r on GPU r, tp fastest, then cp, dp, pp",
+        "token_budget": spec.token_budget,
+        "not_modelled": ["context-parallel traffic", "concurrency between patterns of different kinds or stages",
+                         "pipelining between ring steps and between buckets",
+                         "uneven stages (the slowest stage's layer count is used for communication, the mean for "
+                         "compute)", "background traffic from other jobs", "packet-engine slices"],
+    }
