@@ -7,8 +7,9 @@ simulated or written); :func:`run_plan` then derives each size's communication
 times (:mod:`fabricsim.plan.step`).
 
 Identical patterns. A pattern is keyed by where its GPUs sit, relative to the pattern itself: per GPU
-its NVLink domain (rack) counted from the pattern's first domain, its rail, and its scale-out leaves
-counted from the pattern's lowest leaf on each plane (and, for messages, who sends how much to whom).
+its NVLink domain (rack) counted from the pattern's first domain, its rail counted from the pattern's
+lowest rail (rails of a rail-optimised fabric are alike), and its scale-out leaves counted from the
+pattern's lowest leaf on each plane (and, for messages, who sends how much to whom).
 Two EP groups in two racks, or two pipeline boundaries with the same rack pattern, get the same key
 and are simulated once; the result stands for both. The representative is the first such pattern
 met, so hash-based choices (ECMP) are drawn for its GPU ids and reused for the others.
@@ -94,12 +95,35 @@ def check(spec: PlanSpec, source: str) -> tuple[list[Case], dict[str, Built]]:
             if n > hosts:
                 raise ConfigError(f"{n} GPUs on a topology of {hosts} (allowed: at most {hosts})",
                                   source=source, field=at)
-            cases.append(Case(i, _label(entry.topology), n, Layout.of(spec, n, source, at), key))
+            lay = Layout.of(spec, n, source, at)
+            if lay.ep > 1 and spec.model.moe_layers:
+                tokens = spec.batch.micro_batch * spec.batch.seq_len // (lay.tp * lay.cp)
+                moe_config(spec, lay.ep, tokens, int(built[key].topology.meta.get("gpus_per_domain", lay.ep)),
+                           source)
+            cases.append(Case(i, _label(entry.topology), n, lay, key))
     cal = spec.compute.calibrate
     if cal is not None and cal.gpus not in [c.gpus for c in cases]:
         raise ConfigError(f"{cal.gpus} GPUs is not a planned size (allowed: {sorted({c.gpus for c in cases})})",
                           source=source, field="compute.calibrate.gpus")
     return cases, built
+
+
+def moe_config(spec: PlanSpec, ep: int, tokens: int, domain_gpus: int, source: str):
+    """The trace generator's config of one MoE layer, forward and backward, on one EP group (group-local
+    ids; compute left out: it is the step model's). ConfigError naming ``comm.moe`` fields."""
+    from ..traces.moe import load_moe_config
+    m = spec.model
+    cfg = dict(model="custom", hidden_size=m.hidden_size, experts=m.experts, top_k=m.top_k,
+               expert_ffn_size=m.expert_ffn_size, dispatch_bytes_per_token=m.dispatch_bytes_per_token,
+               combine_bytes_per_token=m.combine_bytes_per_token, max_nodes_per_token=m.max_nodes_per_token,
+               ep_size=ep, gpus=ep, gpus_per_node=min(ep, domain_gpus), tokens_per_gpu=tokens, layers=1,
+               microbatches=1, passes="forward_backward", gpu_flops=1e30, seed=spec.seed)
+    cfg.update(spec.comm.moe)
+    try:
+        return load_moe_config(cfg, source)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, source=source,
+                          field="comm.moe" + (f".{exc.field}" if exc.field else "")) from None
 
 
 class PatternSimulator:
@@ -128,10 +152,10 @@ class PatternSimulator:
         """The key of ``pat``: equal for patterns at the same relative place (module doc)."""
         gpus = pat.gpus if pat.kind == "a2a" else tuple(x for s, d, _ in pat.messages for x in (s, d))
         desc = [self._gpu(g) for g in gpus]
-        rack0 = min(d[0] for d in desc)
+        rack0, rail0 = min(d[0] for d in desc), min(d[1] for d in desc)
         width = max(len(d[2]) for d in desc)
         low = [min((d[2][k] for d in desc if len(d[2]) > k), default=0) for k in range(width)]
-        rel = [(d[0] - rack0, d[1], tuple(x - low[k] for k, x in enumerate(d[2]))) for d in desc]
+        rel = [(d[0] - rack0, d[1] - rail0, tuple(x - low[k] for k, x in enumerate(d[2]))) for d in desc]
         if pat.kind == "a2a":
             body = ("a2a", pat.tokens_per_gpu, rel)
         else:
@@ -142,21 +166,9 @@ class PatternSimulator:
     def _moe_trace(self, ep: int, tokens: int):
         key = (ep, tokens)
         if key not in self._moe:
-            from ..traces.moe import generate_moe_trace, load_moe_config
-            m = self.spec.model
+            from ..traces.moe import generate_moe_trace
             gpn = int(self.built.topology.meta.get("gpus_per_domain", ep))
-            cfg = dict(model="custom", hidden_size=m.hidden_size, experts=m.experts, top_k=m.top_k,
-                       expert_ffn_size=m.expert_ffn_size, dispatch_bytes_per_token=m.dispatch_bytes_per_token,
-                       combine_bytes_per_token=m.combine_bytes_per_token, max_nodes_per_token=m.max_nodes_per_token,
-                       ep_size=ep, gpus=ep, gpus_per_node=min(ep, gpn), tokens_per_gpu=tokens, layers=1,
-                       microbatches=1, passes="forward_backward", gpu_flops=1e30, seed=self.spec.seed)
-            cfg.update(self.spec.comm.moe)
-            try:
-                conf = load_moe_config(cfg, self.source)
-            except ConfigError as exc:
-                raise ConfigError(exc.message, source=self.source,
-                                  field="comm.moe" + (f".{exc.field}" if exc.field else "")) from None
-            self._moe[key] = generate_moe_trace(conf).trace
+            self._moe[key] = generate_moe_trace(moe_config(self.spec, ep, tokens, gpn, self.source)).trace
         return self._moe[key]
 
     def _trace(self, pat: Pattern):

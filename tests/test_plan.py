@@ -1,0 +1,288 @@
+"""fabricsim plan: the step model's invariants, identical groups simulated once, outputs, bad plans.
+
+Every plan here is small (a custom 4-layer MoE on the 32-GPU cluster_small_draw preset, or a few
+NVL72 racks) so the file runs in seconds; the DeepSeek-V3 GB300 plan is benchmarks/bench_plan.py.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from fabricsim.cli import main
+from fabricsim.errors import ConfigError
+from fabricsim.plan import comm, runner
+from fabricsim.plan.layout import Layout
+from fabricsim.plan.model import ModelConfig
+from fabricsim.plan.spec import COMM_TYPES, load_plan
+from fabricsim.plan.step import breakdown
+
+from conftest import parse_error_line
+
+SMALL = {
+    "name": "small",
+    "model": {"preset": "custom", "layers": 4, "hidden_size": 1024, "experts": 16, "top_k": 2, "heads": 8,
+              "vocab_size": 32000},
+    "parallelism": {"tp": 2, "pp": 2, "ep": 4},
+    "batch": {"global_batch": 64, "micro_batch": 1, "seq_len": 2048},
+    "clusters": [{"topology": "cluster_small_draw", "gpus": [16, 32]}],
+    "fabric": {"routing": "ecmp"},
+    "compute": {"peak_tflops": 989, "mfu": 0.4},
+    "seed": 3,
+}
+
+
+def plan(**changes):
+    d = copy.deepcopy(SMALL)
+    for k, v in changes.items():
+        d[k] = v
+    spec, src = load_plan(d)
+    return spec, runner.run_plan(spec, src)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return plan()
+
+
+# ---------------------------------------------------------------- invariants
+
+def test_step_is_compute_plus_exposed_communication(small):
+    _, res = small
+    for r in res.rows:
+        exposed = sum(r[f"{t}_exposed_s"] for t in COMM_TYPES)
+        assert r["exposed_comm_s"] == pytest.approx(exposed, rel=1e-12)
+        assert r["comm_s"] == pytest.approx(sum(r[f"{t}_s"] for t in COMM_TYPES), rel=1e-12)
+        assert r["step_s"] == pytest.approx(r["compute_s"] + r["exposed_comm_s"], rel=1e-12)
+        assert r["compute_s"] == pytest.approx(r["compute_busy_s"] + r["bubble_s"], rel=1e-12)
+        assert r["tokens_per_s_per_gpu"] == pytest.approx(r["tokens_per_step"] / r["step_s"] / r["gpus"])
+        # no overlap: everything is exposed, and every type this plan has took time on the fabric
+        for t in COMM_TYPES:
+            assert r[f"{t}_exposed_s"] == r[f"{t}_s"] > 0
+
+
+def test_doubling_dp_at_fixed_global_batch_halves_compute_per_gpu(small):
+    _, res = small
+    a, b = sorted(res.rows, key=lambda r: r["gpus"])
+    assert (a["dp"], b["dp"]) == (4, 8)
+    assert b["microbatches"] * 2 == a["microbatches"]
+    assert b["compute_busy_s"] == pytest.approx(a["compute_busy_s"] / 2, rel=1e-12)
+    # the expert all-to-all per GPU halves too (half the microbatches, the same groups)
+    assert b["ep_dispatch_s"] == pytest.approx(a["ep_dispatch_s"] / 2, rel=1e-9)
+    assert b["scaling_efficiency"] == pytest.approx(b["tokens_per_s_per_gpu"] / a["tokens_per_s_per_gpu"])
+    assert a["scaling_efficiency"] == 1.0
+
+
+@pytest.mark.parametrize("peak_tflops", [989, 1e6])   # compute longer than communication, then shorter
+def test_perfect_overlap_exposes_max_of_zero_and_comm_minus_compute(peak_tflops):
+    _, res = plan(overlap={"model": "fraction", "fraction": 1.0},
+                  compute={"peak_tflops": peak_tflops, "mfu": 0.4})
+    for r in res.rows:
+        want = max(0.0, r["comm_s"] - r["compute_busy_s"])
+        assert r["exposed_comm_s"] == pytest.approx(want, rel=1e-9, abs=1e-15)
+    regimes = {r["comm_s"] > r["compute_busy_s"] for r in res.rows}
+    assert regimes == ({False} if peak_tflops == 989 else {True})
+
+
+def test_breakdown_shares_the_compute_between_types():
+    class Half:
+        def fraction_of(self, kind, m):
+            return 0.5
+    r = breakdown(busy_s=1.0, pp=2, vpp=1, microbatches=4, comm_s={"tp": 4.0, "pp_p2p": 0.0}, overlap=Half())
+    assert r["bubble_s"] == 0.25
+    assert r["tp_exposed_s"] == pytest.approx(3.0)      # 2 s may hide, only 1 s of compute to hide behind
+    r = breakdown(busy_s=10.0, pp=1, vpp=1, microbatches=4, comm_s={"tp": 4.0}, overlap=Half())
+    assert r["tp_exposed_s"] == pytest.approx(2.0)
+
+
+def test_a2a_1f1b_hides_all_but_one_microbatch_of_expert_traffic():
+    _, res = plan(overlap={"model": "a2a_1f1b"})
+    for r in res.rows:
+        m = r["microbatches"]
+        assert r["ep_dispatch_exposed_s"] == pytest.approx(r["ep_dispatch_s"] / m, rel=1e-9)
+        assert r["dp_reduce_scatter_exposed_s"] == r["dp_reduce_scatter_s"]
+
+
+# ---------------------------------------------------------------- identical groups
+
+def test_identical_groups_are_simulated_once(small, monkeypatch):
+    import fabricsim.api as api
+    calls = []
+    real = api.run
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(api, "run", counting)
+    spec, res = plan()
+    assert len(calls) == res.simulations == len(res.patterns)
+    # every simulated pattern has a key of its own, and some stand for several groups
+    assert len({p["signature"] for p in res.patterns}) == len(res.patterns)
+    n_patterns = sum(len({id(p) for p in it.patterns}) for items in res.items.values() for it in items
+                     if it.type != "ep_combine")          # ep_combine shares ep_dispatch's patterns
+    assert res.simulations < n_patterns
+    assert any(p["reused"] > 0 for p in res.patterns)
+
+
+def test_groups_at_the_same_relative_place_share_a_key():
+    spec, src = load_plan(dict(copy.deepcopy(SMALL), clusters=[{"topology": "su_576", "gpus": 32}]))
+    cases, built = runner.check(spec, src)
+    sim = runner.PatternSimulator(spec, next(iter(built.values())), src)
+    a2a = lambda gpus: comm.Pattern("a2a", gpus=tuple(gpus), tokens_per_gpu=8)
+    assert sim.signature(a2a(range(0, 8))) == sim.signature(a2a(range(72, 80)))      # rack 0 and rack 1
+    assert sim.signature(a2a(range(0, 8))) == sim.signature(a2a(range(8, 16)))       # same rails, same rack
+    assert sim.signature(a2a(range(0, 8))) != sim.signature(a2a(range(68, 76)))      # straddles two racks
+    msgs = lambda pairs, size=100: comm.Pattern("messages", tuple((s, d, size) for s, d in pairs))
+    assert sim.signature(msgs([(0, 72)])) == sim.signature(msgs([(72, 144)]))
+    assert sim.signature(msgs([(0, 72)])) != sim.signature(msgs([(0, 72)], 200))
+    assert sim.signature(msgs([(0, 1)])) != sim.signature(msgs([(0, 72)]))
+
+
+def test_a_group_straddling_two_racks_costs_more_than_one_inside_a_rack():
+    spec, src = load_plan(dict(copy.deepcopy(SMALL), clusters=[{"topology": "su_576", "gpus": 32}]))
+    _, built = runner.check(spec, src)
+    sim = runner.PatternSimulator(spec, next(iter(built.values())), src)
+    inside = sim.times(comm.Pattern("a2a", gpus=tuple(range(0, 4)), tokens_per_gpu=256), "ep_dispatch")
+    across = sim.times(comm.Pattern("a2a", gpus=(70, 71, 72, 73), tokens_per_gpu=256), "ep_dispatch")
+    assert across["dispatch"] > inside["dispatch"] > 0
+    assert sim.simulations == 2
+
+
+# ---------------------------------------------------------------- derivation, model, layout
+
+def test_layout_groups_partition_the_ranks():
+    lay = Layout(gpus=48, tp=2, cp=1, dp=6, pp=4, ep=3, vpp=1, microbatches=1)
+    for groups in (lambda p: lay.tp_groups(p), lay.dp_groups, lay.ep_groups, lay.expert_dp_groups):
+        seen = sorted(g for p in range(4) for grp in groups(p) for g in grp)
+        assert seen == list(range(48))
+    assert all(d - s == 12 for s, d in lay.pp_pairs(0))
+
+
+def test_data_parallel_bytes_follow_the_parameter_counts():
+    spec, _ = load_plan(copy.deepcopy(SMALL))
+    lay = Layout.of(spec, 32, "<t>", "clusters[0].gpus")
+    items = {(it.type, it.part): it for it in comm.derive(spec, lay)}
+    m = spec.model
+    rs = items[("dp_reduce_scatter", "dense")]
+    shard = m.dense_params() / (lay.tp * lay.pp) * m.gradient_bytes
+    n = lay.dp
+    assert rs.group_size == n
+    assert rs.bytes_per_gpu == pytest.approx(shard * (n - 1) / n, rel=1e-3)   # a ring sends (n-1)/n of it
+    ag = items[("dp_all_gather", "expert")]
+    assert ag.group_size == lay.dp // lay.ep
+    expert_shard = m.routed_expert_params() / (lay.ep * lay.tp * lay.pp) * m.param_bytes
+    assert ag.bytes_per_gpu == pytest.approx(expert_shard * (ag.group_size - 1) / ag.group_size, rel=1e-3)
+    assert items[("pp_p2p", "")].repeat == 2 * lay.microbatches
+    assert items[("tp", "")].repeat == lay.microbatches * 2 * 4 * 2 * (lay.tp - 1)
+
+
+def test_model_facts_come_from_the_trace_presets(monkeypatch):
+    from fabricsim.traces import moe
+    m = ModelConfig(preset="deepseek-v3")
+    assert (m.hidden_size, m.experts, m.top_k, m.expert_ffn_size) == (7168, 256, 8, 2048)
+    assert round(m.total_params() / 1e9) == 671
+    assert m.dispatch_bytes_per_token == moe.PRESETS["deepseek-v3"]["dispatch_bytes_per_token"]
+    monkeypatch.setitem(moe.PRESETS, "deepseek-v3", dict(moe.PRESETS["deepseek-v3"], hidden_size=100))
+    assert ModelConfig(preset="deepseek-v3").hidden_size == 100      # one source of truth: not a copy
+    g = ModelConfig(preset="gpt-oss-20b")
+    assert 20e9 < g.total_params() < 22e9
+
+
+# ---------------------------------------------------------------- calibration
+
+def test_calibration_recovers_the_rate_that_gave_the_measurement(small):
+    spec, res = small
+    at16 = next(r for r in res.rows if r["gpus"] == 16)
+    _, cal = plan(compute={"peak_tflops": 989, "mfu": 0.4,
+                           "calibrate": {"gpus": 16, "tokens_per_s_per_gpu": at16["tokens_per_s_per_gpu"]}})
+    assert cal.rows[0]["flops_per_s_per_gpu"] == pytest.approx(989e12 * 0.4, rel=1e-6)
+    assert cal.rows[1]["step_s"] == pytest.approx(res.rows[1]["step_s"], rel=1e-6)
+    assert cal.assumptions["flops_source"].startswith("calibrated")
+
+
+def test_calibration_above_what_the_fabric_allows_is_refused():
+    with pytest.raises(ConfigError) as e:
+        plan(compute={"calibrate": {"gpus": 16, "tokens_per_s_per_gpu": 1e12}})
+    assert e.value.field == "compute.calibrate.tokens_per_s_per_gpu"
+
+
+# ---------------------------------------------------------------- CLI, outputs, bad plans
+
+def _write(tmp_path, data, name="p.yaml"):
+    import yaml
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def test_cli_writes_every_table_with_units_assumptions_and_seed(tmp_path):
+    p = _write(tmp_path, dict(copy.deepcopy(SMALL), outputs={"formats": ["csv", "parquet", "json"]},
+                              token_budget=1e11))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["plan", str(p), "-o", str(out), "--seed", "7"])
+    assert res.exit_code == 0, res.output
+    assert "tok/s/GPU" in res.stdout
+    df = pd.read_csv(out / "plan.csv")
+    assert list(df["gpus"]) == [16, 32]
+    for col in ("step_s", "compute_s", "compute_busy_s", "bubble_s", "exposed_comm_s", "tokens_per_s_per_gpu",
+                "scaling_efficiency", "time_to_budget_s", "seed", "routing", "overlap_model",
+                "flops_per_s_per_gpu", "dp_bucket_bytes", "dispatch_bytes_per_token"):
+        assert col in df.columns, col
+    for t in COMM_TYPES:
+        assert {f"{t}_s", f"{t}_exposed_s", f"{t}_bytes_per_gpu"} <= set(df.columns)
+    assert (df["seed"] == 7).all()
+    assert df["time_to_budget_s"].iloc[0] == pytest.approx(1e11 / df["tokens_per_s"].iloc[0])
+    pq = pd.read_parquet(out / "plan.parquet")
+    assert list(pq.columns) == list(df.columns)
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["assumptions"]["seed"] == 7 and doc["assumptions"]["not_modelled"]
+    assert len(doc["rows"]) == 2 and doc["simulations"] == len(doc["patterns"])
+    pats = pd.read_csv(out / "patterns.csv")
+    assert {"signature", "type", "messages", "time_s", "reused"} <= set(pats.columns)
+    assert (out / "scaling.png").stat().st_size > 0
+
+
+BAD = [
+    ({"bogus": 1}, "bogus"),
+    ({"clusters": [{"topology": "gb300_2048_4x20g"}]}, "clusters[0].topology"),
+    ({"clusters": [{"topology": "cluster_small_draw", "gpus": [16, 30]}]}, "clusters[0].gpus[1]"),
+    ({"clusters": [{"topology": "cluster_small_draw", "gpus": 64}]}, "clusters[0].gpus"),
+    ({"clusters": [{"topology": {"kind": "cluster", "domain": "hgx8", "nodes": 0}}]}, "clusters[0].topology.nodes"),
+    ({"parallelism": {"tp": 2, "pp": 2, "ep": 3}}, "parallelism.ep"),
+    ({"batch": {"global_batch": 6, "seq_len": 2048}}, "batch.global_batch"),
+    ({"fabric": {"routing": "ecmpp"}}, "fabric.routing"),
+    ({"overlap": {"model": "fraction"}}, "overlap.fraction"),
+    ({"comm": {"moe": {"popularity": "zipfy"}}}, "comm.moe.popularity"),
+    ({"compute": {"calibrate": {"gpus": 24, "tokens_per_s_per_gpu": 10}}}, "compute.calibrate.gpus"),
+    ({"model": {"preset": "custom"}}, "model.layers"),
+]
+
+
+@pytest.mark.parametrize("change,field", BAD, ids=[f for _, f in BAD])
+def test_bad_plan_exit_2_one_line_naming_file_and_field_nothing_written(tmp_path, change, field):
+    p = _write(tmp_path, dict(copy.deepcopy(SMALL), **change))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["plan", str(p), "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    err = parse_error_line(res.stderr, p)
+    assert err["field"] == field, res.stderr
+    assert not out.exists()
+
+
+def test_missing_plan_file_is_exit_2(tmp_path):
+    res = CliRunner().invoke(main, ["plan", str(tmp_path / "nope.yaml"), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "file not found" in res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_example_plans_load(tmp_path):
+    from pathlib import Path
+    plans = sorted((Path(__file__).parent.parent / "plans").glob("*.yaml"))
+    assert plans
+    for p in plans:
+        spec, _ = load_plan(p)
+        assert spec.clusters
