@@ -119,7 +119,8 @@ def test_identical_groups_are_simulated_once(small, monkeypatch):
         return real(*a, **k)
     monkeypatch.setattr(api, "run", counting)
     spec, res = plan()
-    assert len(calls) == res.simulations == len(res.patterns)
+    assert res.simulations == len(res.patterns)
+    assert len(calls) == res.runs == 1           # every distinct pattern of the topology in one engine run
     # every simulated pattern has a key of its own, and some stand for several groups
     assert len({p["signature"] for p in res.patterns}) == len(res.patterns)
     n_patterns = sum(len({id(p) for p in it.patterns}) for items in res.items.values() for it in items
@@ -286,3 +287,24 @@ def test_example_plans_load(tmp_path):
     for p in plans:
         spec, _ = load_plan(p)
         assert spec.clusters
+
+
+def test_patterns_batched_in_one_run_time_as_when_run_alone():
+    """Patterns chained by barriers in one engine run get the times they get alone."""
+    spec, src = load_plan(dict(copy.deepcopy(SMALL), clusters=[{"topology": "su_576", "gpus": 32}]))
+    _, built = runner.check(spec, src)
+    b = next(iter(built.values()))
+    pats = [comm.Pattern("a2a", gpus=(70, 71, 72, 73), tokens_per_gpu=256),
+            comm.Pattern("messages", tuple((g, g + 72, 1 << 20) for g in range(8))),
+            comm.Pattern("a2a", gpus=(0, 1, 2, 3), tokens_per_gpu=256)]
+    together = runner.PatternSimulator(spec, b, src)
+    for p in pats:
+        together.register(p, "x")
+    together.flush()
+    assert together.runs == 1 and together.simulations == 3
+    for p in pats:
+        alone = runner.PatternSimulator(spec, b, src)
+        t = alone.times(p, "x")
+        for leg in ("all", "dispatch", "combine"):
+            assert together.times(p, "x")[leg] == pytest.approx(t[leg], rel=1e-9), leg
+    assert together.runs == 1                     # asking again simulates nothing

@@ -58,7 +58,8 @@ def _scenario_dict(spec: PlanSpec, topo: dict) -> dict:
     f = spec.fabric
     d = {"name": f"{spec.name}-pattern", "profile": f.profile, "topology": topo,
          "traffic": {"pattern": "trace", "path": "<plan pattern>", "qps_per_connection": f.qps_per_connection},
-         "simulation": {"engine": f.engine, "seed": spec.seed, "time_limit": f.time_limit}}
+         "simulation": {"engine": f.engine, "seed": spec.seed, "time_limit": f.time_limit},
+         "outputs": {"link_sample_interval": "off"}}
     if f.routing is not None:
         d["routing"] = {"policy": f.routing}
     return d
@@ -127,13 +128,16 @@ def moe_config(spec: PlanSpec, ep: int, tokens: int, domain_gpus: int, source: s
 
 
 class PatternSimulator:
-    """Simulates patterns on one built topology, each distinct one once (``simulations`` counts them)."""
+    """Simulates patterns on one built topology, each distinct one once (``simulations`` counts them);
+    the patterns queued with :meth:`register` run together in one :meth:`flush` (one engine run)."""
 
     def __init__(self, spec: PlanSpec, built: Built, source: str):
         self.spec, self.built, self.source = spec, built, source
         self.cache: dict[str, dict] = {}
         self.simulations = 0
         self.rows: list[dict] = []          # one per simulated pattern
+        self.runs = 0                       # fabricsim.api.run calls (each simulates a batch of patterns)
+        self._pending: list[str] = []
         self._desc: dict[int, tuple] = {}
         self._moe: dict[tuple, object] = {}
 
@@ -171,7 +175,8 @@ class PatternSimulator:
             self._moe[key] = generate_moe_trace(moe_config(self.spec, ep, tokens, gpn, self.source)).trace
         return self._moe[key]
 
-    def _trace(self, pat: Pattern):
+    def _columns(self, pat: Pattern):
+        """``(columns, dep_ptr, dep_positions)`` of ``pat`` with global GPU ids (deps as row positions)."""
         import numpy as np
         from ..traces.schema import Trace, TraceRecord
         if pat.kind == "a2a":
@@ -179,47 +184,124 @@ class PatternSimulator:
             cols, ptr, dep = local.columns()
             ids = np.asarray(pat.gpus, dtype=np.int64)
             cols = dict(cols, src=ids[cols["src"]], dst=ids[cols["dst"]])
-            return Trace.from_columns(cols, ptr, dep, source="<plan a2a>")
-        return Trace([TraceRecord(i, s, d, size, "pattern", "other", conn=0)
-                      for i, (s, d, size) in enumerate(pat.messages)], source="<plan pattern>")
+        else:
+            cols, ptr, dep = Trace([TraceRecord(i, s, d, size, "pattern", "other", conn=0)
+                                    for i, (s, d, size) in enumerate(pat.messages)]).columns()
+        order = np.argsort(cols["id"], kind="stable")
+        pos = order[np.searchsorted(cols["id"], dep, sorter=order)] if len(dep) else dep
+        return cols, ptr, pos
 
-    def times(self, pat: Pattern, kind: str) -> dict:
-        """``{"all": s, "dispatch": s, "combine": s}`` of ``pat`` (simulated on first sight of its key)."""
+    def register(self, pat: Pattern, kind: str) -> str:
+        """Note ``pat`` (of communication type ``kind``); a new key is queued for :meth:`flush`."""
         key = self.signature(pat)
-        hit = self.cache.get(key)
-        if hit is not None:
-            hit["members"].add(id(pat))
-            return hit
+        entry = self.cache.get(key)
+        if entry is None:
+            entry = self.cache[key] = {"members": set(), "pattern": pat, "kind": kind, "done": False}
+            self._pending.append(key)
+        entry["members"].add(id(pat))
+        return key
+
+    def flush(self) -> None:
+        """Simulate every queued pattern in one run: pattern k + 1 starts once pattern k is over (its
+        first messages wait for a 1-byte barrier message that waits for every message of pattern k),
+        so patterns never share the fabric and each one's times are its own messages' spans."""
+        if not self._pending:
+            return
+        import numpy as np
         from ..api import run
         from ..engine import SimulationInput
         from ..engine.rng import RandomStreams
-        trace = self._trace(pat)
+        from ..traces.schema import COLUMNS, Trace
+        names = [c for c in COLUMNS if c != "deps"]
+        parts = {c: [] for c in names}
+        ptrs, deps = [np.zeros(1, dtype=np.int64)], []
+        base, nd, barrier = 0, 0, None
+        keys = list(self._pending)
+        for k, key in enumerate(keys):
+            pat = self.cache[key]["pattern"]
+            cols, ptr, pos = self._columns(pat)
+            n = len(ptr) - 1
+            lens = np.diff(ptr)
+            if barrier is not None:      # messages that wait for nothing wait for the barrier
+                free = lens == 0
+                new_lens = lens + free
+                new_dep = np.empty(int(new_lens.sum()), dtype=np.int64)
+                new_ptr = np.zeros(n + 1, dtype=np.int64)
+                np.cumsum(new_lens, out=new_ptr[1:])
+                row = np.repeat(np.arange(n), lens)
+                offs = np.arange(len(pos)) - ptr[row] if len(pos) else pos
+                new_dep[new_ptr[row] + offs] = pos + base
+                new_dep[new_ptr[:-1][free]] = barrier
+                ptr, pos = new_ptr, new_dep
+            else:
+                pos = pos + base
+            for c in names:
+                col = cols[c]
+                if c == "id":
+                    col = np.arange(base, base + n, dtype=np.int64)
+                elif c == "op":
+                    col = np.array([f"p{k}.{x}" for x in col], dtype=object)
+                elif c == "layer":
+                    col = np.full(n, k, dtype=np.int64)
+                parts[c].append(col)
+            ptrs.append(ptr[1:] + nd)
+            deps.append(pos)
+            nd += len(pos)
+            base += n
+            # the barrier: 1 byte between two GPUs of the pattern, after every one of its messages
+            s0, d0 = int(cols["src"][0]), int(cols["dst"][0])
+            bar = {"id": base, "src": s0, "dst": d0, "size_bytes": 1, "op": f"barrier{k}", "phase": "other",
+                   "layer": -1, "microbatch": -1, "gap_ps": 0, "start_ps": 0, "conn": -1, "collective": "",
+                   "collective_bytes": 0}
+            for c in names:
+                parts[c].append(np.array([bar[c]], dtype=object if isinstance(bar[c], str) else np.int64))
+            ptrs.append(np.array([nd + n], dtype=np.int64))
+            deps.append(np.arange(base - n, base, dtype=np.int64))
+            nd += n
+            barrier = base
+            base += 1
+        cols = {c: np.concatenate(parts[c]) for c in names}
+        trace = Trace.from_columns(cols, np.concatenate(ptrs), np.concatenate(deps), source="<plan patterns>")
         b = self.built
         sim = SimulationInput(scenario=b.scenario, topology=b.topology, paths=b.paths,
                               messages=trace.to_table(self.spec.fabric.qps_per_connection),
                               streams=RandomStreams(self.spec.seed))
         res = run(sim, estimate_warning=None)
-        self.simulations += 1
+        self.runs += 1
         status = res.summary["run"]["status"]
         if status != "complete":
-            raise SimulationError(f"pattern {kind} {key} did not complete ({status}) within fabric.time_limit "
+            raise SimulationError(f"the plan's patterns did not complete ({status}) within fabric.time_limit "
                                   f"{self.spec.fabric.time_limit} (raise fabric.time_limit)")
         msgs = res.messages
-        out = {"all": (int(msgs["end_ps"].max()) - int(msgs["release_ps"].min())) / 1e12, "dispatch": 0.0,
-               "combine": 0.0}
-        if pat.kind == "a2a":
-            spans = msgs.groupby("op").agg(lo=("release_ps", "min"), hi=("end_ps", "max"), phase=("phase", "first"))
-            for _, r in spans.iterrows():
-                out[r["phase"]] += (int(r["hi"]) - int(r["lo"])) / 1e12
-        row = {"signature": key, "type": kind, "pattern": pat.kind, "messages": len(trace),
-               "bytes": int(msgs["size_bytes"].sum()), "gpus": len(set(msgs["src"]) | set(msgs["dst"])),
-               "first_gpu": int(min(msgs["src"].min(), msgs["dst"].min())),
-               "time_s": out["all"], "dispatch_s": out["dispatch"], "combine_s": out["combine"],
-               "engine_wall_s": res.summary["run"].get("wall_time_s")}
-        out = dict(out, members={id(pat)}, row=row)
-        self.cache[key] = out
-        self.rows.append(row)
-        return out
+        msgs = msgs[msgs["layer"] >= 0]
+        spans = msgs.groupby(["layer", "op"]).agg(lo=("release_ps", "min"), hi=("end_ps", "max"),
+                                                  phase=("phase", "first"), n=("size_bytes", "size"),
+                                                  bytes=("size_bytes", "sum"))
+        wall = res.summary["run"].get("wall_time_s")
+        for k, key in enumerate(keys):
+            entry = self.cache[key]
+            pat = entry["pattern"]
+            sp = spans.loc[k]
+            out = {"all": (int(sp["hi"].max()) - int(sp["lo"].min())) / 1e12, "dispatch": 0.0, "combine": 0.0}
+            if pat.kind == "a2a":
+                for _, r in sp.iterrows():
+                    out[r["phase"]] += (int(r["hi"]) - int(r["lo"])) / 1e12
+            gpus = pat.gpus if pat.kind == "a2a" else [x for m in pat.messages for x in m[:2]]
+            entry.update(out, done=True)
+            entry["row"] = {"signature": key, "type": entry["kind"], "pattern": pat.kind, "messages": int(sp["n"].sum()),
+                            "bytes": int(sp["bytes"].sum()), "gpus": len(set(gpus)), "first_gpu": int(min(gpus)),
+                            "time_s": out["all"], "dispatch_s": out["dispatch"], "combine_s": out["combine"],
+                            "batch": self.runs, "batch_engine_wall_s": wall}
+            self.rows.append(entry["row"])
+            self.simulations += 1
+        self._pending = []
+
+    def times(self, pat: Pattern, kind: str) -> dict:
+        """``{"all": s, "dispatch": s, "combine": s}`` of ``pat`` (registered and simulated if new)."""
+        key = self.register(pat, kind)
+        if not self.cache[key]["done"]:
+            self.flush()
+        return self.cache[key]
 
 
 @dataclass
@@ -229,6 +311,7 @@ class PlanResult:
     assumptions: dict
     simulations: int
     items: dict = field(default_factory=dict)     # case index -> [CommItem]
+    runs: int = 0                                 # engine runs (batches of patterns)
 
 
 def comm_times(items: list[CommItem], sim: PatternSimulator) -> dict:
@@ -253,13 +336,20 @@ def run_plan(spec: PlanSpec, source: str = "<dict>", progress=None) -> PlanResul
     comms, items_of, counts = [], {}, []
     for i, c in enumerate(cases):
         if progress:
-            progress(f"{c.topology} {c.gpus} GPUs: deriving and simulating the step's communication")
+            progress(f"{c.topology} {c.gpus} GPUs: deriving the step's communication")
         items = derive(spec, c.layout)
         sim = sims[c.key]
-        before = sim.simulations
-        comms.append(comm_times(items, sim))
+        before = len(sim.cache)
+        for it in items:
+            for p in it.patterns:
+                sim.register(p, it.type)
         items_of[i] = items
-        counts.append(sim.simulations - before)
+        counts.append(len(sim.cache) - before)
+    for i, c in enumerate(cases):
+        if progress and sims[c.key]._pending:
+            progress(f"{c.topology}: simulating {len(sims[c.key]._pending)} distinct patterns")
+        sims[c.key].flush()
+        comms.append(comm_times(items_of[i], sims[c.key]))
     cal = spec.compute.calibrate
     if cal is None:
         rate = spec.compute.peak_tflops * 1e12 * spec.compute.mfu
@@ -300,7 +390,8 @@ def run_plan(spec: PlanSpec, source: str = "<dict>", progress=None) -> PlanResul
         for r in patterns:
             if r["signature"] in s.cache:
                 r["reused"] = len(s.cache[r["signature"]]["members"]) - 1
-    return PlanResult(rows, patterns, assumptions, sum(s.simulations for s in sims.values()), items_of)
+    return PlanResult(rows, patterns, assumptions, sum(s.simulations for s in sims.values()), items_of,
+                      runs=sum(s.runs for s in sims.values()))
 
 
 def assumptions_of(spec: PlanSpec, fpt: float, rate: float, rate_source: str) -> dict:

@@ -99,7 +99,8 @@ class Fabric(BaseModel):
     profile: str = Field("none", description="deployment profile: spectrum_x, ethernet or none")
     engine: Literal["flow"] = Field("flow", description="simulation engine (only the flow engine for now)")
     qps_per_connection: int = Field(1, ge=1, le=4096, description="queue pairs per connection")
-    time_limit: str = Field("10s", description="simulated-time limit of one pattern")
+    time_limit: str = Field("60s", description="simulated-time limit of the run holding every distinct "
+                            "pattern of a topology, one after the other")
 
     @field_validator("routing")
     @classmethod
