@@ -310,3 +310,43 @@ def test_patterns_batched_in_one_run_time_as_when_run_alone():
         for leg in ("all", "dispatch", "combine"):
             assert together.times(p, "x")[leg] == pytest.approx(t[leg], rel=1e-9), leg
     assert together.runs == 1                     # asking again simulates nothing
+
+
+# ---------------------------------------------------------------- placement
+
+RACKS = dict(copy.deepcopy(SMALL), model=dict(SMALL["model"], experts=32, top_k=4),
+             parallelism={"tp": 1, "pp": 1, "ep": 32}, batch={"global_batch": 128, "seq_len": 512},
+             clusters=[{"topology": "su_576", "gpus": 128}], fabric={"routing": "adaptive"})
+
+
+def test_gpus_per_domain_keeps_ep_groups_inside_racks():
+    spec, src = load_plan(copy.deepcopy(RACKS))
+    cases, built = runner.check(spec, src)
+    topo = next(iter(built.values())).topology
+    rack = lambda g: topo.graph.nodes[g]["rack"]
+    straddle = [g for g in cases[0].layout.ep_groups(0) if len({rack(x) for x in g}) > 1]
+    assert straddle                                 # contiguous: GPUs 64..95 span racks 0 and 1
+    spec2, _ = load_plan(dict(copy.deepcopy(RACKS), placement={"gpus_per_domain": 64}))
+    cases2, _ = runner.check(spec2, src)
+    lay = cases2[0].layout
+    assert all(len({rack(x) for x in g}) == 1 for g in lay.ep_groups(0))
+    assert sorted(lay.gpu_of) == list(range(64)) + list(range(72, 136))
+    # and the step sees it: the straddling group's all-to-all crosses the scale-out fabric
+    _, a = plan(**{k: v for k, v in RACKS.items() if k not in ("name",)})
+    _, b = plan(**{k: v for k, v in RACKS.items() if k not in ("name",)}, placement={"gpus_per_domain": 64})
+    assert b.rows[0]["ep_dispatch_s"] < a.rows[0]["ep_dispatch_s"]
+    assert "64 GPUs of each NVLink domain" in b.assumptions["placement"]
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"clusters": [{"topology": "su_576", "gpus": 576}], "batch": {"global_batch": 576, "seq_len": 512}},
+     "clusters[0].gpus"),
+    ({"clusters": [{"topology": "leaf_spine_32x400g"}], "parallelism": {"ep": 8},
+      "batch": {"global_batch": 32, "seq_len": 512}}, "placement.gpus_per_domain"),
+])
+def test_placement_that_does_not_fit_is_refused(change, field):
+    with pytest.raises(ConfigError) as e:
+        load_and_check = dict(copy.deepcopy(RACKS), placement={"gpus_per_domain": 64}, **change)
+        spec, src = load_plan(load_and_check)
+        runner.check(spec, src)
+    assert e.value.field == field

@@ -1,9 +1,13 @@
 """Where every rank lives: the parallel groups of one cluster size, as GPU ids.
 
-Ranks are placed contiguously (rank r on GPU r, the first ``gpus`` GPUs of the topology) in
-Megatron's order, tp fastest, then cp, then dp, then pp::
+Ranks are numbered in Megatron's order, tp fastest, then cp, then dp, then pp::
 
     rank = t + tp * (c + cp * (d + dp * p))
+
+and placed contiguously: rank r on GPU r (the first ``gpus`` GPUs of the topology), or, with
+``placement.gpus_per_domain: K``, on the first K GPUs of each NVLink domain in turn (rank r on slot
+``r mod K`` of domain ``r // K``: e.g. 64 of 72 GPUs per NVL72 rack, so that EP groups of 32 never
+straddle two racks). Every group below is a tuple of GPU ids.
 
 An EP group is ``ep`` consecutive data-parallel ranks (``d = b * ep + e``, same t, c and stage p);
 the expert data-parallel group of expert rank ``e`` holds every ``b`` and every ``c``.
@@ -33,11 +37,14 @@ class Layout:
     ep: int
     vpp: int
     microbatches: int
+    #: GPU of each rank (None: rank r on GPU r)
+    gpu_of: tuple | None = None
 
     @classmethod
-    def of(cls, spec, gpus: int, source: str, where: str) -> "Layout":
+    def of(cls, spec, gpus: int, source: str, where: str, domains: list | None = None) -> "Layout":
         """The layout of ``spec`` on ``gpus`` GPUs; a ConfigError naming ``where`` (the cluster entry) or the
-        parallelism / batch field when the size does not split."""
+        parallelism / batch / placement field when the size does not split or fit. ``domains``: the GPU
+        ids of each NVLink domain of the topology, in order (needed by ``placement.gpus_per_domain``)."""
         p, b = spec.parallelism, spec.batch
         per_replica = p.tp * p.pp * p.cp
         if gpus % per_replica:
@@ -54,10 +61,24 @@ class Layout:
             raise ConfigError(f"global_batch {b.global_batch} is not a whole number of microbatches of "
                               f"{b.micro_batch} on dp = {dp} at {gpus} GPUs (allowed: a multiple of "
                               f"dp x micro_batch = {dp * b.micro_batch})", source=source, field="batch.global_batch")
-        return cls(gpus, p.tp, p.cp, dp, p.pp, p.ep, p.vpp, b.global_batch // (dp * b.micro_batch))
+        k = spec.placement.gpus_per_domain
+        gpu_of = None
+        if k is not None:
+            if domains is None:
+                raise ConfigError("the topology has no NVLink domains to place ranks in (allowed: leave "
+                                  "gpus_per_domain out)", source=source, field="placement.gpus_per_domain")
+            usable = [d[:k] for d in domains if len(d) >= k]
+            if len(usable) * k < gpus:
+                raise ConfigError(f"{gpus} GPUs at {k} per domain need {-(-gpus // k)} domains of at least {k} "
+                                  f"GPUs; the topology has {len(usable)} (allowed: fewer GPUs, or a larger "
+                                  "gpus_per_domain)", source=source, field=where)
+            gpu_of = tuple(g for d in usable for g in d)[:gpus]
+        return cls(gpus, p.tp, p.cp, dp, p.pp, p.ep, p.vpp, b.global_batch // (dp * b.micro_batch), gpu_of)
 
     def rank(self, t: int, c: int, d: int, p: int) -> int:
-        return t + self.tp * (c + self.cp * (d + self.dp * p))
+        """The GPU of rank (t, c, d, p)."""
+        r = t + self.tp * (c + self.cp * (d + self.dp * p))
+        return r if self.gpu_of is None else self.gpu_of[r]
 
     def tp_groups(self, stage: int) -> list[tuple[int, ...]]:
         return [tuple(self.rank(t, c, d, stage) for t in range(self.tp))

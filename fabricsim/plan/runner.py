@@ -65,6 +65,18 @@ def _scenario_dict(spec: PlanSpec, topo: dict) -> dict:
     return d
 
 
+def _domains(topo) -> list[list[int]]:
+    """GPU ids of each NVLink domain (host attribute ``rack``), in domain order; None when the topology
+    has none."""
+    racks: dict[int, list[int]] = {}
+    for h in topo.hosts:
+        r = topo.graph.nodes[h].get("rack")
+        if r is None:
+            return None
+        racks.setdefault(r, []).append(h)
+    return [racks[r] for r in sorted(racks)]
+
+
 def check(spec: PlanSpec, source: str) -> tuple[list[Case], dict[str, Built]]:
     """Build every topology and layout; ConfigError (naming the plan field) on the first that does not fit."""
     from ..config import load_scenario
@@ -91,12 +103,15 @@ def check(spec: PlanSpec, source: str) -> tuple[list[Case], dict[str, Built]]:
             built[key] = Built(topo, EqualCostPaths(topo), sc)
         hosts = built[key].topology.num_hosts
         for j, n in enumerate(entry.sizes()):
-            n = hosts if n is None else n
+            doms = _domains(built[key].topology)
+            k = spec.placement.gpus_per_domain
+            if n is None:
+                n = hosts if k is None or doms is None else k * sum(len(d) >= k for d in doms)
             at = f"{where}.gpus" + (f"[{j}]" if isinstance(entry.gpus, list) else "")
             if n > hosts:
                 raise ConfigError(f"{n} GPUs on a topology of {hosts} (allowed: at most {hosts})",
                                   source=source, field=at)
-            lay = Layout.of(spec, n, source, at)
+            lay = Layout.of(spec, n, source, at, doms)
             if lay.ep > 1 and spec.model.moe_layers:
                 tokens = spec.batch.micro_batch * spec.batch.seq_len // (lay.tp * lay.cp)
                 moe_config(spec, lay.ep, tokens, int(built[key].topology.meta.get("gpus_per_domain", lay.ep)),
@@ -412,7 +427,9 @@ def assumptions_of(spec: PlanSpec, fpt: float, rate: float, rate_source: str) ->
         "overlap_fractions": dict(spec.overlap.fractions),
         "routing": spec.fabric.routing or "(profile/default)", "profile": spec.fabric.profile,
         "engine": spec.fabric.engine, "qps_per_connection": spec.fabric.qps_per_connection,
-        "placement": "contiguous: rank r on GPU r, tp fastest, then cp, dp, pp",
+        "placement": ("contiguous: rank r on GPU r" if spec.placement.gpus_per_domain is None else
+                      f"the first {spec.placement.gpus_per_domain} GPUs of each NVLink domain") +
+                     "; ranks tp fastest, then cp, dp, pp",
         "token_budget": spec.token_budget,
         "not_modelled": ["context-parallel traffic", "concurrency between patterns of different kinds or stages",
                          "pipelining between ring steps and between buckets",

@@ -12,6 +12,7 @@ Sections (docs/planning.md explains each, ``plans/`` has examples)::
     fabric: {routing: adaptive, profile: spectrum_x}
     compute: {peak_tflops: 2500, mfu: 0.4}    # or calibrate: {gpus: 2048, tokens_per_s_per_gpu: 1200}
     overlap: {model: a2a_1f1b, fraction: 0.5}
+    placement: {gpus_per_domain: 64}          # optional: 64 of 72 GPUs per rack (default: contiguous)
     comm: {dp_bucket: 256MiB, moe: {popularity: uniform}}
     token_budget: 15e12
     seed: 0
@@ -204,6 +205,15 @@ class Comm(BaseModel):
         return v
 
 
+class Placement(BaseModel):
+    """Where the ranks go (fabricsim/plan/layout.py): contiguously on the first GPUs, or on the first
+    ``gpus_per_domain`` GPUs of each NVLink domain (e.g. 64 of 72 per NVL72 rack)."""
+
+    model_config = STRICT
+    gpus_per_domain: Optional[int] = Field(None, ge=1, description="GPUs used per NVLink domain (None: all, "
+                                           "contiguous)")
+
+
 class Outputs(BaseModel):
     model_config = STRICT
     formats: list[Literal["csv", "parquet", "json"]] = Field(default_factory=lambda: ["csv", "json"])
@@ -222,6 +232,7 @@ class PlanSpec(BaseModel):
     fabric: Fabric = Field(default_factory=Fabric)
     compute: Compute = Field(default_factory=Compute)
     overlap: Overlap = Field(default_factory=Overlap)
+    placement: Placement = Field(default_factory=Placement)
     comm: Comm = Field(default_factory=Comm)
     token_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="tokens to train")
     seed: int = Field(0, ge=0)
