@@ -75,6 +75,11 @@ def test_doubling_dp_at_fixed_global_batch_halves_compute_per_gpu(small):
     assert b["ep_dispatch_s"] == pytest.approx(a["ep_dispatch_s"] / 2, rel=1e-9)
     assert b["scaling_efficiency"] == pytest.approx(b["tokens_per_s_per_gpu"] / a["tokens_per_s_per_gpu"])
     assert a["scaling_efficiency"] == 1.0
+    for r in (a, b):     # what the fabric costs: the efficiency with no exposed communication, minus the real one
+        assert r["perfect_fabric_scaling_efficiency"] - r["scaling_efficiency"] == pytest.approx(
+            (r["tokens_per_step"] / r["compute_s"] - r["tokens_per_step"] / r["step_s"]) / r["gpus"]
+            / a["tokens_per_s_per_gpu"])
+        assert r["fabric_efficiency"] == pytest.approx(r["compute_s"] / r["step_s"]) and r["fabric_efficiency"] < 1
 
 
 @pytest.mark.parametrize("peak_tflops", [989, 1e6])   # compute longer than communication, then shorter

@@ -399,6 +399,12 @@ def run_plan(spec: PlanSpec, source: str = "<dict>", progress=None) -> PlanResul
     smallest = min(rows, key=lambda r: r["gpus"])
     for r in rows:
         r["scaling_efficiency"] = r["tokens_per_s_per_gpu"] / smallest["tokens_per_s_per_gpu"]
+        # the same with no exposed communication at this size (against the same reference): the gap
+        # between the two is what the fabric costs, the rest of the loss is the pipeline bubble
+        r["perfect_fabric_tokens_per_s_per_gpu"] = r["tokens_per_step"] / r["compute_s"] / r["gpus"]
+        r["perfect_fabric_scaling_efficiency"] = (r["perfect_fabric_tokens_per_s_per_gpu"]
+                                                  / smallest["tokens_per_s_per_gpu"])
+        r["fabric_efficiency"] = r["compute_s"] / r["step_s"]
     assumptions = assumptions_of(spec, fpt, rate, rate_source)
     patterns = [dict(r, topology=_label(json.loads(k))) for k, s in sims.items() for r in s.rows]
     for k, s in sims.items():
