@@ -355,3 +355,17 @@ def test_placement_that_does_not_fit_is_refused(change, field):
         spec, src = load_plan(load_and_check)
         runner.check(spec, src)
     assert e.value.field == field
+
+
+def test_topology_file_is_found_beside_the_plan(tmp_path, monkeypatch):
+    from pathlib import Path
+    import shutil
+    from fabricsim.topology.catalog import preset_path
+    (tmp_path / "plans").mkdir()
+    shutil.copy(preset_path("cluster_small_draw"), tmp_path / "plans" / "mine.yaml")
+    p = _write(tmp_path / "plans", dict(copy.deepcopy(SMALL), clusters=[
+        {"topology": {"kind": "file", "path": "mine.yaml"}, "gpus": 16}]))
+    monkeypatch.chdir(tmp_path)                   # not the plan's folder
+    spec, src = load_plan(p)
+    cases, _ = runner.check(spec, src)
+    assert cases[0].topology == "mine" and cases[0].gpus == 16

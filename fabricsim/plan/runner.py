@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import ConfigError, SimulationError
 from .comm import CommItem, Pattern, derive
@@ -51,6 +52,9 @@ class Built:
 
 
 def _label(topo: dict) -> str:
+    """A cluster's name in the results: its preset, its file's name, or its kind."""
+    if topo.get("path"):
+        return Path(str(topo["path"])).stem
     return topo.get("preset") or topo.get("kind", "leaf_spine")
 
 
@@ -80,6 +84,7 @@ def _domains(topo) -> list[list[int]]:
 def check(spec: PlanSpec, source: str) -> tuple[list[Case], dict[str, Built]]:
     """Build every topology and layout; ConfigError (naming the plan field) on the first that does not fit."""
     from ..config import load_scenario
+    from ..config.scenario import LoadedScenario
     from ..topology import build_topology
     from ..topology.paths import EqualCostPaths
     built: dict[str, Built] = {}
@@ -90,7 +95,10 @@ def check(spec: PlanSpec, source: str) -> tuple[list[Case], dict[str, Built]]:
         if key not in built:
             try:
                 sc = load_scenario(_scenario_dict(spec, entry.topology)).scenario
-                topo = build_topology(sc.topology)
+                # topology files are found relative to the plan file (as a scenario's, relative to it)
+                base = Path(source).resolve().parent if Path(source).is_file() else Path.cwd()
+                topo = build_topology(sc.topology, source=source,
+                                      resolve=LoadedScenario(sc, source, base).resolve_path)
             except ConfigError as exc:
                 field = exc.field or ""
                 if field.startswith("topology"):
