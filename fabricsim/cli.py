@@ -277,7 +277,7 @@ def plan_cmd(plan_file, output, seed, quiet, as_json):
         result = run_plan(spec, source, progress=progress)
         plan_output.write(result, out, spec.outputs.formats)
     except FabricsimError as exc:
-        _fail(exc)
+        _fail(exc, plan_file)       # errors found after validation get the line of their field
     if as_json:
         click.echo(json.dumps(plan_output._json_safe(result.rows), indent=1))
     elif not quiet:

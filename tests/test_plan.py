@@ -276,6 +276,7 @@ def test_bad_plan_exit_2_one_line_naming_file_and_field_nothing_written(tmp_path
     assert res.exit_code == 2, res.output
     err = parse_error_line(res.stderr, p)
     assert err["field"] == field, res.stderr
+    assert err["line"] is not None, res.stderr      # the line of the field (or of its section) in the file
     assert not out.exists()
 
 
