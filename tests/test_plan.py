@@ -63,6 +63,12 @@ def test_step_is_compute_plus_exposed_communication(small):
         # no overlap: everything is exposed, and every type this plan has took time on the fabric
         for t in COMM_TYPES:
             assert r[f"{t}_exposed_s"] == r[f"{t}_s"] > 0
+        # expert all-to-all bytes per GPU as simulated: fewer than top_k copies of each of the T tokens
+        # (some experts are on the sender's own GPU), forward and backward, 2 x hidden bytes per copy
+        mdl, T = SMALL["model"], SMALL["batch"]["seq_len"] // SMALL["parallelism"]["tp"]
+        layers_per_stage = mdl["layers"] // SMALL["parallelism"]["pp"]
+        most = r["microbatches"] * layers_per_stage * 2 * T * mdl["top_k"] * 2 * mdl["hidden_size"]
+        assert most / 2 < r["ep_dispatch_bytes_per_gpu"] < most
 
 
 def test_doubling_dp_at_fixed_global_batch_halves_compute_per_gpu(small):
@@ -183,6 +189,8 @@ def test_data_parallel_bytes_follow_the_parameter_counts():
     expert_shard = m.routed_expert_params() / (lay.ep * lay.tp * lay.pp) * m.param_bytes
     assert ag.bytes_per_gpu == pytest.approx(expert_shard * (ag.group_size - 1) / ag.group_size, rel=1e-3)
     assert items[("pp_p2p", "")].repeat == 2 * lay.microbatches
+    assert items[("pp_p2p", "")].bytes_per_gpu == 2 * lay.microbatches * (
+        spec.batch.seq_len // lay.tp * m.hidden_size * m.activation_bytes)
     assert items[("tp", "")].repeat == lay.microbatches * 2 * 4 * 2 * (lay.tp - 1)
 
 

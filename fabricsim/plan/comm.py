@@ -76,11 +76,8 @@ def derive(spec, lay: Layout) -> list[CommItem]:
     items: list[CommItem] = []
     if lay.ep > 1 and m.moe_layers:
         pats = [Pattern("a2a", gpus=g, tokens_per_gpu=tokens) for p in range(lay.pp) for g in lay.ep_groups(p)]
-        sent = tokens * m.top_k * (lay.ep - 1) / lay.ep      # token copies leaving a GPU, uniform routing
-        for leg, fwd, bwd in (("dispatch", m.dispatch_bytes_per_token, m.combine_bytes_per_token),
-                              ("combine", m.combine_bytes_per_token, m.dispatch_bytes_per_token)):
-            items.append(CommItem(f"ep_{leg}", "", pats, mb * moe_stage, leg,
-                                  bytes_per_gpu=mb * moe_stage * sent * (fwd + bwd), group_size=lay.ep,
+        for leg in ("dispatch", "combine"):   # bytes per GPU: the simulated pattern's (runner.comm_times)
+            items.append(CommItem(f"ep_{leg}", "", pats, mb * moe_stage, leg, group_size=lay.ep,
                                   notes={"layers_per_stage": moe_stage, "tokens_per_gpu": tokens}))
     if lay.tp > 1:
         ar = b.micro_batch * b.seq_len // lay.cp * m.hidden_size * m.activation_bytes

@@ -305,10 +305,12 @@ class PatternSimulator:
             entry = self.cache[key]
             pat = entry["pattern"]
             sp = spans.loc[k]
-            out = {"all": (int(sp["hi"].max()) - int(sp["lo"].min())) / 1e12, "dispatch": 0.0, "combine": 0.0}
+            out = {"all": (int(sp["hi"].max()) - int(sp["lo"].min())) / 1e12, "dispatch": 0.0, "combine": 0.0,
+                   "all_bytes": int(sp["bytes"].sum()), "dispatch_bytes": 0, "combine_bytes": 0}
             if pat.kind == "a2a":
                 for _, r in sp.iterrows():
                     out[r["phase"]] += (int(r["hi"]) - int(r["lo"])) / 1e12
+                    out[f"{r['phase']}_bytes"] += int(r["bytes"])
             gpus = pat.gpus if pat.kind == "a2a" else [x for m in pat.messages for x in m[:2]]
             entry.update(out, done=True)
             entry["row"] = {"signature": key, "type": entry["kind"], "pattern": pat.kind, "messages": int(sp["n"].sum()),
@@ -341,11 +343,16 @@ def comm_times(items: list[CommItem], sim: PatternSimulator) -> dict:
     """Seconds per communication type: each item is ``repeat x`` its slowest pattern's leg."""
     out = {t: 0.0 for t in COMM_TYPES}
     for it in items:
-        worst = 0.0
+        worst, worst_p = -1.0, None
         for p in it.patterns:
-            worst = max(worst, sim.times(p, it.type)[it.leg])
+            t = sim.times(p, it.type)[it.leg]
+            if t > worst:
+                worst, worst_p = t, p
         it.notes["pattern_s"] = worst
         out[it.type] += it.repeat * worst
+        if worst_p is not None and worst_p.kind == "a2a":
+            # the bytes a GPU of the slowest group sends, as simulated (its routing, its copies)
+            it.bytes_per_gpu = it.repeat * sim.times(worst_p, it.type)[f"{it.leg}_bytes"] / len(worst_p.gpus)
     return out
 
 
