@@ -269,6 +269,8 @@ BAD = [
     ({"parallelism": {"tp": 2, "pp": 2, "ep": 3}}, "parallelism.ep"),
     ({"batch": {"global_batch": 6, "seq_len": 2048}}, "batch.global_batch"),
     ({"fabric": {"routing": "ecmpp"}}, "fabric.routing"),
+    ({"fabric": {"routing": "pinned"}}, "fabric.routing"),          # no flow-level model
+    ({"fabric": {"time_limit": "soon"}}, "fabric.time_limit"),
     ({"overlap": {"model": "fraction"}}, "overlap.fraction"),
     ({"comm": {"moe": {"popularity": "zipfy"}}}, "comm.moe.popularity"),
     ({"compute": {"calibrate": {"gpus": 24, "tokens_per_s_per_gpu": 10}}}, "compute.calibrate.gpus"),

@@ -104,7 +104,8 @@ def check(spec: PlanSpec, source: str) -> tuple[list[Case], dict[str, Built]]:
                 if field.startswith("topology"):
                     field = f"{where}.{field}"
                 elif field.split(".")[0] in ("routing", "simulation", "profile"):
-                    field = "fabric"
+                    field = {"routing.policy": "fabric.routing", "profile": "fabric.profile",
+                             "simulation.time_limit": "fabric.time_limit"}.get(field, "fabric")
                 else:
                     field = f"{where}.topology" + (f".{field}" if field else "")
                 raise ConfigError(exc.message, source=source, field=field) from None
