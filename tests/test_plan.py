@@ -256,7 +256,7 @@ def test_cli_writes_every_table_with_units_assumptions_and_seed(tmp_path):
     assert doc["assumptions"]["seed"] == 7 and doc["assumptions"]["not_modelled"]
     assert len(doc["rows"]) == 2 and doc["simulations"] == len(doc["patterns"])
     pats = pd.read_csv(out / "patterns.csv")
-    assert {"signature", "type", "messages", "time_s", "reused"} <= set(pats.columns)
+    assert {"signature", "type", "messages", "total_bytes", "time_s", "reused"} <= set(pats.columns)
     assert (out / "scaling.png").stat().st_size > 0
 
 

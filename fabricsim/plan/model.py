@@ -44,7 +44,8 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
     preset: Literal["deepseek-v3", "gpt-oss-20b", "custom"] = Field(
-        "deepseek-v3", description="model preset; 'custom' needs layers, hidden_size, experts, top_k, heads, vocab_size")
+        "deepseek-v3", description="model preset; 'custom' needs layers, hidden_size, experts, top_k, heads, "
+        "vocab_size")
     layers: Optional[int] = Field(None, ge=1, description="transformer layers (dense + MoE)")
     dense_layers: Optional[int] = Field(None, ge=0, description="leading layers with a dense FFN (custom: 0)")
     mtp_modules: Optional[int] = Field(None, ge=0, description="multi-token-prediction modules, each counted "

@@ -314,10 +314,11 @@ class PatternSimulator:
                     out[f"{r['phase']}_bytes"] += int(r["bytes"])
             gpus = pat.gpus if pat.kind == "a2a" else [x for m in pat.messages for x in m[:2]]
             entry.update(out, done=True)
-            entry["row"] = {"signature": key, "type": entry["kind"], "pattern": pat.kind, "messages": int(sp["n"].sum()),
-                            "bytes": int(sp["bytes"].sum()), "gpus": len(set(gpus)), "first_gpu": int(min(gpus)),
-                            "time_s": out["all"], "dispatch_s": out["dispatch"], "combine_s": out["combine"],
-                            "batch": self.runs, "batch_engine_wall_s": wall}
+            entry["row"] = {"signature": key, "type": entry["kind"], "pattern": pat.kind,
+                            "messages": int(sp["n"].sum()), "total_bytes": int(sp["bytes"].sum()),
+                            "gpus": len(set(gpus)), "first_gpu": int(min(gpus)), "time_s": out["all"],
+                            "dispatch_s": out["dispatch"], "combine_s": out["combine"], "batch": self.runs,
+                            "batch_engine_wall_s": wall}
             self.rows.append(entry["row"])
             self.simulations += 1
         self._pending = []
