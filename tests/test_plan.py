@@ -380,3 +380,21 @@ def test_topology_file_is_found_beside_the_plan(tmp_path, monkeypatch):
     spec, src = load_plan(p)
     cases, _ = runner.check(spec, src)
     assert cases[0].topology == "mine" and cases[0].gpus == 16
+
+
+def test_ep_across_domains_routes_by_the_gpus_used_per_domain():
+    """An EP group of 128 on 64 GPUs per rack spans two "nodes" of 64 for node-limited routing and
+    hierarchical dispatch (not 72, the rack's size, which would mix the two racks' GPUs)."""
+    d = dict(copy.deepcopy(RACKS), model={"preset": "deepseek-v3"}, parallelism={"ep": 128},
+             placement={"gpus_per_domain": 64}, clusters=[{"topology": "su_576", "gpus": 256}],
+             batch={"global_batch": 256, "seq_len": 64}, comm={"moe": {"dispatch": "hierarchical"}})
+    spec, src = load_plan(d)
+    cases, built = runner.check(spec, src)
+    topo = next(iter(built.values())).topology
+    cfg = runner.moe_config(spec, 128, 64, runner._group_domain(spec, topo, 128), src)
+    assert cfg.gpus_per_node == 64 and cfg.dispatch == "hierarchical"
+    racks = [{topo.graph.nodes[g]["rack"] for g in grp[i * 64:(i + 1) * 64]} for grp in cases[0].layout.ep_groups(0)
+             for i in range(2)]
+    assert all(len(r) == 1 for r in racks)        # each half of a group is one rack
+    spec, src = load_plan(dict(d, placement={}))
+    assert runner._group_domain(spec, topo, 128) == 72

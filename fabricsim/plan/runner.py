@@ -123,14 +123,22 @@ def check(spec: PlanSpec, source: str) -> tuple[list[Case], dict[str, Built]]:
             lay = Layout.of(spec, n, source, at, doms)
             if lay.ep > 1 and spec.model.moe_layers:
                 tokens = spec.batch.micro_batch * spec.batch.seq_len // (lay.tp * lay.cp)
-                moe_config(spec, lay.ep, tokens, int(built[key].topology.meta.get("gpus_per_domain", lay.ep)),
-                           source)
+                moe_config(spec, lay.ep, tokens, _group_domain(spec, built[key].topology, lay.ep), source)
             cases.append(Case(i, _label(entry.topology), n, lay, key))
     cal = spec.compute.calibrate
     if cal is not None and cal.gpus not in [c.gpus for c in cases]:
         raise ConfigError(f"{cal.gpus} GPUs is not a planned size (allowed: {sorted({c.gpus for c in cases})})",
                           source=source, field="compute.calibrate.gpus")
     return cases, built
+
+
+def _group_domain(spec: PlanSpec, topo, ep: int) -> int:
+    """GPUs of an EP group per NVLink domain, as the trace generator's ``gpus_per_node`` (node-limited
+    routing, hierarchical dispatch): the GPUs used per domain (``placement.gpus_per_domain``, else the
+    domain size), at most the group. Exact for groups of whole domains or inside one; a group that
+    straddles domains unevenly (contiguous placement) is routed as if it did not."""
+    per = spec.placement.gpus_per_domain or int(topo.meta.get("gpus_per_domain", ep))
+    return min(ep, per)
 
 
 def moe_config(spec: PlanSpec, ep: int, tokens: int, domain_gpus: int, source: str):
@@ -195,7 +203,7 @@ class PatternSimulator:
         key = (ep, tokens)
         if key not in self._moe:
             from ..traces.moe import generate_moe_trace
-            gpn = int(self.built.topology.meta.get("gpus_per_domain", ep))
+            gpn = _group_domain(self.spec, self.built.topology, ep)
             self._moe[key] = generate_moe_trace(moe_config(self.spec, ep, tokens, gpn, self.source)).trace
         return self._moe[key]
 
