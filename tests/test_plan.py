@@ -401,3 +401,23 @@ def test_ep_across_domains_routes_by_the_gpus_used_per_domain():
     assert all(len(r) == 1 for r in racks)        # each half of a group is one rack
     spec, src = load_plan(dict(d, placement={}))
     assert runner._group_domain(spec, topo, 128) == 72
+
+
+def test_three_tier_keys_tell_pods_apart():
+    """Two pairs whose leaves are the same distance apart, one inside a pod and one across two pods
+    (traffic through the super-spines), are different patterns."""
+    spec, src = load_plan(dict(copy.deepcopy(SMALL), clusters=[{"topology": "hgx8_16384_400g_3tier", "gpus": 16}]))
+    _, built = runner.check(spec, src)
+    sim = runner.PatternSimulator(spec, next(iter(built.values())), src)
+    g = sim.built.topology.graph
+    first = {}
+    for h in range(sim.built.topology.num_hosts):
+        leaf = sim._gpu(h)[2][0]
+        first.setdefault(leaf, h)
+    leaves = sorted(first)
+    pod = {lf: g.nodes[lf]["pod"] for lf in leaves}
+    d = 8
+    inside = next(lf for lf in leaves if lf + d in pod and pod[lf] == pod[lf + d])
+    across = next(lf for lf in leaves if lf + d in pod and pod[lf] != pod[lf + d])
+    msgs = lambda a, b: comm.Pattern("messages", ((first[a], first[b], 1000),))
+    assert sim.signature(msgs(inside, inside + d)) != sim.signature(msgs(across, across + d))

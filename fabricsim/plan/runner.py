@@ -8,8 +8,9 @@ times (:mod:`fabricsim.plan.step`).
 
 Identical patterns. A pattern is keyed by where its GPUs sit, relative to the pattern itself: per GPU
 its NVLink domain (rack) counted from the pattern's first domain, its rail counted from the pattern's
-lowest rail (rails of a rail-optimised fabric are alike), and its scale-out leaves counted from the
-pattern's lowest leaf on each plane (and, for messages, who sends how much to whom).
+lowest rail (rails of a rail-optimised fabric are alike), its scale-out leaves counted from the
+pattern's lowest leaf on each plane and, with 3 tiers, the pods of those leaves counted from the
+lowest (and, for messages, who sends how much to whom).
 Two EP groups in two racks, or two pipeline boundaries with the same rack pattern, get the same key
 and are simulated once; the result stands for both. The representative is the first such pattern
 met, so hash-based choices (ECMP) are drawn for its GPU ids and reused for the others.
@@ -181,7 +182,8 @@ class PatternSimulator:
             a = graph.nodes[g]
             leaves = tuple(sorted(n for n in graph.neighbors(g)
                                   if graph.nodes[n].get("domain") != "nvlink" and graph.nodes[n]["tier"] == 1))
-            d = self._desc[g] = (a.get("rack", 0), a.get("rail", 0), leaves)
+            pods = tuple(graph.nodes[n].get("pod", 0) for n in leaves)   # 3 tiers: which spines a leaf reaches
+            d = self._desc[g] = (a.get("rack", 0), a.get("rail", 0), leaves, pods)
         return d
 
     def signature(self, pat: Pattern) -> str:
@@ -191,7 +193,9 @@ class PatternSimulator:
         rack0, rail0 = min(d[0] for d in desc), min(d[1] for d in desc)
         width = max(len(d[2]) for d in desc)
         low = [min((d[2][k] for d in desc if len(d[2]) > k), default=0) for k in range(width)]
-        rel = [(d[0] - rack0, d[1] - rail0, tuple(x - low[k] for k, x in enumerate(d[2]))) for d in desc]
+        pod0 = min((p for d in desc for p in d[3]), default=0)
+        rel = [(d[0] - rack0, d[1] - rail0, tuple(x - low[k] for k, x in enumerate(d[2])),
+                tuple(p - pod0 for p in d[3])) for d in desc]
         if pat.kind == "a2a":
             body = ("a2a", pat.tokens_per_gpu, rel)
         else:
