@@ -64,7 +64,8 @@ def run_one(sizes, routing: str) -> dict:
     keep = ("gpus", "dp", "microbatches", "step_s", "compute_s", "bubble_s", "exposed_comm_s",
             "ep_dispatch_s", "ep_combine_s", "pp_p2p_s", "dp_reduce_scatter_s", "dp_all_gather_s",
             "ep_dispatch_exposed_s", "ep_combine_exposed_s", "pp_p2p_exposed_s", "dp_reduce_scatter_exposed_s",
-            "dp_all_gather_exposed_s", "tokens_per_s_per_gpu", "scaling_efficiency", "mfu_effective",
+            "dp_all_gather_exposed_s", "tokens_per_s_per_gpu", "scaling_efficiency",
+            "perfect_fabric_scaling_efficiency", "fabric_efficiency", "mfu_effective", "ep_dispatch_bytes_per_gpu",
             "time_to_budget_s")
     print(format_table(res))
     print(f"{routing}: wall {total:.1f} s (cpu {cpu:.1f} s), {res.simulations} patterns simulated in "
