@@ -32,7 +32,6 @@ from .model import ModelConfig
 STRICT = ConfigDict(extra="forbid", validate_default=True)
 #: communication types of one step, in output order (docs/planning.md)
 COMM_TYPES = ("ep_dispatch", "ep_combine", "tp", "pp_p2p", "dp_reduce_scatter", "dp_all_gather")
-OVERLAP_MODELS = ("none", "fraction", "a2a_1f1b")
 FORMATS = ("csv", "parquet", "json")
 
 
@@ -138,6 +137,24 @@ class Compute(BaseModel):
                                              "(replaces peak_tflops x mfu)")
 
 
+def _none(o: "Overlap", kind: str, m: int) -> float:
+    return 0.0
+
+
+def _fraction(o: "Overlap", kind: str, m: int) -> float:
+    return float(o.fractions.get(kind, o.fraction or 0.0))
+
+
+def _a2a_1f1b(o: "Overlap", kind: str, m: int) -> float:
+    if kind not in o.fractions and kind in ("ep_dispatch", "ep_combine"):
+        return (m - 1) / m      # one microbatch's all-to-all has no other microbatch's compute to hide behind
+    return _fraction(o, kind, m)
+
+
+#: overlap model name -> share of a communication type that may hide, ``f(overlap, type, microbatches)``
+OVERLAP = {"none": _none, "fraction": _fraction, "a2a_1f1b": _a2a_1f1b}
+
+
 class Overlap(BaseModel):
     """How much of each communication can hide behind the busy compute of the step.
 
@@ -146,7 +163,7 @@ class Overlap(BaseModel):
     microbatch's worth ((m - 1) / m), the other types as ``fraction`` (default 0)."""
 
     model_config = STRICT
-    model: Literal["none", "fraction", "a2a_1f1b"] = "none"
+    model: Literal[tuple(OVERLAP)] = "none"     # the registered models (OVERLAP)
     fraction: Optional[float] = Field(None, ge=0, le=1, description="share of each communication that may "
                                       "overlap (fraction: required; a2a_1f1b: the non-EP types, default 0)")
     fractions: dict[str, float] = Field(default_factory=dict, description="per communication type")
@@ -165,14 +182,9 @@ class Overlap(BaseModel):
         return self
 
     def fraction_of(self, kind: str, microbatches: int) -> float:
-        """The share of communication type ``kind`` that may hide behind compute."""
-        if self.model == "none":
-            return 0.0
-        if kind in self.fractions:
-            return float(self.fractions[kind])
-        if self.model == "a2a_1f1b" and kind in ("ep_dispatch", "ep_combine"):
-            return (microbatches - 1) / microbatches
-        return float(self.fraction or 0.0)
+        """The share of communication type ``kind`` that may hide behind compute (``OVERLAP[model]``)."""
+        return OVERLAP[self.model](self, kind, microbatches)
+
 
 
 class Comm(BaseModel):
