@@ -278,6 +278,9 @@ def plan_cmd(plan_file, output, seed, quiet, as_json):
         plan_output.write(result, out, spec.outputs.formats)
     except FabricsimError as exc:
         _fail(exc, plan_file)       # errors found after validation get the line of their field
+    except KeyboardInterrupt:
+        click.echo("interrupted: nothing written (the results are written once every size is planned)", err=True)
+        sys.exit(130)
     if as_json:
         click.echo(json.dumps(plan_output._json_safe(result.rows), indent=1))
     elif not quiet:

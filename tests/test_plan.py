@@ -421,3 +421,13 @@ def test_three_tier_keys_tell_pods_apart():
     across = next(lf for lf in leaves if lf + d in pod and pod[lf] != pod[lf + d])
     msgs = lambda a, b: comm.Pattern("messages", ((first[a], first[b], 1000),))
     assert sim.signature(msgs(inside, inside + d)) != sim.signature(msgs(across, across + d))
+
+
+def test_interrupted_plan_writes_nothing_and_exits_130(tmp_path, monkeypatch):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runner.PatternSimulator, "flush", interrupted)
+    p = _write(tmp_path, copy.deepcopy(SMALL))
+    res = CliRunner().invoke(main, ["plan", str(p), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 130 and "nothing written" in res.stderr
+    assert not (tmp_path / "out").exists()
