@@ -431,3 +431,19 @@ def test_interrupted_plan_writes_nothing_and_exits_130(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["plan", str(p), "-o", str(tmp_path / "out")])
     assert res.exit_code == 130 and "nothing written" in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_virtual_stages_shrink_the_bubble_and_add_the_wrap_boundary():
+    spec, _ = load_plan(copy.deepcopy(SMALL))
+    spec2, _ = load_plan(dict(copy.deepcopy(SMALL), parallelism=dict(SMALL["parallelism"], vpp=2)))
+    lay, lay2 = (Layout.of(s, 32, "<t>", "clusters[0].gpus") for s in (spec, spec2))
+    p1 = next(it for it in comm.derive(spec, lay) if it.type == "pp_p2p")
+    p2 = next(it for it in comm.derive(spec2, lay2) if it.type == "pp_p2p")
+    assert p2.repeat == 2 * p1.repeat
+    assert len(p1.patterns) == lay.pp - 1 and len(p2.patterns) == lay.pp     # last stage -> first stage too
+    class NoOverlap:
+        def fraction_of(self, kind, m):
+            return 0.0
+    b1 = breakdown(1.0, lay.pp, 1, lay.microbatches, {}, NoOverlap())
+    b2 = breakdown(1.0, lay.pp, 2, lay.microbatches, {}, NoOverlap())
+    assert b2["bubble_s"] == pytest.approx(b1["bubble_s"] / 2)
