@@ -447,3 +447,15 @@ def test_virtual_stages_shrink_the_bubble_and_add_the_wrap_boundary():
     b1 = breakdown(1.0, lay.pp, 1, lay.microbatches, {}, NoOverlap())
     b2 = breakdown(1.0, lay.pp, 2, lay.microbatches, {}, NoOverlap())
     assert b2["bubble_s"] == pytest.approx(b1["bubble_s"] / 2)
+
+
+def test_ep_concurrency_stage_simulates_a_stage_s_groups_together():
+    d = copy.deepcopy(RACKS)
+    _, alone = plan(**{k: v for k, v in d.items() if k != "name"})
+    _, together = plan(**{k: v for k, v in d.items() if k != "name"}, comm={"ep_concurrency": "stage"})
+    a2a = [p for p in together.patterns if p["pattern"] == "a2a"]
+    assert len(a2a) == 1 and a2a[0]["gpus"] == 128            # the stage's 4 EP groups of 32 in one pattern
+    assert len([p for p in alone.patterns if p["pattern"] == "a2a"]) > 1
+    # sharing the fabric slows the slowest group down (here ~1.8x: far more than the groups' routing draws differ)
+    assert together.rows[0]["ep_dispatch_s"] >= alone.rows[0]["ep_dispatch_s"] * (1 - 1e-9)
+    assert together.rows[0]["ep_dispatch_bytes_per_gpu"] > 0

@@ -35,12 +35,18 @@ from .layout import Layout
 class Pattern:
     """Something to simulate once: ``kind`` ``"messages"`` (``messages``: (src, dst, size_bytes), all sent
     at time 0) or ``"a2a"`` (one MoE layer forward and backward on the EP group ``gpus``, in rank order,
-    ``tokens_per_gpu`` tokens each)."""
+    ``tokens_per_gpu`` tokens each; or on several groups of ``ep`` GPUs at once)."""
 
     kind: str
     messages: tuple = ()
     gpus: tuple = ()
     tokens_per_gpu: int = 0
+    #: a2a: GPUs per EP group (``gpus`` holds consecutive groups of this size; 0: one group)
+    ep: int = 0
+
+    @property
+    def ep_size(self) -> int:
+        return self.ep or len(self.gpus)
 
 
 @dataclass
@@ -75,7 +81,11 @@ def derive(spec, lay: Layout) -> list[CommItem]:
     moe_stage = math.ceil(m.moe_layers / lay.pp)
     items: list[CommItem] = []
     if lay.ep > 1 and m.moe_layers:
-        pats = [Pattern("a2a", gpus=g, tokens_per_gpu=tokens) for p in range(lay.pp) for g in lay.ep_groups(p)]
+        if spec.comm.ep_concurrency == "stage":   # every EP group of a stage at once: they share the fabric
+            pats = [Pattern("a2a", gpus=tuple(x for g in lay.ep_groups(p) for x in g), tokens_per_gpu=tokens,
+                            ep=lay.ep) for p in range(lay.pp)]
+        else:
+            pats = [Pattern("a2a", gpus=g, tokens_per_gpu=tokens) for p in range(lay.pp) for g in lay.ep_groups(p)]
         for leg in ("dispatch", "combine"):   # bytes per GPU: the simulated pattern's (runner.comm_times)
             items.append(CommItem(f"ep_{leg}", "", pats, mb * moe_stage, leg, group_size=lay.ep,
                                   notes={"layers_per_stage": moe_stage, "tokens_per_gpu": tokens}))

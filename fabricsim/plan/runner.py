@@ -142,7 +142,7 @@ def _group_domain(spec: PlanSpec, topo, ep: int) -> int:
     return min(ep, per)
 
 
-def moe_config(spec: PlanSpec, ep: int, tokens: int, domain_gpus: int, source: str):
+def moe_config(spec: PlanSpec, ep: int, tokens: int, domain_gpus: int, source: str, gpus: int | None = None):
     """The trace generator's config of one MoE layer, forward and backward, on one EP group (group-local
     ids; compute left out: it is the step model's). ConfigError naming ``comm.moe`` fields."""
     from ..traces.moe import load_moe_config
@@ -150,7 +150,7 @@ def moe_config(spec: PlanSpec, ep: int, tokens: int, domain_gpus: int, source: s
     cfg = dict(model="custom", hidden_size=m.hidden_size, experts=m.experts, top_k=m.top_k,
                expert_ffn_size=m.expert_ffn_size, dispatch_bytes_per_token=m.dispatch_bytes_per_token,
                combine_bytes_per_token=m.combine_bytes_per_token, max_nodes_per_token=m.max_nodes_per_token,
-               ep_size=ep, gpus=ep, gpus_per_node=min(ep, domain_gpus), tokens_per_gpu=tokens, layers=1,
+               ep_size=ep, gpus=gpus or ep, gpus_per_node=min(ep, domain_gpus), tokens_per_gpu=tokens, layers=1,
                microbatches=1, passes="forward_backward", gpu_flops=1e30, seed=spec.seed)
     cfg.update(spec.comm.moe)
     try:
@@ -197,18 +197,18 @@ class PatternSimulator:
         rel = [(d[0] - rack0, d[1] - rail0, tuple(x - low[k] for k, x in enumerate(d[2])),
                 tuple(p - pod0 for p in d[3])) for d in desc]
         if pat.kind == "a2a":
-            body = ("a2a", pat.tokens_per_gpu, rel)
+            body = ("a2a", pat.tokens_per_gpu, pat.ep_size, rel)
         else:
             body = ("messages", [(rel[2 * i], rel[2 * i + 1], m[2]) for i, m in enumerate(pat.messages)])
         return hashlib.sha1(repr(body).encode()).hexdigest()[:16]
 
     # ------------------------------------------------------------------ simulation
-    def _moe_trace(self, ep: int, tokens: int):
-        key = (ep, tokens)
+    def _moe_trace(self, ep: int, tokens: int, gpus: int):
+        key = (ep, tokens, gpus)
         if key not in self._moe:
             from ..traces.moe import generate_moe_trace
             gpn = _group_domain(self.spec, self.built.topology, ep)
-            self._moe[key] = generate_moe_trace(moe_config(self.spec, ep, tokens, gpn, self.source)).trace
+            self._moe[key] = generate_moe_trace(moe_config(self.spec, ep, tokens, gpn, self.source, gpus)).trace
         return self._moe[key]
 
     def _columns(self, pat: Pattern):
@@ -216,7 +216,7 @@ class PatternSimulator:
         import numpy as np
         from ..traces.schema import Trace, TraceRecord
         if pat.kind == "a2a":
-            local = self._moe_trace(len(pat.gpus), pat.tokens_per_gpu)
+            local = self._moe_trace(pat.ep_size, pat.tokens_per_gpu, len(pat.gpus))
             cols, ptr, dep = local.columns()
             ids = np.asarray(pat.gpus, dtype=np.int64)
             cols = dict(cols, src=ids[cols["src"]], dst=ids[cols["dst"]])

@@ -190,6 +190,9 @@ class Overlap(BaseModel):
 class Comm(BaseModel):
     model_config = STRICT
     dp_bucket: int = Field(256 * 2**20, description="data-parallel gradient / parameter bucket [EST: 256 MiB]")
+    ep_concurrency: Literal["group", "stage"] = Field(
+        "group", description="group: each EP group's all-to-all simulated alone (identical groups once); stage: "
+        "every EP group of a stage at once, sharing the fabric (slower to simulate)")
     moe: dict[str, Any] = Field(default_factory=dict, description="MoE traffic options passed to the trace "
                                 "generator (fabricsim trace moe: popularity, dispatch, copies, send_order, ...)")
 
