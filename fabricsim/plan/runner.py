@@ -227,6 +227,11 @@ class PatternSimulator:
         pos = order[np.searchsorted(cols["id"], dep, sorter=order)] if len(dep) else dep
         return cols, ptr, pos
 
+    @property
+    def pending(self) -> int:
+        """Patterns registered and not simulated yet."""
+        return len(self._pending)
+
     def register(self, pat: Pattern, kind: str) -> str:
         """Note ``pat`` (of communication type ``kind``); a new key is queued for :meth:`flush`."""
         key = self.signature(pat)
@@ -390,8 +395,8 @@ def run_plan(spec: PlanSpec, source: str = "<dict>", progress=None) -> PlanResul
         items_of[i] = items
         counts.append(len(sim.cache) - before)
     for i, c in enumerate(cases):
-        if progress and sims[c.key]._pending:
-            progress(f"{c.topology}: simulating {len(sims[c.key]._pending)} distinct patterns")
+        if progress and sims[c.key].pending:
+            progress(f"{c.topology}: simulating {sims[c.key].pending} distinct patterns")
         sims[c.key].flush()
         comms.append(comm_times(items_of[i], sims[c.key]))
     cal = spec.compute.calibrate
