@@ -456,6 +456,10 @@ def test_ep_concurrency_stage_simulates_a_stage_s_groups_together():
     a2a = [p for p in together.patterns if p["pattern"] == "a2a"]
     assert len(a2a) == 1 and a2a[0]["gpus"] == 128            # the stage's 4 EP groups of 32 in one pattern
     assert len([p for p in alone.patterns if p["pattern"] == "a2a"]) > 1
-    # sharing the fabric slows the slowest group down (here ~1.8x: far more than the groups' routing draws differ)
-    assert together.rows[0]["ep_dispatch_s"] >= alone.rows[0]["ep_dispatch_s"] * (1 - 1e-9)
+    # the groups use disjoint NVLink ports and one straddles two racks alone: together they take about the
+    # time the slowest takes alone (each group with its own routing draw). A leg's span is per group: over
+    # the whole pattern, the in-rack groups' early combines would stretch the combine span over the
+    # straddling group's dispatch (1.8x)
+    for leg in ("ep_dispatch_s", "ep_combine_s"):
+        assert together.rows[0][leg] == pytest.approx(alone.rows[0][leg], rel=0.1)
     assert together.rows[0]["ep_dispatch_bytes_per_gpu"] > 0

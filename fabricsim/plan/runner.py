@@ -219,9 +219,10 @@ class PatternSimulator:
             local = self._moe_trace(pat.ep_size, pat.tokens_per_gpu, len(pat.gpus))
             cols, ptr, dep = local.columns()
             ids = np.asarray(pat.gpus, dtype=np.int64)
-            cols = dict(cols, src=ids[cols["src"]], dst=ids[cols["dst"]])
+            # the microbatch tag (one microbatch here) carries the EP group of each message instead
+            cols = dict(cols, src=ids[cols["src"]], dst=ids[cols["dst"]], microbatch=cols["src"] // pat.ep_size)
         else:
-            cols, ptr, dep = Trace([TraceRecord(i, s, d, size, "pattern", "other", conn=0)
+            cols, ptr, dep = Trace([TraceRecord(i, s, d, size, "pattern", "other", microbatch=0, conn=0)
                                     for i, (s, d, size) in enumerate(pat.messages)]).columns()
         order = np.argsort(cols["id"], kind="stable")
         pos = order[np.searchsorted(cols["id"], dep, sorter=order)] if len(dep) else dep
@@ -315,20 +316,27 @@ class PatternSimulator:
                                   f"{self.spec.fabric.time_limit} (raise fabric.time_limit)")
         msgs = res.messages
         msgs = msgs[msgs["layer"] >= 0]
-        spans = msgs.groupby(["layer", "op"]).agg(lo=("release_ps", "min"), hi=("end_ps", "max"),
-                                                  phase=("phase", "first"), n=("size_bytes", "size"),
-                                                  bytes=("size_bytes", "sum"))
+        # spans per (pattern, EP group, op): with several EP groups in one pattern, a leg's span is taken
+        # per group (one group's combine may start while another's dispatch is still going on)
+        spans = msgs.groupby(["layer", "microbatch", "op"]).agg(
+            lo=("release_ps", "min"), hi=("end_ps", "max"), phase=("phase", "first"), n=("size_bytes", "size"),
+            bytes=("size_bytes", "sum"))
         wall = res.summary["run"].get("wall_time_s")
         for k, key in enumerate(keys):
             entry = self.cache[key]
             pat = entry["pattern"]
             sp = spans.loc[k]
-            out = {"all": (int(sp["hi"].max()) - int(sp["lo"].min())) / 1e12, "dispatch": 0.0, "combine": 0.0,
-                   "all_bytes": int(sp["bytes"].sum()), "dispatch_bytes": 0, "combine_bytes": 0}
-            if pat.kind == "a2a":
-                for _, r in sp.iterrows():
-                    out[r["phase"]] += (int(r["hi"]) - int(r["lo"])) / 1e12
-                    out[f"{r['phase']}_bytes"] += int(r["bytes"])
+            out = {"all": 0.0, "dispatch": 0.0, "combine": 0.0, "all_bytes": int(sp["bytes"].sum()),
+                   "dispatch_bytes": 0, "combine_bytes": 0}
+            for _, sg in sp.groupby(level=0):
+                out["all"] = max(out["all"], (int(sg["hi"].max()) - int(sg["lo"].min())) / 1e12)
+                if pat.kind == "a2a":
+                    legs = {"dispatch": 0.0, "combine": 0.0}
+                    for _, r in sg.iterrows():
+                        legs[r["phase"]] += (int(r["hi"]) - int(r["lo"])) / 1e12
+                        out[f"{r['phase']}_bytes"] += int(r["bytes"])
+                    for leg, t in legs.items():
+                        out[leg] = max(out[leg], t)
             gpus = pat.gpus if pat.kind == "a2a" else [x for m in pat.messages for x in m[:2]]
             entry.update(out, done=True)
             entry["row"] = {"signature": key, "type": entry["kind"], "pattern": pat.kind,
