@@ -463,3 +463,12 @@ def test_ep_concurrency_stage_simulates_a_stage_s_groups_together():
     for leg in ("ep_dispatch_s", "ep_combine_s"):
         assert together.rows[0][leg] == pytest.approx(alone.rows[0][leg], rel=0.1)
     assert together.rows[0]["ep_dispatch_bytes_per_gpu"] > 0
+
+
+def test_expert_legs_add_up_to_the_pattern_s_span(small):
+    _, res = small
+    for p in res.patterns:
+        if p["pattern"] == "a2a":
+            # never more than the layer's span (legs of different GPUs overlap here: the spans sum to more)
+            assert p["dispatch_s"] + p["combine_s"] <= p["time_s"] * (1 + 1e-9)
+            assert p["dispatch_s"] > 0 and p["combine_s"] > 0

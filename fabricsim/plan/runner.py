@@ -329,14 +329,19 @@ class PatternSimulator:
             out = {"all": 0.0, "dispatch": 0.0, "combine": 0.0, "all_bytes": int(sp["bytes"].sum()),
                    "dispatch_bytes": 0, "combine_bytes": 0}
             for _, sg in sp.groupby(level=0):
-                out["all"] = max(out["all"], (int(sg["hi"].max()) - int(sg["lo"].min())) / 1e12)
+                span = (int(sg["hi"].max()) - int(sg["lo"].min())) / 1e12
+                out["all"] = max(out["all"], span)
                 if pat.kind == "a2a":
                     legs = {"dispatch": 0.0, "combine": 0.0}
                     for _, r in sg.iterrows():
                         legs[r["phase"]] += (int(r["hi"]) - int(r["lo"])) / 1e12
                         out[f"{r['phase']}_bytes"] += int(r["bytes"])
+                    # legs of different GPUs overlap (a GPU combines while another still dispatches): the
+                    # group's span is shared by dispatch and combine in proportion to their spans
+                    total = sum(legs.values())
+                    scale = span / total if total > span else 1.0
                     for leg, t in legs.items():
-                        out[leg] = max(out[leg], t)
+                        out[leg] = max(out[leg], t * scale)
             gpus = pat.gpus if pat.kind == "a2a" else [x for m in pat.messages for x in m[:2]]
             entry.update(out, done=True)
             entry["row"] = {"signature": key, "type": entry["kind"], "pattern": pat.kind,
