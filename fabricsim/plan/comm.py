@@ -20,8 +20,9 @@ included) over ``pp`` stages (the slowest stage has ``ceil(L / pp)``):
 
 A ring step is one :class:`Pattern` (every rank of every group of one stage sends one chunk to its
 successor at once), so a collective is simulated as one step and multiplied by its step count; the
-expert all-to-all is one pattern per EP group. Which patterns are identical is decided on the
-topology (:mod:`fabricsim.plan.runner`).
+expert all-to-all is one pattern per EP group (``comm.ep_concurrency: stage``: one per stage, every
+EP group of the stage at once). Which patterns are identical is decided on the topology
+(:mod:`fabricsim.plan.runner`).
 """
 from __future__ import annotations
 
