@@ -472,3 +472,19 @@ def test_expert_legs_add_up_to_the_pattern_s_span(small):
             # never more than the layer's span (legs of different GPUs overlap here: the spans sum to more)
             assert p["dispatch_s"] + p["combine_s"] <= p["time_s"] * (1 + 1e-9)
             assert p["dispatch_s"] > 0 and p["combine_s"] > 0
+
+
+def test_domain_stride_fragments_the_job_across_racks():
+    spec, src = load_plan(dict(copy.deepcopy(RACKS), placement={"domain_stride": 2}))
+    cases, built = runner.check(spec, src)
+    topo = next(iter(built.values())).topology
+    lay = cases[0].layout
+    racks = sorted({topo.graph.nodes[g]["rack"] for g in lay.gpu_of})
+    assert racks == [0, 2] and len(lay.gpu_of) == 128           # racks 0 and 2: 72 + 56 GPUs
+    assert "one NVLink domain in 2" in runner.assumptions_of(spec, 1.0, 1.0, "x")["placement"]
+    with pytest.raises(ConfigError) as e:                      # 8 racks, every 3rd: 3 racks < 256 GPUs
+        spec, src = load_plan(dict(copy.deepcopy(RACKS), placement={"domain_stride": 3},
+                                   clusters=[{"topology": "su_576", "gpus": 256}],
+                                   batch={"global_batch": 256, "seq_len": 512}))
+        runner.check(spec, src)
+    assert e.value.field == "clusters[0].gpus"

@@ -7,7 +7,8 @@ Ranks are numbered in Megatron's order, tp fastest, then cp, then dp, then pp::
 and placed contiguously: rank r on GPU r (the first ``gpus`` GPUs of the topology), or, with
 ``placement.gpus_per_domain: K``, on the first K GPUs of each NVLink domain in turn (rank r on slot
 ``r mod K`` of domain ``r // K``: e.g. 64 of 72 GPUs per NVL72 rack, so that EP groups of 32 never
-straddle two racks). Every group below is a tuple of GPU ids.
+straddle two racks); ``placement.domain_stride: s`` uses every s-th domain only (a job fragmented
+across the fabric; with it, K defaults to the full domain). Every group below is a tuple of GPU ids.
 
 An EP group is ``ep`` consecutive data-parallel ranks (``d = b * ep + e``, same t, c and stage p);
 the expert data-parallel group of expert rank ``e`` holds every ``b`` and every ``c``.
@@ -61,13 +62,15 @@ class Layout:
             raise ConfigError(f"global_batch {b.global_batch} is not a whole number of microbatches of "
                               f"{b.micro_batch} on dp = {dp} at {gpus} GPUs (allowed: a multiple of "
                               f"dp x micro_batch = {dp * b.micro_batch})", source=source, field="batch.global_batch")
-        k = spec.placement.gpus_per_domain
+        k, stride = spec.placement.gpus_per_domain, spec.placement.domain_stride
         gpu_of = None
-        if k is not None:
+        if k is not None or stride > 1:
             if domains is None:
+                field = "placement.gpus_per_domain" if k is not None else "placement.domain_stride"
                 raise ConfigError("the topology has no NVLink domains to place ranks in (allowed: leave "
-                                  "gpus_per_domain out)", source=source, field="placement.gpus_per_domain")
-            usable = [d[:k] for d in domains if len(d) >= k]
+                                  f"{field.split('.')[1]} out)", source=source, field=field)
+            k = k or max(len(d) for d in domains)
+            usable = [d[:k] for d in domains[::stride] if len(d) >= k]
             if len(usable) * k < gpus:
                 raise ConfigError(f"{gpus} GPUs at {k} per domain need {-(-gpus // k)} domains of at least {k} "
                                   f"GPUs; the topology has {len(usable)} (allowed: fewer GPUs, or a larger "

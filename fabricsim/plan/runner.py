@@ -114,9 +114,13 @@ def check(spec: PlanSpec, source: str) -> tuple[list[Case], dict[str, Built]]:
         hosts = built[key].topology.num_hosts
         for j, n in enumerate(entry.sizes()):
             doms = _domains(built[key].topology)
-            k = spec.placement.gpus_per_domain
+            k, stride = spec.placement.gpus_per_domain, spec.placement.domain_stride
             if n is None:
-                n = hosts if k is None or doms is None else k * sum(len(d) >= k for d in doms)
+                if doms is None or (k is None and stride == 1):
+                    n = hosts
+                else:
+                    kk = k or max(len(d) for d in doms)
+                    n = kk * sum(len(d) >= kk for d in doms[::stride])
             at = f"{where}.gpus" + (f"[{j}]" if isinstance(entry.gpus, list) else "")
             if n > hosts:
                 raise ConfigError(f"{n} GPUs on a topology of {hosts} (allowed: at most {hosts})",
@@ -482,7 +486,8 @@ def assumptions_of(spec: PlanSpec, fpt: float, rate: float, rate_source: str) ->
         "engine": spec.fabric.engine, "qps_per_connection": spec.fabric.qps_per_connection,
         "placement": ("contiguous: rank r on GPU r" if spec.placement.gpus_per_domain is None else
                       f"the first {spec.placement.gpus_per_domain} GPUs of each NVLink domain") +
-                     "; ranks tp fastest, then cp, dp, pp",
+                     (f", one NVLink domain in {spec.placement.domain_stride}" if spec.placement.domain_stride > 1
+                      else "") + "; ranks tp fastest, then cp, dp, pp",
         "token_budget": spec.token_budget,
         "not_modelled": ["context-parallel traffic", "concurrency between patterns of different kinds or stages",
                          "pipelining between ring steps and between buckets",

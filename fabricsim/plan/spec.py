@@ -222,11 +222,14 @@ class Comm(BaseModel):
 
 class Placement(BaseModel):
     """Where the ranks go (fabricsim/plan/layout.py): contiguously on the first GPUs, or on the first
-    ``gpus_per_domain`` GPUs of each NVLink domain (e.g. 64 of 72 per NVL72 rack)."""
+    ``gpus_per_domain`` GPUs of each NVLink domain (e.g. 64 of 72 per NVL72 rack), of every
+    ``domain_stride``-th domain."""
 
     model_config = STRICT
     gpus_per_domain: Optional[int] = Field(None, ge=1, description="GPUs used per NVLink domain (None: all, "
                                            "contiguous)")
+    domain_stride: int = Field(1, ge=1, description="use every this-many-th NVLink domain (1: adjacent racks; "
+                               "2: every other rack, a job fragmented across the fabric)")
 
 
 class Outputs(BaseModel):
