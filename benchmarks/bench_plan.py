@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import sys
 import time
 from datetime import date
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     runs = [run_one(args.sizes, r) for r in args.routing]
     full = sorted(args.sizes) == [2048, 4096, 8192]
-    doc = {"command": "python3 benchmarks/bench_plan.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    doc = {"command": shlex.join(["python3", "benchmarks/bench_plan.py", *(argv if argv is not None else sys.argv[1:])]),
            "date": date.today().isoformat(),
            "machine": {"python": platform.python_version(), "platform": platform.platform(),
                        "processor": platform.processor()},
