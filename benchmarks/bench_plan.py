@@ -87,7 +87,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     runs = [run_one(args.sizes, r) for r in args.routing]
     full = sorted(args.sizes) == [2048, 4096, 8192]
-    doc = {"command": shlex.join(["python3", "benchmarks/bench_plan.py", *(argv if argv is not None else sys.argv[1:])]),
+    given = argv if argv is not None else sys.argv[1:]
+    doc = {"command": shlex.join(["python3", "benchmarks/bench_plan.py", *given]),
            "date": date.today().isoformat(),
            "machine": {"python": platform.python_version(), "platform": platform.platform(),
                        "processor": platform.processor()},
