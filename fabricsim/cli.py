@@ -345,6 +345,52 @@ def sweep_cmd(sweep_file, output, executor, jobs, scheduler, keep_runs, retry_fa
         sys.exit(1 if (bad["status"] == "failed").all() and len(bad) == len(df) else 3)
 
 
+@main.command("plan")
+@click.argument("plan_file", type=click.Path())
+@click.option("-o", "--output", "output", type=click.Path(), default=None,
+              help="folder (default: results/<plan name>-plan)")
+@click.option("--seed", type=int, default=None, help="replace the plan's seed")
+@click.option("-q", "--quiet", is_flag=True, help="no progress lines and no table")
+@click.option("--json", "as_json", is_flag=True, help="print the rows as JSON instead of the table")
+def plan_cmd(plan_file, output, seed, quiet, as_json):
+    """Capacity planning: step time, tokens/s/GPU and scaling efficiency of PLAN_FILE's training job on
+    each of its cluster sizes, from the fabric's simulated communication (docs/planning.md).
+
+    Writes plan.csv, plan.json (and plan.parquet if asked), patterns.csv and scaling.png into the
+    output folder; every assumption is written beside the numbers. Exit 2 on a bad plan (nothing
+    written), 1 when a pattern's simulation fails."""
+    from .plan import output as plan_output
+    from .plan.runner import run_plan
+    from .plan.spec import load_plan
+    try:
+        spec, source = load_plan(plan_file)
+        if seed is not None:
+            if seed < 0:
+                raise ConfigError(f"got {seed} (allowed: >= 0)", field="--seed")
+            spec = spec.model_copy(update={"seed": seed})
+        out = Path(output or Path("results") / f"{spec.name}-plan")
+        from .analysis.outpath import check_writable_dir
+        check_writable_dir(out)
+
+        def progress(text):
+            if not quiet:
+                click.echo(text, err=True)
+
+        result = run_plan(spec, source, progress=progress)
+        plan_output.write(result, out, spec.outputs.formats)
+    except FabricsimError as exc:
+        _fail(exc, plan_file)       # errors found after validation get the line of their field
+    except KeyboardInterrupt:
+        click.echo("interrupted: nothing written (the results are written once every size is planned)", err=True)
+        sys.exit(130)
+    if as_json:
+        click.echo(json.dumps(plan_output._json_safe(result.rows), indent=1))
+    elif not quiet:
+        click.echo(plan_output.format_table(result))
+        click.echo(f"simulated     {result.simulations} distinct patterns")
+        click.echo(f"results       {out}  (plan.csv, plan.json, patterns.csv, scaling.png)")
+
+
 @main.group("profile")
 def profile_group():
     """Deployment profiles (profile: NAME in a scenario)."""
