@@ -97,24 +97,10 @@ class SweepSpec:
         return [k for a in self.axes for k in a.keys]
 
     def line_of(self, *path) -> int | None:
-        """1-based line of the sweep-file entry at ``path`` (or of its deepest existing parent)."""
-        import yaml
-        node = self.root
-        if node is None:
-            return None
-        line = node.start_mark.line + 1
-        for key in path:
-            if isinstance(node, yaml.MappingNode):
-                found = next(((k, v) for k, v in node.value if getattr(k, "value", None) == str(key)), None)
-                if found is None:
-                    break
-                line, node = found[0].start_mark.line + 1, found[1]
-            elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
-                node = node.value[key]
-                line = node.start_mark.line + 1
-            else:
-                break
-        return line
+        """1-based line of the sweep-file entry at ``path`` (or of its deepest existing parent):
+        the scenario loader's own lookup (config/scenario.py)."""
+        from ..config.scenario import _node_line
+        return _node_line(self.root, tuple(path))
 
     def error(self, message: str, *path) -> ConfigError:
         """A one-line ConfigError naming this file, the field at ``path`` and its line."""
