@@ -457,11 +457,13 @@ def run_plan(spec: PlanSpec, source: str = "<dict>", progress=None) -> PlanResul
                                                   / smallest["tokens_per_s_per_gpu"])
         r["fabric_efficiency"] = r["compute_s"] / r["step_s"]
     assumptions = assumptions_of(spec, fpt, rate, rate_source)
-    patterns = [dict(r, topology=_label(json.loads(k))) for k, s in sims.items() for r in s.rows]
-    for k, s in sims.items():
-        for r in patterns:
+    patterns = []
+    for k, s in sims.items():         # each row's reuse count from its own topology's cache
+        for r in s.rows:
+            row = dict(r, topology=_label(json.loads(k)))
             if r["signature"] in s.cache:
-                r["reused"] = len(s.cache[r["signature"]]["members"]) - 1
+                row["reused"] = len(s.cache[r["signature"]]["members"]) - 1
+            patterns.append(row)
     return PlanResult(rows, patterns, assumptions, sum(s.simulations for s in sims.values()), items_of,
                       runs=sum(s.runs for s in sims.values()))
 

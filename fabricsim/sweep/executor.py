@@ -276,9 +276,21 @@ class DaskExecutor(Executor):
             # No dashboard; the scheduler's plain HTTP endpoints (health, metrics), which it always
             # serves, on a free loopback port rather than 8787 on every interface
             where = {"host": "127.0.0.1"} if self.processes else {}
-            self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=self.processes,
-                                         dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                                         silence_logs=logging.ERROR, **where)
+            # the workers are started with Ctrl-C ignored (a child keeps an ignored SIGINT), so a
+            # Ctrl-C to the terminal's process group reaches this process only, which stops the
+            # sweep cleanly, instead of printing each worker's traceback
+            import signal
+            import threading
+            main = threading.current_thread() is threading.main_thread()
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+            try:
+                self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=self.processes,
+                                             dashboard_address=None,
+                                             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                                             silence_logs=logging.ERROR, **where)
+            finally:
+                if main:
+                    signal.signal(signal.SIGINT, previous)
             self._client = Client(self._cluster)
 
     def imap(self, fn, tasks):

@@ -276,6 +276,9 @@ def run_sweep(spec: SweepSpec | str | Path, output_dir: str | Path | None = None
                         progress(prog)
             except KeyboardInterrupt:
                 interrupted = True
+            except BaseException:
+                store.flush()             # an unexpected error: the points finished so far are kept
+                raise
             signals.defer()               # what finished is written whatever is pressed now
             store.flush()
             ex.close(cancel=interrupted)
