@@ -488,3 +488,19 @@ def test_domain_stride_fragments_the_job_across_racks():
                                    batch={"global_batch": 256, "seq_len": 512}))
         runner.check(spec, src)
     assert e.value.field == "clusters[0].gpus"
+
+
+def test_each_pipeline_stage_holds_its_own_dense_parameters():
+    """Found in review: dense parameters were spread evenly over stages, so the first stage's
+    data-parallel bytes (embedding, dense layers) were 2.7x too small for DeepSeek-V3 at PP 16."""
+    from fabricsim.plan.model import ModelConfig
+    m = ModelConfig(preset="deepseek-v3")
+    stages = m.stage_dense_params(16)
+    assert sum(stages) == m.dense_params()
+    assert stages[0] == max(stages) and stages[0] > 2.5 * m.dense_params() / 16
+    # identical MoE layers only: the middle stages are equal, and the first and last each carry
+    # one vocabulary x hidden matrix more (input embedding, output head)
+    u = ModelConfig(preset="deepseek-v3", dense_layers=0, mtp_modules=0, layers=64)
+    s = u.stage_dense_params(8)
+    vh = u.vocab_size * u.hidden_size
+    assert len(set(s[1:-1])) == 1 and s[0] - s[1] == vh and s[-1] - s[1] == vh

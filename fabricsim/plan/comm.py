@@ -107,7 +107,9 @@ def derive(spec, lay: Layout) -> list[CommItem]:
                               notes={"message_bytes": act}))
     bucket = spec.comm.dp_bucket
     for part, groups_of, params in (
-            ("dense", lay.dp_groups, m.dense_params() / (lay.tp * lay.pp)),
+            # the stage holding the most (the first: embedding and dense layers; or the last: the
+            # output head): its gradients take longest, and the step waits for it
+            ("dense", lay.dp_groups, max(m.stage_dense_params(lay.pp)) / lay.tp),
             ("expert", lay.expert_dp_groups, m.routed_expert_params() / (lay.ep * lay.tp * lay.pp))):
         n = len(groups_of(0)[0])
         if n < 2 or params <= 0:

@@ -7,7 +7,7 @@ generator uses too; the rest of each preset (layers, dense / MoE split, attentio
 is in :data:`SHAPES` with its source.
 
 >>> m = ModelConfig(preset="deepseek-v3")
->>> round(m.total_params() / 1e9), round(m.active_params() / 1e9, 1)   # 37B quoted, embeddings aside
+>>> round(m.total_params() / 1e9), round(m.active_params() / 1e9, 1)   # 37B quoted: this counts the input embedding and the output head
 (671, 37.6)
 >>> m.moe_layers
 59
@@ -147,6 +147,28 @@ class ModelConfig(BaseModel):
         per_moe = self.shared_experts * self.expert_params() + h * self.experts
         return (self.all_layers * self.attention_params() + self.dense_layers * 3 * h * self.dense_ffn_size
                 + self.moe_layers * per_moe + 2 * self.vocab_size * h)
+
+    def stage_dense_params(self, pp: int) -> list[int]:
+        """:meth:`dense_params` held by each of ``pp`` pipeline stages: layers in order (dense
+        ones first, then MoE ones, then the MTP modules), ``ceil(layers / pp)`` per stage as the
+        communication model places them; the input embedding on the first stage and the output
+        head on the last. Sums to :meth:`dense_params`.
+
+        >>> m = ModelConfig(preset="deepseek-v3")
+        >>> sum(m.stage_dense_params(16)) == m.dense_params()
+        True
+        """
+        import math
+        h = self.hidden_size
+        per_moe = self.shared_experts * self.expert_params() + h * self.experts
+        per_stage = math.ceil(self.all_layers / pp)
+        out = [0] * pp
+        for layer in range(self.all_layers):
+            ffn = 3 * h * self.dense_ffn_size if layer < self.dense_layers else per_moe
+            out[min(layer // per_stage, pp - 1)] += self.attention_params() + ffn
+        out[0] += self.vocab_size * h
+        out[-1] += self.vocab_size * h
+        return out
 
     def total_params(self) -> int:
         """All parameters without the MTP modules (the figure models are quoted by)."""
