@@ -369,8 +369,8 @@ def plan_cmd(plan_file, output, seed, quiet, as_json):
                 raise ConfigError(f"got {seed} (allowed: >= 0)", field="--seed")
             spec = spec.model_copy(update={"seed": seed})
         out = Path(output or Path("results") / f"{spec.name}-plan")
-        from .analysis.outpath import check_writable_dir
-        check_writable_dir(out)
+        from .analysis.outpath import check_owned_dir
+        check_owned_dir(out, "plan.json", "plan")     # a folder of the user's own files: refused
 
         def progress(text):
             if not quiet:
@@ -384,7 +384,7 @@ def plan_cmd(plan_file, output, seed, quiet, as_json):
         click.echo("interrupted: nothing written (the results are written once every size is planned)", err=True)
         sys.exit(130)
     if as_json:
-        click.echo(json.dumps(plan_output._json_safe(result.rows), indent=1))
+        click.echo(json.dumps(plan_output.json_safe(result.rows), indent=1))
     elif not quiet:
         click.echo(plan_output.format_table(result))
         click.echo(f"simulated     {result.simulations} distinct patterns")

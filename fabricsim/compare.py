@@ -436,12 +436,9 @@ _RUN_DIR = re.compile(r"^[A-Za-z0-9_=-][A-Za-z0-9._=-]*/seed-?[0-9]+$")
 
 
 def _check_compare_dir(out: Path) -> None:
-    """Refuse (one line, exit 2, before any run) an output folder that holds files but no
-    comparison's record: runs.csv, summary.csv or report.html of the user's must not be
-    overwritten."""
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
-        raise ConfigError("is not empty and holds no fabricsim comparison (allowed: a new or empty folder, "
-                          "or the folder of an earlier comparison)", source=str(out), field="--output")
+    """Refuse, before any run, a folder of the user's own files (:func:`check_owned_dir`)."""
+    from .analysis.outpath import check_owned_dir
+    check_owned_dir(out, MANIFEST, "comparison")
 
 
 def _replace_manifest(out: Path, planned: list[str], name: str, vary: dict, seeds: list) -> None:

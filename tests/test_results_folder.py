@@ -160,3 +160,21 @@ def test_a_folder_of_another_results_format_is_refused_on_load(tmp_path):
     (out / "summary.json").write_text(json.dumps(s))
     with pytest.raises(ConfigError, match="results format 0"):
         load_results(out)
+
+
+@pytest.mark.parametrize("command, record", [
+    (["plan", "PLANS/small_moe.yaml"], "plan.csv"),
+    (["sweep", "SCENARIOS/sweeps/routing.yaml", "--executor", "serial"], "points.csv"),
+    (["compare", "SCENARIOS/quickstart.yaml", "--vary", "routing=ecmp"], "runs.csv"),
+])
+def test_plan_sweep_and_compare_never_overwrite_the_users_files(runner, tmp_path, command, record):
+    """Found in the final review: `fabricsim plan -o DIR` overwrote a user's plan.csv silently."""
+    from conftest import REPO
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / record).write_text("my own table\n")
+    args = [a.replace("PLANS", str(REPO / "plans")).replace("SCENARIOS", str(REPO / "scenarios")) for a in command]
+    r = runner.invoke(main, args + ["-o", str(out), "-q"])
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "holds no fabricsim" in r.output
+    assert (out / record).read_text() == "my own table\n" and [p.name for p in out.iterdir()] == [record]

@@ -41,3 +41,16 @@ def check_writable_file(path: str | Path, field: str = "--output") -> Path:
     if path.exists() and not os.access(path, os.W_OK):
         raise ConfigError("cannot be overwritten (permission denied)", source=str(path), field=field)
     return path
+
+
+def check_owned_dir(path: str | Path, record: str, what: str, field: str = "--output") -> Path:
+    """A folder fabricsim may write ``what`` results into: new, empty, or holding the ``record``
+    file an earlier ``what`` left there (``run.json`` of a run, ``compare.json``, ``sweep.json``,
+    ``plan.json``). A folder of the user's own files is refused (one line, exit 2) before anything
+    is written, so a user's ``runs.csv`` or ``plan.csv`` is never overwritten."""
+    path = check_writable_dir(path, field)
+    if path.is_dir() and any(path.iterdir()) and not (path / record).is_file():
+        raise ConfigError(f"is not empty and holds no fabricsim {what} (allowed: a new or empty folder, "
+                          f"or the folder of an earlier {what}: one with {record})", source=str(path), field=field)
+    return path
+

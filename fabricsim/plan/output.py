@@ -16,6 +16,8 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 SUMMARY_COLUMNS = ("gpus", "dp", "step_s", "compute_s", "exposed_comm_s", "tokens_per_s_per_gpu",
                    "scaling_efficiency")
 
@@ -36,14 +38,15 @@ def table(result):
     return df
 
 
-def _json_safe(v):
+def json_safe(v):
+    """``v`` with NaN/inf as None and numpy scalars as Python numbers, for JSON."""
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if isinstance(v, dict):
-        return {k: _json_safe(x) for k, x in v.items()}
+        return {k: json_safe(x) for k, x in v.items()}
     if isinstance(v, list):
-        return [_json_safe(x) for x in v]
-    if hasattr(v, "item"):
+        return [json_safe(x) for x in v]
+    if isinstance(v, np.generic):          # numpy scalars -> Python numbers
         return v.item()
     return v
 
@@ -63,11 +66,11 @@ def write(result, out_dir, formats) -> list[Path]:
     if "parquet" in formats:
         df.to_parquet(out / "plan.parquet", index=False)
         files.append(out / "plan.parquet")
-    if "json" in formats:
-        doc = {"assumptions": result.assumptions, "simulations": result.simulations, "rows": result.rows,
-               "patterns": result.patterns}
-        (out / "plan.json").write_text(json.dumps(_json_safe(doc), indent=1, sort_keys=False) + "\n")
-        files.append(out / "plan.json")
+    # plan.json whatever the formats: every assumption, and the folder's record (outpath.check_owned_dir)
+    doc = {"assumptions": result.assumptions, "simulations": result.simulations, "rows": result.rows,
+           "patterns": result.patterns}
+    (out / "plan.json").write_text(json.dumps(json_safe(doc), indent=1, sort_keys=False) + "\n")
+    files.append(out / "plan.json")
     return files
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, SimulationError
+from ..units import PS_PER_S
 from .comm import CommItem, Pattern, derive
 from .layout import Layout
 from .spec import COMM_TYPES, PlanSpec
@@ -333,12 +334,12 @@ class PatternSimulator:
             out = {"all": 0.0, "dispatch": 0.0, "combine": 0.0, "all_bytes": int(sp["bytes"].sum()),
                    "dispatch_bytes": 0, "combine_bytes": 0}
             for _, sg in sp.groupby(level=0):
-                span = (int(sg["hi"].max()) - int(sg["lo"].min())) / 1e12
+                span = (int(sg["hi"].max()) - int(sg["lo"].min())) / PS_PER_S
                 out["all"] = max(out["all"], span)
                 if pat.kind == "a2a":
                     legs = {"dispatch": 0.0, "combine": 0.0}
                     for _, r in sg.iterrows():
-                        legs[r["phase"]] += (int(r["hi"]) - int(r["lo"])) / 1e12
+                        legs[r["phase"]] += (int(r["hi"]) - int(r["lo"])) / PS_PER_S
                         out[f"{r['phase']}_bytes"] += int(r["bytes"])
                     # legs of different GPUs overlap (a GPU combines while another still dispatches): the
                     # group's span is shared by dispatch and combine in proportion to their spans

@@ -211,17 +211,17 @@ def run_sweep(spec: SweepSpec | str | Path, output_dir: str | Path | None = None
     run:
         The function each point runs with (default :func:`fabricsim.api.run`; module-level).
     """
-    from ..analysis.outpath import check_writable_dir
+    from ..analysis.outpath import check_owned_dir
     from ..analysis.status import RESULTS_FORMAT
     from ..api import StopSignals
     from .executor import make_executor
-    from .store import SweepStore
+    from .store import MANIFEST, SweepStore
 
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
     points = check(spec)                       # every point valid before anything is written
     out = Path(output_dir) if output_dir is not None else Path("results") / f"{spec.name}-sweep"
-    check_writable_dir(out)
+    check_owned_dir(out, MANIFEST, "sweep")     # a folder of the user's own files: refused
     ex = make_executor(executor, jobs=jobs, scheduler=scheduler, **executor_options)
     key_values = {}
     for axis in spec.axes:

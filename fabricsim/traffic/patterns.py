@@ -14,20 +14,19 @@ import numpy as np
 
 from ..errors import TrafficError
 from ..registry import Registry
+from ..units import INT64_MAX  # the largest size (bytes) or time (ps) a message column holds
 from ..flows.table import MessageTable
 from .message import Message
 
 PATTERNS: Registry = Registry("traffic pattern")
 
-#: largest size (bytes) or time (ps) a message column holds: a signed 64-bit integer
-INT64_MAX = 2**63 - 1
 
 
 def generate(cfg, topo, streams, source: str = "<scenario>", resolve=None) -> MessageTable:
     """Messages of a traffic section on a topology, as a :class:`MessageTable` (a ``Sequence``
     of :class:`Message`). Raises TrafficError for misfits."""
     table = PATTERNS.get(cfg.pattern)(cfg, topo, streams, source, resolve)
-    check_time_range(table, topo, source, "traffic.path" if hasattr(cfg, "path") else "traffic.message_size")
+    check_time_range(table, topo, source, "traffic.path" if "path" in type(cfg).model_fields else "traffic.message_size")
     return table
 
 
