@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["compare", "summarize", "t_critical", "ci95_halfwidth", "ALIASES", "DEFAULT_METRICS", "OP_METRICS"]
+__all__ = ["compare", "summarize", "t_critical", "ci95_halfwidth", "op_keys", "ALIASES", "DEFAULT_METRICS", "OP_METRICS"]
 
 #: short names accepted as vary keys
 ALIASES = {
@@ -41,7 +41,7 @@ DEFAULT_METRICS = [
 OP_METRICS = {"time_us": ("time_mean_ps", 1e6), "algbw_gbps": ("algbw_mean_bps", 1e9),
               "busbw_gbps": ("busbw_mean_bps", 1e9)}
 
-def _op_keys() -> list[str]:
+def op_keys() -> list[str]:
     """Every key ``summary.collectives.by_kind`` can have (:func:`~fabricsim.analysis.collectives.summary_key`)."""
     from .analysis.collectives import MOE_PHASES
     from .traces.schema import COLLECTIVES
@@ -51,7 +51,7 @@ def _op_keys() -> list[str]:
 def _op_metric_pattern() -> re.Pattern:
     """``<key>_<metric>`` names of the per-operation metrics (built on first use: it reads the
     collective kinds, so importing this module stays cheap)."""
-    return re.compile(r"^(" + "|".join(_op_keys()) + r")_(" + "|".join(OP_METRICS) + r")$")
+    return re.compile(r"^(" + "|".join(op_keys()) + r")_(" + "|".join(OP_METRICS) + r")$")
 
 # two-sided 95 % Student t critical values, degrees of freedom 1..30; the normal value beyond
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -317,7 +317,7 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
                and not op_metric.match(m)]
     if unknown:
         raise ConfigError(f"unknown metric {unknown[0]!r} (allowed: {', '.join(DEFAULT_METRICS)}; per operation "
-                          f"KEY_{{{','.join(OP_METRICS)}}} with KEY one of {', '.join(_op_keys())})",
+                          f"KEY_{{{','.join(OP_METRICS)}}} with KEY one of {', '.join(op_keys())})",
                           field="metrics")
     topologies: dict = {}           # each topology built once for validation and every run
     base, keys, dotted, combos, seed_list = _plan(scenario, vary or {}, seeds, topologies)

@@ -40,8 +40,8 @@ MANIFEST = "sweep.json"
 
 def metric_columns() -> list[str]:
     """Metric columns of the dataset: compare's default metrics, then every per-operation one."""
-    from ..compare import DEFAULT_METRICS, OP_METRICS, _op_keys
-    return list(DEFAULT_METRICS) + [f"{k}_{m}" for k in _op_keys() for m in OP_METRICS]
+    from ..compare import DEFAULT_METRICS, OP_METRICS, op_keys
+    return list(DEFAULT_METRICS) + [f"{k}_{m}" for k in op_keys() for m in OP_METRICS]
 
 
 def column_type(values: list):
