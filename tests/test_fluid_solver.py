@@ -1,6 +1,7 @@
-"""The vectorised max-min solver (fabricsim.flows.fluid) against the pure-Python reference, hand
-answers and its own optimality checker."""
+"""The max-min solver (fabricsim.flows.fluid), compiled and vectorised, against the pure-Python
+reference, hand answers, its own optimality checker and each other."""
 import doctest
+import functools
 
 import numpy as np
 import pytest
@@ -10,6 +11,11 @@ from hypothesis import given, settings, strategies as st
 from fabricsim.analysis.maxmin import max_min_rates
 from fabricsim.flows import fluid
 from fabricsim.flows.fluid import FluidProblem, check_max_min, max_min_fair
+from fabricsim.flows.fluid import max_min_fair as _max_min_fair
+
+
+#: every test that does not depend on one solver's internals runs on both
+METHODS = pytest.mark.parametrize("method", ["compiled", "vectorised"])
 
 
 def test_doctests():
@@ -56,9 +62,11 @@ instances = st.integers(1, 6).flatmap(lambda n_links: st.tuples(
              min_size=n_links, max_size=n_links)))
 
 
+@METHODS
 @settings(max_examples=150, deadline=None)
-@given(instances)
-def test_agrees_with_reference(inst):
+@given(inst=instances)
+def test_agrees_with_reference(inst, method):
+    max_min_fair = functools.partial(_max_min_fair, method=method)
     n_links, paths, caps = inst
     ref = max_min_rates(paths, dict(enumerate(caps)))
     cap = np.array(caps)
@@ -68,7 +76,9 @@ def test_agrees_with_reference(inst):
         assert check_max_min(F, V, cap, got) == []
 
 
-def test_weighted_split_by_hand():
+@METHODS
+def test_weighted_split_by_hand(method):
+    max_min_fair = functools.partial(_max_min_fair, method=method)
     # flow 0: half on link 0, half on link 1; flow 1: link 1 only; flow 2: link 0 only.
     # caps 1 and 3. Link 0: 0.5 r0 + r2 <= 1 saturates first at r = 2/3 (flows 0 and 2);
     # link 1: 0.5 * 2/3 + r1 <= 3 gives r1 = 3 - 1/3.
@@ -76,7 +86,8 @@ def test_weighted_split_by_hand():
     F = sp.identity(3, format="csr")
     sol = max_min_fair(F, V, np.array([1.0, 3.0]))
     np.testing.assert_allclose(sol.rates, [2 / 3, 3 - 1 / 3, 2 / 3], rtol=1e-12)
-    assert sol.iterations == 2
+    if method == "vectorised":
+        assert sol.iterations == 2
     # the same split through F: flow 0 is 0.5 on segment "link 0" and 0.5 on segment "link 1"
     F2 = sp.csr_matrix(np.array([[0.5, 0.5], [0.0, 1.0], [1.0, 0.0]]))
     V2 = sp.identity(2, format="csr")
@@ -92,7 +103,9 @@ def random_weighted(rng, n, s, L):
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_checker_accepts_solver_and_rejects_perturbed(seed):
+@METHODS
+def test_checker_accepts_solver_and_rejects_perturbed(seed, method):
+    max_min_fair = functools.partial(_max_min_fair, method=method)
     rng = np.random.default_rng(seed)
     F, V, cap = random_weighted(rng, 30, 12, 15)
     limit = np.where(rng.random(30) < 0.2, rng.uniform(0.0, 2.0, 30), np.inf)
@@ -109,7 +122,9 @@ def test_checker_accepts_solver_and_rejects_perturbed(seed):
         assert check_max_min(F, V, cap, higher, limit=limit)
 
 
-def test_limits():
+@METHODS
+def test_limits(method):
+    max_min_fair = functools.partial(_max_min_fair, method=method)
     F, V = one_hot([[0], [0], [0]], 1)
     sol = max_min_fair(F, V, np.array([3.0]), limit=np.array([0.5, np.inf, 4.0]))
     np.testing.assert_allclose(sol.rates, [0.5, 1.25, 1.25])
@@ -119,7 +134,9 @@ def test_limits():
                                [2.0, 1.0])
 
 
-def test_edge_cases():
+@METHODS
+def test_edge_cases(method):
+    max_min_fair = functools.partial(_max_min_fair, method=method)
     # zero flows
     sol = max_min_fair(sp.csr_matrix((0, 2)), sp.identity(2, format="csr"), np.ones(2))
     assert sol.rates.shape == (0,) and sol.iterations == 0
@@ -152,29 +169,34 @@ def test_checker_flags_infinite_and_overload():
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_active_mask_equals_solving_the_active_rows(seed):
+@METHODS
+def test_active_mask_equals_solving_the_active_rows(seed, method):
+    max_min_fair = functools.partial(_max_min_fair, method=method)
     rng = np.random.default_rng(100 + seed)
     F, V, cap = random_weighted(rng, 40, 15, 20)
     limit = np.where(rng.random(40) < 0.2, rng.uniform(0.0, 2.0, 40), np.inf)
     active = rng.random(40) < 0.6
     prob = FluidProblem(F, V, cap)
-    masked = prob.solve(active=active, limit=limit).rates
+    masked = prob.solve(method=method, active=active, limit=limit).rates
     alone = max_min_fair(F[active], V, cap, limit=limit[active]).rates
     np.testing.assert_allclose(masked[active], alone, rtol=1e-9)
     assert (masked[~active] == 0).all()
     # the prepared problem re-solved with everything, and with another F on the same links
-    np.testing.assert_allclose(prob.solve(limit=limit).rates, max_min_fair(F, V, cap, limit=limit).rates)
-    np.testing.assert_allclose(prob.with_flows(F[active]).solve(limit=limit[active]).rates, alone, rtol=1e-9)
+    np.testing.assert_allclose(prob.solve(method=method, limit=limit).rates, max_min_fair(F, V, cap, limit=limit).rates)
+    np.testing.assert_allclose(prob.with_flows(F[active]).solve(method=method, limit=limit[active]).rates, alone, rtol=1e-9)
 
 
 def test_batches_equal_levels_in_one_iteration():
-    # 50 disjoint links of equal capacity, one flow each: one level
+    # 50 disjoint links of equal capacity, one flow each: one level (the vectorised solver's
+    # batches; the compiled one takes one link per step)
     F, V = one_hot([[i] for i in range(50)], 50)
-    sol = max_min_fair(F, V, np.ones(50))
+    sol = max_min_fair(F, V, np.ones(50), method="vectorised")
     assert sol.iterations == 1 and np.allclose(sol.rates, 1.0)
 
 
-def test_many_links_window():
+@METHODS
+def test_many_links_window(method):
+    max_min_fair = functools.partial(_max_min_fair, method=method)
     # more links than the candidate window: levels found across window rebuilds
     rng = np.random.default_rng(7)
     n_links, n = 5000, 4000
@@ -241,6 +263,7 @@ def test_fabric_structure_mostly_inactive_against_reference(seed, small_window, 
     # many flows sharing segments, most rows inactive (as the flow engine passes them); with a
     # tiny window and work budget the batches are cut inside the window, whose links left out
     # must stay candidates (they once were dropped until the next rebuild)
+    method = "vectorised" if small_window else "auto"
     if small_window:
         monkeypatch.setattr(fluid, "_WINDOW", 8)
         monkeypatch.setattr(fluid, "_BUDGET", 64)
@@ -248,27 +271,170 @@ def test_fabric_structure_mostly_inactive_against_reference(seed, small_window, 
     rng = np.random.default_rng(1000 + seed)
     active = rng.random(F.shape[0]) < 0.25
     prob = FluidProblem(F, V, cap)
-    got = prob.solve(active=active).rates
+    got = prob.solve(active=active, method=method).rates
     idx = np.flatnonzero(active)
     ref = max_min_rates([paths[i] for i in idx], dict(enumerate(cap)))
     np.testing.assert_allclose(got[idx], ref, rtol=1e-9)
     assert (got[~active] == 0).all()
     assert check_max_min(F[active], V, cap, got[active]) == []
     # the same through with_flows and with the inactive rows dropped
-    np.testing.assert_allclose(prob.with_flows(F[active]).solve().rates, got[idx], rtol=1e-12)
+    np.testing.assert_allclose(prob.with_flows(F[active]).solve(method=method).rates, got[idx], rtol=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_fabric_structure_split_over_planes(seed, monkeypatch):
+@METHODS
+def test_fabric_structure_split_over_planes(seed, monkeypatch, method):
+    max_min_fair = functools.partial(_max_min_fair, method=method)
     # flows split 1/4 over four planes (weighted F): the factorised solve equals the solve of the
     # formed usage A = F @ V (one segment per flow), and is max-min fair
     F, V, cap, _ = fabric_instance(seed, n_flows=1500, planes=4)
     active = np.random.default_rng(2000 + seed).random(F.shape[0]) < 0.4
-    got = FluidProblem(F, V, cap).solve(active=active).rates
+    got = FluidProblem(F, V, cap).solve(method=method, active=active).rates
     A = (F @ V).tocsr()
-    flat = FluidProblem(sp.identity(F.shape[0], format="csr"), A, cap).solve(active=active).rates
+    flat = FluidProblem(sp.identity(F.shape[0], format="csr"), A, cap).solve(method=method, active=active).rates
     np.testing.assert_allclose(got, flat, rtol=1e-9)
     assert check_max_min(F[active], V, cap, got[active]) == []
+    # the vectorised solver with a tiny window and budget
     monkeypatch.setattr(fluid, "_WINDOW", 4)
     monkeypatch.setattr(fluid, "_BUDGET", 16)
-    np.testing.assert_allclose(FluidProblem(F, V, cap).solve(active=active).rates, got, rtol=1e-9)
+    np.testing.assert_allclose(FluidProblem(F, V, cap).solve(method="vectorised", active=active).rates, got,
+                               rtol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_equals_vectorised_on_engine_like_problems(seed):
+    # the two implementations of one algorithm: same rates (within rounding) with limits, an
+    # active mask, zero-capacity and unconstrained links, and both max-min fair
+    F, V, cap, _ = fabric_instance(seed, n_flows=2500, planes=2 if seed % 2 else 1)
+    rng = np.random.default_rng(3000 + seed)
+    cap = cap.copy()
+    cap[rng.random(cap.size) < 0.02] = np.inf
+    cap[rng.random(cap.size) < 0.005] = 0.0
+    limit = np.where(rng.random(F.shape[0]) < 0.1, rng.uniform(0.01, 0.5, F.shape[0]), np.inf)
+    active = rng.random(F.shape[0]) < 0.7
+    prob = FluidProblem(F, V, cap)
+    a = prob.solve(active=active, limit=limit, method="compiled").rates
+    b = prob.solve(active=active, limit=limit, method="vectorised").rates
+    np.testing.assert_allclose(a, b, rtol=1e-9)
+    assert check_max_min(F[active], V, cap, a[active], limit=limit[active]) == []
+
+
+def test_unknown_method():
+    F, V = one_hot([[0]], 1)
+    with pytest.raises(ValueError, match="method must be one of"):
+        max_min_fair(F, V, np.ones(1), method="fast")
+
+
+def all_to_all_instance(seed, hosts=32, leaves=4, spines=4, planes=1):
+    """Half the pairs of an all-to-all on a leaf-spine with one ECMP spine per pair and plane,
+    every link of capacity 0.1: many links at exactly the same level, reached by sums taken in
+    different orders (rates of one level differing in the last bits)."""
+    rng = np.random.default_rng(seed)
+    per_leaf = hosts // leaves
+    per_plane = 2 * hosts + 2 * leaves * spines
+    segs: dict = {}
+    frows, fcols, fvals = [], [], []
+    f = 0
+    for src in range(hosts):
+        for dst in range(hosts):
+            if src == dst or rng.random() < 0.5:
+                continue
+            for p in range(planes):
+                base = p * per_plane
+                pieces = [(base + src,), (base + hosts + dst,)]
+                if src // per_leaf != dst // per_leaf:
+                    s = int(rng.integers(spines))
+                    pieces.append((base + 2 * hosts + (src // per_leaf) * spines + s,
+                                   base + 2 * hosts + leaves * spines + (dst // per_leaf) * spines + s))
+                for piece in pieces:
+                    frows.append(f)
+                    fcols.append(segs.setdefault(piece, len(segs)))
+                    fvals.append(1.0 / planes)
+            f += 1
+    vrows, vcols = [], []
+    for piece, sid in segs.items():
+        for link in piece:
+            vrows.append(sid)
+            vcols.append(link)
+    F = sp.csr_matrix((fvals, (frows, fcols)), shape=(f, len(segs)))
+    V = sp.csr_matrix((np.ones(len(vrows)), (vrows, vcols)), shape=(len(segs), planes * per_plane))
+    return F, V, np.full(planes * per_plane, 0.1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_warm_start_equals_cold_solve_through_a_run(seed):
+    # an engine-like sequence: flows end (the fastest first, and random ones) and new flows
+    # start; each warm solve resumes from the previous one and must give the cold solve's rates
+    planes = 2 if seed % 2 else 1
+    F, V, cap, _ = fabric_instance(seed, n_flows=3000, planes=planes)
+    rng = np.random.default_rng(4000 + seed)
+    n = F.shape[0]
+    active = np.zeros(n, bool)
+    active[:n * 2 // 5] = True
+    prob = FluidProblem(F, V, cap)
+    prev = prob.solve(active=active, method="compiled")
+    earlier = np.where(active, prev.rates, np.nan)
+    kept_total = 0
+    for step in range(12):
+        alive = np.flatnonzero(active)
+        r = prev.rates[alive]
+        # the fastest few end, plus a random few; new flows start every other step
+        end = alive[np.argsort(-r, kind="stable")[:max(1, alive.size // 30)]]
+        end = np.unique(np.concatenate([end, rng.choice(alive, max(1, alive.size // 100), replace=False)]))
+        r_gone = float(earlier[end].min())
+        active[end] = False
+        if step % 2:
+            idle = np.flatnonzero(~active)
+            active[rng.choice(idle, min(idle.size, max(1, alive.size // 25)), replace=False)] = True
+        cold = prob.solve(active=active, method="compiled")
+        vec = prob.solve(active=active, method="vectorised")
+        sol = prob.solve(active=active, method="compiled", warm=(earlier, r_gone))
+        np.testing.assert_allclose(sol.rates, cold.rates, rtol=1e-9)
+        np.testing.assert_allclose(sol.rates, vec.rates, rtol=1e-9)
+        assert check_max_min(F[active], V, cap, sol.rates[active]) == []
+        kept_total += sol.kept
+        prev = sol
+        earlier = np.where(active, sol.rates, np.nan)
+    # the warm start does reuse rates (without ended flows slower than the rest it keeps many)
+    assert kept_total > 0
+
+
+def test_warm_start_with_rates_of_one_level_differing_by_rounding():
+    # every link of capacity 0.1: flows of one level, frozen at different links, get rates that
+    # differ in the last bits; an ended flow's rate a hair above a continuing flow of its level
+    # once kept the latter (t* taken exactly) and overloaded nothing but left it too slow
+    for seed in range(10):
+        F, V, cap = all_to_all_instance(seed, planes=1 + seed % 3)
+        rng = np.random.default_rng(seed)
+        active = np.ones(F.shape[0], bool)
+        prob = FluidProblem(F, V, cap)
+        earlier = prob.solve(active=active, method="compiled").rates.copy()
+        for _ in range(15):
+            alive = np.flatnonzero(active)
+            end = rng.choice(alive, max(1, alive.size // 20), replace=False)
+            r_gone = float(earlier[end].min())
+            active[end] = False
+            cold = prob.solve(active=active, method="compiled")
+            sol = prob.solve(active=active, method="compiled", warm=(earlier, r_gone))
+            np.testing.assert_allclose(sol.rates, cold.rates, rtol=1e-9)
+            earlier = np.where(active, sol.rates, np.nan)
+
+
+def test_warm_start_bound_on_a_saturated_link():
+    # link 0 (cap 2) carries flows a, b at 1 each; link 1 (cap 10) carries c alone at 10... and
+    # flow d (link 2, cap 0.5) is slow. A new flow on link 0 lowers a and b to 2/3: its bound
+    # cap / (D + a) = 2/3 keeps d (0.5 < 2/3) and refills a, b, c.
+    V = sp.identity(3, format="csr")
+    F = sp.csr_matrix(np.array([[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [1.0, 0, 0]]))
+    cap = np.array([2.0, 10.0, 0.5])
+    prob = FluidProblem(F, V, cap)
+    act = np.array([True, True, True, True, False])
+    first = prob.solve(active=act, method="compiled")
+    np.testing.assert_allclose(first.rates[:4], [1.0, 1.0, 10.0, 0.5])
+    earlier = np.where(act, first.rates, np.nan)
+    sol = prob.solve(active=np.ones(5, bool), method="compiled", warm=(earlier, np.inf))
+    np.testing.assert_allclose(sol.rates, [2 / 3, 2 / 3, 10.0, 0.5, 2 / 3], rtol=1e-12)
+    assert sol.kept == 1
+    # a wrong warm start (claiming nothing changed, while a flow was added) would keep a and b
+    # at 1 and overload link 0: the bound is what prevents it
+    assert check_max_min(F, V, cap, np.array([1.0, 1.0, 10.0, 0.5, 0.0])) != []

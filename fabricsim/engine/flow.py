@@ -94,6 +94,13 @@ class FlowParams(BaseModel):
         "more than group x its message's idle-fabric time; grouped lets every release inside the window "
         "wait for its end (fewer rate recomputations at cluster scale, larger per-message error: "
         "docs/fidelity.md). Work started by a completion inside the window waits for its end in both"))
+    solver: Literal["auto", "compiled", "vectorised"] = Field("auto", description=(
+        "max-min solver (fabricsim.flows.fluid): compiled (numba), vectorised (numpy / scipy.sparse), "
+        "or auto (compiled when numba is installed); the same rates within rounding"))
+    warm_start: bool = Field(True, description=(
+        "compiled solver: a rate recomputation keeps the rates that provably cannot change (flows "
+        "below the lowest level the changes since the last one can reach) and refills the rest; the "
+        "same rates as a full recomputation within rounding"))
     efficiency: Union[float, dict[str, float]] = Field(1.0, description=(
         "fraction of each link's payload capacity the transport reaches, as measured by packet runs; "
         "a number, or a mapping routing policy -> number (policies not named: 1.0)"))
@@ -260,6 +267,8 @@ class FlowEngine:
         self.quantum = float(self.params.quantum)
         self.group = float(self.params.group)
         self.on_time = self.params.releases == "on_time"
+        self.solver = self.params.solver
+        self.warm_start = self.params.warm_start
         self.cap = self._capacities()
         self.warnings: list[str] = []
         if sc.simulation.cell_packets != 1 or sc.simulation.kernel != "heap":
@@ -376,7 +385,11 @@ class FlowEngine:
         self.now = 0.0
         problem = None
         built_flows = built_segments = -1
-        self.stats = {"solves": 0, "iterations": 0, "steps": 0, "peak": 0}
+        self.stats = {"solves": 0, "iterations": 0, "steps": 0, "peak": 0, "kept": 0}
+        # the last solve's rates (nan: flow not active in it) and the lowest of them among flows
+        # finished since: the warm start of the next solve (FluidProblem.solve)
+        self._earlier = np.zeros(0)
+        self._r_gone = math.inf
         st = self.stats
         rates = np.zeros(0)
         status = None
@@ -435,10 +448,15 @@ class FlowEngine:
                 elif self.f_version != built_flows:
                     problem = problem.with_flows(self._f_matrix())
                     built_flows = self.f_version
-                sol = problem.solve(active=self.f_alive[:self.nf])
+                sol = problem.solve(active=self.f_alive[:self.nf], method=self.solver,
+                                    warm=(self._earlier, self._r_gone) if self.warm_start else None)
                 rates = sol.rates
+                if self.warm_start:
+                    self._earlier = np.where(self.f_alive[:self.nf], rates, np.nan)
+                    self._r_gone = math.inf
                 st["solves"] += 1
                 st["iterations"] += sol.iterations
+                st["kept"] += sol.kept
                 self._dirty = False
                 st["peak"] = max(st["peak"], len(alive))
                 if progress is not None:
@@ -484,6 +502,7 @@ class FlowEngine:
             self.now += step
             if len(done_flows):
                 self.f_alive[done_flows] = False
+                self._r_gone = min(self._r_gone, float(r[fin].min()))
                 np.add.at(self.delivered, self.f_row[done_flows], self.f_payload[done_flows])
                 self._dirty = True
                 order = np.argsort(finish_at, kind="stable")       # in the order they finish
@@ -821,6 +840,7 @@ class FlowEngine:
         counters = {"injected_payload_bytes": int(self.dlv.sum()),
                     "dropped_payload_bytes": 0, "dropped_packets": 0,
                     "flow_rate_recomputations": solves, "flow_solver_iterations": iterations, "flow_steps": steps,
+                    "flow_solver": self._solver_used(), "flow_rates_kept": st["kept"],
                     "flows": self.flows_opened, "flow_segments": self.spread.segments, "flow_peak_concurrent": peak,
                     "flow_efficiency": self.efficiency, "flow_quantum_ps": int(self.quantum),
                     "flow_group": self.group, "flow_releases": self.params.releases}
@@ -834,6 +854,13 @@ class FlowEngine:
                           links=links, counters=counters, warnings=list(self.warnings),
                           link_samples=samples, link_samples_truncated=self.link_samples_truncated,
                           not_modelled=dict(NOT_MODELLED))
+
+    def _solver_used(self) -> str:
+        """The max-min solver that ran: ``compiled`` or ``vectorised`` (``auto`` resolved)."""
+        from ..flows.fluid import compiled_available
+        if self.solver == "auto":
+            return "compiled" if compiled_available() else "vectorised"
+        return self.solver
 
     def _messages_frame(self):
         """The messages table as columns (the recorder streamed the rows; it keeps none)."""
@@ -872,6 +899,11 @@ class FlowEngine:
         self.link_fluid += self._v_matrix().T @ (F.T @ sent)
         Fk = F[keep]
         self.f_counts, self.f_seg, self.f_w = [np.diff(Fk.indptr)], [Fk.indices.astype(np.int64)], [Fk.data]
+        if self._earlier.size:                   # the warm start follows the renumbering
+            earlier = np.full(len(keep), np.nan)
+            inside = keep < self._earlier.size
+            earlier[inside] = self._earlier[keep[inside]]
+            self._earlier = earlier
         m = len(keep)
         for name in ("f_rem", "f_row", "f_size", "f_payload", "f_alive", "f_t0", "f_tail", "f_good"):
             a = getattr(self, name)

@@ -33,7 +33,14 @@ links take about 500 (benchmarks/bench_fluid_solver.py). Per iteration the work 
 to the flows on the window's links and the entries of the newly frozen flows, plus the window;
 ``A`` is never formed.
 
-A solve works on the active rows of ``F`` only: it takes them out (``F[active]``), builds their
+Two implementations of the same progressive filling are offered (``method`` of
+:meth:`FluidProblem.solve`): the default, compiled with numba (:mod:`fabricsim.flows.fluid_compiled`:
+one link per step taken from a heap of lower bounds of the links' levels, refreshed only at the
+top, so a step costs the flows it freezes), and the vectorised batches described here, in numpy
+and scipy.sparse only (used when numba is missing, and as the reference the compiled one is tested
+against). Their rates agree within rounding.
+
+A vectorised solve works on the active rows of ``F`` only: it takes them out (``F[active]``), builds their
 segment -> flow lists (the structure of the transpose, by scipy's counting sort), and when they
 use few of the segments renumbers segments and links to the used ones. Sets of segments and flows
 are found with marking arrays, not sorting; the loads and fill denominators of the links are
@@ -95,6 +102,25 @@ _COMPRESS = 2
 _COMPRESS_V = 4
 
 
+METHODS = ("auto", "compiled", "vectorised")
+
+
+def _use_compiled(method: str) -> bool:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    if method == "vectorised":
+        return False
+    if method == "compiled":
+        return True
+    return compiled_available()
+
+
+def compiled_available() -> bool:
+    """Whether numba can be imported (the compiled solver's only extra requirement)."""
+    import importlib.util
+    return importlib.util.find_spec("numba") is not None
+
+
 @dataclass(frozen=True)
 class FluidRates:
     """A solved allocation.
@@ -105,12 +131,16 @@ class FluidRates:
         ``float64[n]``, in the capacities' unit per unit of ``F @ V``. ``inf`` for a flow crossing
         no finite-capacity link and without a limit; ``0`` for inactive flows.
     iterations : int
-        Number of batches (each freezes every local bottleneck of the window, see the module
-        docstring); at most the number of distinct levels.
+        The vectorised solver: number of batches (each freezes every local bottleneck of the
+        window, see the module docstring), at most the number of distinct levels. The compiled
+        solver: number of steps (each saturates one link or brings one flow to its limit).
+    kept : int
+        Flows that kept their earlier rate in a warm start (``0`` for a cold solve).
     """
 
     rates: np.ndarray
     iterations: int
+    kept: int = 0
 
 
 def _as_csr(m, name: str) -> sp.csr_matrix:
@@ -229,9 +259,14 @@ class FluidProblem:
                                             self._VTr.indptr), shape=self._VTr.shape)
             self._cap_r = self.cap[self.links]
             self._Vr_ptr = self._Vr.indptr.astype(np.int64)
+            # the compiled solver's segment and link renumbering maps (all -1 between solves)
+            # and a per-link count of the used segments crossing it (parallel links are merged)
+            self._maps = (np.full(self._Vr.shape[0], -1, np.int64),
+                          np.full(self._Vr.shape[1], -1, np.int64),
+                          np.zeros(self._Vr.shape[1], np.int64))
         else:
             (self.V, self.cap, self.links, self._Vr, self._VTr,
-             self._VTr_ones, self._cap_r, self._Vr_ptr) = _prepared_links
+             self._VTr_ones, self._cap_r, self._Vr_ptr, self._maps) = _prepared_links
         if self.F.shape[1] != self.V.shape[0]:
             raise ValueError(f"F has {self.F.shape[1]} segments, V has {self.V.shape[0]}")
         # F's transpose (segment -> flow lists) is built per solve for the active rows only
@@ -244,9 +279,10 @@ class FluidProblem:
         """The same links and segments with another flow matrix ``F`` (V-side work reused)."""
         return FluidProblem(F, None, None, _prepared_links=(self.V, self.cap, self.links, self._Vr,
                                                            self._VTr, self._VTr_ones, self._cap_r,
-                                                           self._Vr_ptr))
+                                                           self._Vr_ptr, self._maps))
 
-    def solve(self, *, active=None, limit=None, rtol: float = 1e-9) -> FluidRates:
+    def solve(self, *, active=None, limit=None, rtol: float = 1e-9,
+              method: str = "auto", warm=None) -> FluidRates:
         """Max-min fair rates of the active flows.
 
         Parameters
@@ -256,9 +292,24 @@ class FluidProblem:
         limit : array_like, shape (n_flows,), optional
             Per-flow rate caps (``inf`` = none), e.g. a sender's own rate.
         rtol : float
-            A link saturates with its flows when its level is within ``rtol`` (relative) of the
-            lowest level (or limit) among those flows; they then freeze at that lowest value, so
-            near-ties are resolved together and no link is overloaded.
+            Vectorised solver: a link saturates with its flows when its level is within ``rtol``
+            (relative) of the lowest level (or limit) among those flows; they then freeze at that
+            lowest value, so near-ties are resolved together and no link is overloaded. The
+            compiled solver takes one link at a time at its own level and needs no tolerance.
+        method : {"auto", "compiled", "vectorised"}
+            ``compiled``: the same algorithm compiled with numba
+            (:mod:`fabricsim.flows.fluid_compiled`, several times faster on large problems);
+            ``vectorised``: numpy / scipy.sparse only. ``auto`` (default) is ``compiled`` when
+            numba can be imported. Both give the same rates within rounding.
+        warm : tuple (rates, r_gone), optional
+            Compiled solver, without ``limit``: resume from an earlier solve of the same flows
+            (the same rows of ``F`` and the same links; rows may have been added since). ``rates``
+            holds each flow's earlier rate, ``nan`` for a flow not active then (rows past its end
+            are new flows); ``r_gone`` is the lowest earlier rate of the flows that have ended
+            since (``inf`` if none). Flows whose earlier rate lies below the level at which the
+            two problems can first differ keep it, and only the rest is filled again
+            (:func:`fabricsim.flows.fluid_compiled.solve_rows` gives the argument); the rates are
+            those of a cold solve within rounding. Ignored by the vectorised solver.
 
         Returns
         -------
@@ -285,9 +336,23 @@ class FluidProblem:
         if n == 0:
             return FluidRates(rates, 0)
         # work on the active rows only (local flow numbers, in the same order as the global ones)
-        local, it = self._solve_rows(act, lim, rtol)
+        if _use_compiled(method):
+            from . import fluid_compiled
+            prev, r_gone = None, np.inf
+            if warm is not None and lim is None:
+                earlier, r_gone = warm
+                earlier = np.asarray(earlier, np.float64)
+                prev = np.full(act.size, -1.0)
+                inside = act < earlier.size
+                e = earlier[act[inside]]
+                prev[inside] = np.where(np.isfinite(e), e, -1.0)
+            local, it, kept = fluid_compiled.solve_rows(act, self.F, self._Vr, self._cap_r, lim,
+                                                        self._maps, prev, float(r_gone))
+        else:
+            local, it = self._solve_rows(act, lim, rtol)
+            kept = 0
         rates[act] = local
-        return FluidRates(rates, it)
+        return FluidRates(rates, it, kept)
 
     def _solve_rows(self, act, lim, rtol):
         F = self.F if act.size == self.n_flows else self.F[act]
@@ -510,13 +575,15 @@ class FluidProblem:
         return rates, iterations
 
 
-def max_min_fair(F, V, cap, *, limit=None, active=None, rtol: float = 1e-9) -> FluidRates:
+def max_min_fair(F, V, cap, *, limit=None, active=None, rtol: float = 1e-9,
+                 method: str = "auto") -> FluidRates:
     """Max-min fair rates for usage ``A = F @ V`` and link capacities ``cap``.
 
-    One-shot form of ``FluidProblem(F, V, cap).solve(active=active, limit=limit, rtol=rtol)``;
-    see :class:`FluidProblem` for the parameters and :class:`FluidRates` for the result.
+    One-shot form of ``FluidProblem(F, V, cap).solve(active=active, limit=limit, rtol=rtol,
+    method=method)``; see :class:`FluidProblem` for the parameters and :class:`FluidRates` for
+    the result.
     """
-    return FluidProblem(F, V, cap).solve(active=active, limit=limit, rtol=rtol)
+    return FluidProblem(F, V, cap).solve(active=active, limit=limit, rtol=rtol, method=method)
 
 
 def check_max_min(F, V, cap, rates, limit=None, rtol: float = 1e-6) -> list[str]:

@@ -1,0 +1,437 @@
+"""The max-min solve of :mod:`fabricsim.flows.fluid` compiled with numba.
+
+The algorithm is the vectorised solver's (see that module's docstring): progressive filling in
+batches, each freezing every *local bottleneck* among the lowest-level links of a candidate
+window, each at its own level. What changes is the machinery, not the result:
+
+* no per-iteration temporaries: the (link, segment, flow) walks are loops over CSR arrays with
+  scratch arrays allocated once per solve, reset only where they were written;
+* the segment -> flow lists of the active flows are built by a counting sort over the active rows
+  of ``F`` (no ``F[active]`` copy) and compacted in place as flows freeze, so a segment's frozen
+  flows are passed over once;
+* the alive links are kept as a list compacted at every window rebuild, so a rebuild costs the
+  links still alive, not all of them.
+
+Rates agree with the vectorised solver within rounding (the sums are taken in another order);
+``tests/test_fluid_compiled.py`` checks both against each other and against
+:func:`fabricsim.flows.fluid.check_max_min` on random problems, and
+``benchmarks/bench_solver_cases.py`` times them on problems captured from engine runs.
+
+Compilation (about 2-4 s) happens on the first solve of a process and is cached on disk by numba
+(``cache=True``); later processes load it in well under a second. Importing this module imports
+numba; :mod:`fabricsim.flows.fluid` does so only when a compiled solve is asked for.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["solve_rows"]
+
+#: relative margin below the warm start's level t* under which an earlier rate is kept (passed
+#: to the kernel as an argument: numba freezes a global's value into the compiled code)
+_TIE = 1e-9
+
+
+@njit(cache=True, nogil=True)
+def _level(lk, l):
+    """Fill level of link ``l``: the common rate of its unfrozen flows at which it saturates."""
+    x = lk[l, 0] - lk[l, 1]
+    if x < 0.0:
+        x = 0.0
+    return x / lk[l, 2]
+
+
+@njit(cache=True, nogil=True)
+def _sift_down(hk, hl, pos, i, size):
+    """Move entry ``i`` of the 4-ary min-heap (keys ``hk``, links ``hl``) down to its place."""
+    k = hk[i]
+    l = hl[i]
+    while True:
+        c = 4 * i + 1
+        if c >= size:
+            break
+        best = c
+        bk = hk[c]
+        end = c + 4 if c + 4 < size else size
+        for j in range(c + 1, end):
+            if hk[j] < bk:
+                bk = hk[j]
+                best = j
+        if bk >= k:
+            break
+        hk[i] = bk
+        hl[i] = hl[best]
+        pos[hl[i]] = i
+        i = best
+    hk[i] = k
+    hl[i] = l
+    pos[l] = i
+
+
+@njit(cache=True, nogil=True)
+def _sift_up(hk, hl, pos, i):
+    k = hk[i]
+    l = hl[i]
+    while i > 0:
+        p = (i - 1) // 4
+        if hk[p] <= k:
+            break
+        hk[i] = hk[p]
+        hl[i] = hl[p]
+        pos[hl[i]] = i
+        i = p
+    hk[i] = k
+    hl[i] = l
+    pos[l] = i
+
+
+@njit(cache=True, nogil=True)
+def _remove(hk, hl, pos, l, size):
+    """Take link ``l`` out of the heap of ``size`` entries; returns the new size."""
+    i = pos[l]
+    pos[l] = -1
+    size -= 1
+    if i == size:
+        return size
+    hk[i] = hk[size]
+    hl[i] = hl[size]
+    pos[hl[i]] = i
+    if i > 0 and hk[i] < hk[(i - 1) // 4]:
+        _sift_up(hk, hl, pos, i)
+    else:
+        _sift_down(hk, hl, pos, i, size)
+    return size
+
+
+@njit(cache=True, nogil=True)
+def _localise(act, f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap, uses, seg_map, link_map):
+    """The active rows of ``F`` and the part of ``V`` they use, renumbered to the used segments
+    and links (in order of first use): local CSR ``F`` (flows x segments), ``V`` (segments x
+    links) and ``V``'s transpose structure, and the global numbers of the used links.
+
+    Parallel links are merged: links *private* to one used segment (no other used segment crosses
+    them) with the same coefficient in its row and the same capacity always have the same level
+    and the same flows (a spray over a GPU's 18 NVLink ports, a NIC's ports on 4 planes), so one of
+    them stands for all. ``seg_map`` / ``link_map`` are all ``-1`` and ``uses`` all ``0`` on entry,
+    and are left so."""
+    n = act.size
+    nnz = 0
+    for k in range(n):
+        nnz += f_ptr[act[k] + 1] - f_ptr[act[k]]
+    lf_ptr = np.empty(n + 1, np.int64)
+    lf_ind = np.empty(nnz, np.int64)
+    lf_dat = np.empty(nnz)
+    used_segs = np.empty(min(nnz, seg_map.size), np.int64)
+    ns = 0
+    j = 0
+    lf_ptr[0] = 0
+    for k in range(n):
+        g = act[k]
+        for e in range(f_ptr[g], f_ptr[g + 1]):
+            s = f_ind[e]
+            m = seg_map[s]
+            if m < 0:
+                m = ns
+                seg_map[s] = m
+                used_segs[ns] = s
+                ns += 1
+            lf_ind[j] = m
+            lf_dat[j] = f_dat[e]
+            j += 1
+        lf_ptr[k + 1] = j
+    vnnz = 0
+    for i in range(ns):
+        s = used_segs[i]
+        vnnz += v_ptr[s + 1] - v_ptr[s]
+        for e in range(v_ptr[s], v_ptr[s + 1]):
+            uses[v_ind[e]] += 1
+    lv_ptr = np.empty(ns + 1, np.int64)
+    lv_ind = np.empty(vnnz, np.int64)
+    lv_dat = np.empty(vnnz)
+    used_links = np.empty(min(vnnz, link_map.size), np.int64)
+    nl = 0
+    j = 0
+    lv_ptr[0] = 0
+    for i in range(ns):
+        s = used_segs[i]
+        seg_map[s] = -1
+        row = j
+        for e in range(v_ptr[s], v_ptr[s + 1]):
+            l = v_ind[e]
+            c = v_dat[e]
+            if uses[l] == 1:
+                twin = False
+                for q in range(row, j):
+                    if lv_dat[q] == c and uses[used_links[lv_ind[q]]] == 1 and \
+                            cap[used_links[lv_ind[q]]] == cap[l]:
+                        twin = True
+                        break
+                if twin:
+                    continue
+            m = link_map[l]
+            if m < 0:
+                m = nl
+                link_map[l] = m
+                used_links[nl] = l
+                nl += 1
+            lv_ind[j] = m
+            lv_dat[j] = c
+            j += 1
+        lv_ptr[i + 1] = j
+    vnnz = j
+    used_links = used_links[:nl].copy()
+    for i in range(nl):
+        link_map[used_links[i]] = -1
+    for i in range(ns):
+        s = used_segs[i]
+        for e in range(v_ptr[s], v_ptr[s + 1]):
+            uses[v_ind[e]] = 0
+    # link -> segments (counting sort, segments ascending)
+    lvt_ptr = np.zeros(nl + 1, np.int64)
+    for e in range(vnnz):
+        lvt_ptr[lv_ind[e] + 1] += 1
+    for i in range(nl):
+        lvt_ptr[i + 1] += lvt_ptr[i]
+    fill = lvt_ptr[:-1].copy()
+    lvt_ind = np.empty(vnnz, np.int64)
+    for i in range(ns):
+        for e in range(lv_ptr[i], lv_ptr[i + 1]):
+            l = lv_ind[e]
+            lvt_ind[fill[l]] = i
+            fill[l] += 1
+    return lf_ptr, lf_ind, lf_dat, lv_ptr, lv_ind, lv_dat, lvt_ptr, lvt_ind, used_links
+
+
+@njit(cache=True, nogil=True)
+def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, limited, prev,
+            r_gone, tie):
+    """Progressive filling of the flows of local CSR ``F`` over local ``V`` (see :func:`_localise`),
+    every link finite and used. ``prev`` (empty, or one per flow): each flow's rate in an earlier
+    solve of the same problem, ``-1`` for a flow new since; ``r_gone``: the lowest earlier rate of
+    the flows gone since (``inf`` if none). See :func:`solve_rows` for the warm start."""
+    n = f_ptr.size - 1
+    n_seg = v_ptr.size - 1
+    L = cap.size
+    rates = np.zeros(n)
+    free = np.ones(n, np.bool_)
+    # per segment: removed share, removed load, removed flows (of the flows frozen in one step);
+    # first used for the warm start's sums, then for the unfrozen flows' share and kept load
+    sg = np.zeros((n_seg, 3))
+    kept = 0
+    if prev.size == n and n > 0:
+        # warm start: the level t_star below which nothing differs from the earlier solve
+        for k in range(n):
+            r = prev[k]
+            for e in range(f_ptr[k], f_ptr[k + 1]):
+                s = f_ind[e]
+                if r >= 0.0:
+                    sg[s, 0] += f_dat[e]
+                    sg[s, 1] += f_dat[e] * r
+                else:
+                    sg[s, 2] += f_dat[e]
+        lw = np.zeros((L, 3))
+        for s in range(n_seg):
+            for e in range(v_ptr[s], v_ptr[s + 1]):
+                l = v_ind[e]
+                c = v_dat[e]
+                lw[l, 0] += c * sg[s, 0]
+                lw[l, 1] += c * sg[s, 1]
+                lw[l, 2] += c * sg[s, 2]
+            sg[s, 0] = 0.0
+            sg[s, 1] = 0.0
+            sg[s, 2] = 0.0
+        t_star = r_gone
+        for l in range(L):
+            a_new = lw[l, 2]
+            if a_new > 0.0:
+                tb = cap[l] / (lw[l, 0] + a_new)
+                tb2 = (cap[l] - lw[l, 1]) / a_new
+                if tb2 > tb:
+                    tb = tb2
+                if tb < t_star:
+                    t_star = tb
+        # (rates of one level differ by rounding: a flow within `tie` of t_star may share the
+        # level of an ended flow, so it is filled again)
+        t_keep = t_star * (1.0 - tie)
+        for k in range(n):
+            if prev[k] >= 0.0 and prev[k] < t_keep:
+                rates[k] = prev[k]
+                free[k] = False
+                kept += 1
+    # segment -> unfrozen flow lists (counting sort), emptied as links saturate
+    seg_ptr = np.zeros(n_seg + 1, np.int64)
+    for k in range(n):
+        if free[k]:
+            for e in range(f_ptr[k], f_ptr[k + 1]):
+                s = f_ind[e]
+                seg_ptr[s + 1] += 1
+                sg[s, 0] += f_dat[e]
+        else:
+            for e in range(f_ptr[k], f_ptr[k + 1]):
+                sg[f_ind[e], 1] += f_dat[e] * rates[k]
+    for s in range(n_seg):
+        seg_ptr[s + 1] += seg_ptr[s]
+    seg_end = seg_ptr[:-1].copy()
+    seg_fl = np.empty(seg_ptr[n_seg], np.int64)
+    for k in range(n):
+        if free[k]:
+            for e in range(f_ptr[k], f_ptr[k + 1]):
+                s = f_ind[e]
+                seg_fl[seg_end[s]] = k
+                seg_end[s] += 1
+    # per link, in one row: capacity, load of frozen flows, sum of A[f, l] over unfrozen flows,
+    # (unfrozen flow, segment) incidences
+    lk = np.zeros((L, 4))
+    for l in range(L):
+        lk[l, 0] = cap[l]
+    for s in range(n_seg):
+        c = seg_end[s] - seg_ptr[s]
+        w = sg[s, 0]
+        ld = sg[s, 1]
+        sg[s, 0] = 0.0
+        sg[s, 1] = 0.0
+        for e in range(v_ptr[s], v_ptr[s + 1]):
+            l = v_ind[e]
+            lk[l, 1] += ld * v_dat[e]
+            lk[l, 2] += w * v_dat[e]
+            lk[l, 3] += c
+    # 4-ary heap of the links by a lower bound of their fill level: levels only rise, so a key is
+    # refreshed only when its link reaches the top; a link leaves when its last flow freezes
+    size = 0
+    for l in range(L):
+        if lk[l, 3] > 0:
+            size += 1
+    hk = np.empty(size)
+    hl = np.empty(size, np.int64)
+    pos = np.full(L, -1, np.int64)
+    size = 0
+    for l in range(L):
+        if lk[l, 3] > 0:
+            hk[size] = _level(lk, l)
+            hl[size] = l
+            pos[l] = size
+            size += 1
+    for i in range((size - 2) // 4, -1, -1):
+        _sift_down(hk, hl, pos, i, size)
+
+    if limited:
+        fin = np.flatnonzero(np.isfinite(lim))
+        lim_order = fin[np.argsort(lim[fin], kind="mergesort")]
+    else:
+        lim_order = np.empty(0, np.int64)
+    lp = 0
+    nlim = lim_order.size
+    tsegs = np.empty(n_seg, np.int64)
+    steps = 0
+    while True:
+        while lp < nlim and not free[lim_order[lp]]:
+            lp += 1
+        # the lowest link whose key is its current level
+        t = np.inf
+        l = -1
+        while size > 0:
+            l = hl[0]
+            t = _level(lk, l)
+            if t > hk[0]:
+                hk[0] = t
+                _sift_down(hk, hl, pos, 0, size)
+                l = -1
+                continue
+            break
+        if l < 0 and lp >= nlim:
+            break
+        steps += 1
+        nt = 0
+        if lp < nlim and (l < 0 or lim[lim_order[lp]] < t):
+            # a flow's own limit binds first
+            f = lim_order[lp]
+            r = lim[f]
+            rates[f] = r
+            free[f] = False
+            for e in range(f_ptr[f], f_ptr[f + 1]):
+                s = f_ind[e]
+                if sg[s, 2] == 0.0:
+                    tsegs[nt] = s
+                    nt += 1
+                sg[s, 0] += f_dat[e]
+                sg[s, 1] += f_dat[e] * r
+                sg[s, 2] += 1.0
+        else:
+            # l saturates at level t: its unfrozen flows freeze there
+            for e in range(vt_ptr[l], vt_ptr[l + 1]):
+                s0 = vt_ind[e]
+                for q in range(seg_ptr[s0], seg_end[s0]):
+                    f = seg_fl[q]
+                    if not free[f]:
+                        continue
+                    rates[f] = t
+                    free[f] = False
+                    for e2 in range(f_ptr[f], f_ptr[f + 1]):
+                        s = f_ind[e2]
+                        if sg[s, 2] == 0.0:
+                            tsegs[nt] = s
+                            nt += 1
+                        sg[s, 0] += f_dat[e2]
+                        sg[s, 1] += f_dat[e2] * t
+                        sg[s, 2] += 1.0
+                seg_end[s0] = seg_ptr[s0]
+        # take the frozen flows out of their links
+        for i in range(nt):
+            s = tsegs[i]
+            dd = sg[s, 0]
+            dl = sg[s, 1]
+            dc = sg[s, 2]
+            sg[s, 0] = 0.0
+            sg[s, 1] = 0.0
+            sg[s, 2] = 0.0
+            for e in range(v_ptr[s], v_ptr[s + 1]):
+                l2 = v_ind[e]
+                c = v_dat[e]
+                lk[l2, 1] += c * dl
+                lk[l2, 2] -= c * dd
+                lk[l2, 3] -= dc
+                if lk[l2, 3] <= 0.0 and pos[l2] >= 0:
+                    lk[l2, 2] = 0.0
+                    size = _remove(hk, hl, pos, l2, size)
+    for k in range(n):
+        if free[k]:
+            rates[k] = lim[k] if limited else np.inf
+    return rates, steps, kept
+
+
+def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf):
+    """Max-min rates of the flows ``act`` (row numbers of CSR ``F``) over the solver links.
+
+    ``Vr`` (segments x solver links, CSR) is the prepared link side of
+    :class:`fabricsim.flows.fluid.FluidProblem`, ``cap_r`` its links' capacities, ``lim`` the
+    limits of the flows ``act`` or ``None``; ``maps``: two int64 arrays of ``-1`` (one per
+    segment, one per link) and one of zeros (per link), kept between solves so that a solve costs
+    what its flows use.
+
+    Warm start (``prev``, without limits): each flow's rate in an earlier solve of the same flows
+    (same rows of ``F``, same links), ``-1`` for a flow that has started since; ``r_gone`` the
+    lowest earlier rate of the flows that have ended since. Progressive filling of the new
+    problem is the earlier one's up to the level ``t* = min(r_gone, t_l)`` over the links ``l`` of
+    the new flows, ``t_l = max((cap_l - u_l) / a_l, cap_l / (D_l + a_l))`` (``u_l``, ``D_l``: the
+    load and the total coefficient of the continuing flows at their earlier rates, ``a_l`` the new
+    flows' total coefficient): an ended flow's links saturated at or above its rate, and below
+    ``t_l`` link ``l`` cannot saturate with the new flows on it (its use at level ``t`` is at most
+    ``min(u_l, t D_l) + t a_l``). So every continuing flow whose earlier rate is below ``t*``
+    keeps it, and the filling resumes from there.
+
+    Returns ``(rates of act, steps, kept)``: a step saturates one link or brings one flow to its
+    limit; ``kept`` flows took their earlier rate.
+    """
+    limited = lim is not None
+    lim_a = np.ascontiguousarray(lim, np.float64) if limited else np.empty(0)
+    seg_map, link_map, uses = maps
+    cap = np.ascontiguousarray(cap_r, np.float64)
+    (f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind,
+     used) = _localise(np.ascontiguousarray(act, np.int64), F.indptr, F.indices, F.data,
+                       Vr.indptr, Vr.indices, Vr.data, cap, uses, seg_map, link_map)
+    cap = cap[used]
+    if prev is None or limited:
+        prev = np.empty(0)
+    return _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim_a, limited,
+                   np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE)
