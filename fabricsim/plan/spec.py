@@ -9,10 +9,11 @@ Sections (docs/planning.md explains each, ``plans/`` has examples)::
     clusters:                                 # one row of results per entry and size
       - {topology: gb300_2048_4x200g}         # a preset name, or any scenario topology section
       - {topology: gb300_8192_4x200g, gpus: [4096, 8192]}   # the first N GPUs of a topology
-    fabric: {routing: adaptive, profile: spectrum_x}
+    fabric: {routing: adaptive, profile: spectrum_x}   # packet_slice: {patterns: 1, use: report}: packet engine
     compute: {peak_tflops: 2500, mfu: 0.4}    # or calibrate: {gpus: 2048, tokens_per_s_per_gpu: 1200}
     overlap: {model: a2a_1f1b, fraction: 0.5}
     placement: {gpus_per_domain: 64}          # optional: 64 of 72 GPUs per rack (default: contiguous)
+    background: {pattern: permutation, gpus: unused, message_size: 4MiB, load: 0.5}   # optional: another job
     comm: {dp_bucket: 256MiB, moe: {popularity: uniform}}
     token_budget: 15e12
     seed: 0
@@ -91,6 +92,29 @@ class ClusterEntry(BaseModel):
         return [self.gpus] if not isinstance(self.gpus, list) else list(self.gpus)
 
 
+class PacketSlice(BaseModel):
+    """Re-simulate a few distinct patterns with the packet engine, beside the flow engine's times.
+
+    Per communication type in ``types``, ``patterns`` distinct patterns (``pick: slowest``: those the
+    step waits for, the slowest in the flow engine first; ``random``: drawn from the plan's seed) run
+    again, each alone, with the packet engine and with the flow engine (the same run, so the same
+    queue-pair numbering and ECMP draws); ``patterns.csv`` gets both times and their ratio. With
+    ``use: correct`` each type's communication time is multiplied by the mean packet/flow ratio of
+    its sampled patterns (per topology); ``report`` (the default) only reports them. The packet runs'
+    wall time is estimated first (fabricsim/engine/estimate.py) and the plan is refused when it is
+    above ``max_wall_s``."""
+
+    model_config = STRICT
+    patterns: int = Field(1, ge=1, le=64, description="distinct patterns per communication type")
+    types: Optional[list[Literal[COMM_TYPES]]] = Field(None, description="communication types sampled "
+                                                         "(None: every type the plan has)")
+    pick: Literal["slowest", "random"] = Field("slowest", description="which patterns of a type")
+    use: Literal["report", "correct"] = Field("report", description="report the packet times, or also "
+                                              "correct each type's time by its packet/flow ratio")
+    max_wall_s: float = Field(600.0, gt=0, allow_inf_nan=False, description="refuse the plan when the "
+                              "packet runs are estimated to take longer (s of wall time)")
+
+
 class Fabric(BaseModel):
     """Fabric policies of every simulated pattern (scenario sections, by name)."""
 
@@ -101,6 +125,8 @@ class Fabric(BaseModel):
     qps_per_connection: int = Field(1, ge=1, le=4096, description="queue pairs per connection")
     time_limit: str = Field("60s", description="simulated-time limit of the run holding every distinct "
                             "pattern of a topology, one after the other")
+    packet_slice: Optional[PacketSlice] = Field(None, description="re-simulate a sample of the patterns "
+                                                "with the packet engine (None: flow engine only)")
 
     @field_validator("routing")
     @classmethod
@@ -232,6 +258,57 @@ class Placement(BaseModel):
                                "2: every other rack, a job fragmented across the fabric)")
 
 
+class BackgroundSpec(BaseModel):
+    """Another job's traffic on the fabric while each of the plan's patterns runs
+    (fabricsim/plan/background.py): ``pattern`` over ``gpus``, chains of ``message_size`` messages
+    keeping the other job's NICs busy a share ``load`` of the time."""
+
+    model_config = STRICT
+    pattern: str = Field("permutation", description="permutation (random derangement), ring, all_to_all")
+    gpus: Union[Literal["unused"], int, list[int]] = Field(
+        "unused", description="unused: the GPUs the planned job leaves free at each size (their first "
+        "`fraction`); N: the topology's last N GPUs; or a list of GPU ids (never the job's)")
+    fraction: float = Field(1.0, gt=0, le=1, description="share of the unused GPUs (gpus: unused)")
+    message_size: int = Field(4 * 2**20, description="bytes per message of each flow [EST: 4 MiB]")
+    load: float = Field(1.0, gt=0, le=1, description="share of time the other job's NICs send, alone")
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern(cls, v):
+        from .background import PATTERNS
+        if v not in PATTERNS:
+            import difflib
+            near = difflib.get_close_matches(v, list(PATTERNS), n=1)
+            raise ValueError(f"unknown background pattern {v!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+                             + f" (allowed: {', '.join(sorted(PATTERNS))})")
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v):
+        if isinstance(v, bool):
+            raise ValueError(f"got {v!r} (allowed: unused, a number of GPUs >= 2, or a list of GPU ids)")
+        if isinstance(v, int) and v < 2:
+            raise ValueError(f"got {v} (allowed: at least 2 GPUs)")
+        if isinstance(v, list):
+            if len(set(v)) != len(v) or len(v) < 2 or any(isinstance(g, bool) or g < 0 for g in v):
+                raise ValueError("got a list with repeated, negative or fewer than 2 GPU ids (allowed: 2 or more "
+                                 "distinct GPU ids)")
+        return v
+
+    @field_validator("message_size", mode="before")
+    @classmethod
+    def _size(cls, v):
+        from .. import units
+        try:
+            b = units.parse_size(v)
+        except ValueError:
+            b = 0
+        if b <= 0:
+            raise ValueError(f"got {v!r} (allowed: a size > 0 such as 4MiB)")
+        return b
+
+
 class Outputs(BaseModel):
     model_config = STRICT
     formats: list[Literal["csv", "parquet", "json"]] = Field(default_factory=lambda: ["csv", "json"])
@@ -252,6 +329,8 @@ class PlanSpec(BaseModel):
     overlap: Overlap = Field(default_factory=Overlap)
     placement: Placement = Field(default_factory=Placement)
     comm: Comm = Field(default_factory=Comm)
+    background: Optional[BackgroundSpec] = Field(None, description="another job's traffic while each "
+                                                 "pattern runs (None: the job is alone on the fabric)")
     token_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="tokens to train")
     seed: int = Field(0, ge=0)
     outputs: Outputs = Field(default_factory=Outputs)
