@@ -8,19 +8,32 @@ size, so the pattern's messages share the fabric with it. The pattern's times ar
 own messages only.
 
 The other job is a set of *flows* (``(src, dst)`` GPU pairs, from a pattern in :data:`PATTERNS`), each
-a chain of ``message_size`` messages: message j + 1 starts ``gap_ps`` after message j ends (the other
-job's compute between its communication rounds). A *round* is one message on every flow; alone on
-the fabric it takes ``round_ps = fanout x message_size / NIC rate`` (fanout: flows out of the
-busiest background GPU; NIC rate: the slowest background GPU's scale-out links added up), and
-``gap_ps = round_ps (1 / load - 1)``, so ``load`` is the share of time the other job's NICs would be
-busy if it were alone. With ``load < 1`` each flow starts at its own phase (a counter-based hash of
-the plan's seed and the flow), so the on/off periods are spread rather than synchronised.
+a persistent connection sending ``message_size`` messages. A *round* is one message on every flow;
+alone on the fabric it takes ``round_ps = fanout x message_size / NIC rate`` (fanout: flows out of
+the busiest background GPU; NIC rate: the slowest background GPU's scale-out links added up; flows
+inside an NVLink domain are faster than that), and ``load`` is the share of time the other job's
+NICs would be busy if it were alone:
+
+* ``load: 1``: a flow's messages are posted at once on its connection, so they go back to back (no
+  idle time between two of them: a continuous stream);
+* ``load < 1``: message j + 1 starts ``gap_ps = round_ps (1 / load - 1)`` after message j ends (the
+  other job's compute between its rounds), and each flow starts at its own phase within one period
+  (a counter-based hash of the plan's seed and the flow), so the on/off periods are spread rather
+  than synchronised. Sharing a link stretches the other job's rounds, not its gaps, as a real job's.
+
+The background is released with each pattern and the pattern simulator makes it long enough to
+outlast the pattern (:meth:`Background.messages_per_flow` of a guess, lengthened and rerun until every
+flow's last message ends after the pattern's), then waits for it before the next pattern starts.
 
 >>> bg = Background(pairs=((0, 1), (1, 0)), size_bytes=1000, round_ps=20_000, load=0.5, pattern="ring")
->>> bg.gap_ps, bg.period_ps, bg.messages_per_flow(100_000)     # 2 messages cover 40 ns, 1 more spare
-(20000, 40000, 4)
+>>> bg.gap_ps, bg.period_ps     # 20 ns sending, 20 ns idle
+(20000, 40000)
+>>> bg.messages_per_flow(100_000)     # 3 periods cover 100 ns, one more, one for the start phase
+5
 >>> sorted(PATTERNS)
 ['all_to_all', 'permutation', 'ring']
+>>> _ring([4, 5, 6], seed=0), sorted(_permutation([4, 5, 6], seed=0)) != [(4, 4), (5, 5), (6, 6)]
+([(4, 5), (5, 6), (6, 4)], True)
 """
 from __future__ import annotations
 

@@ -67,7 +67,8 @@ def _scenario_dict(spec: PlanSpec, topo: dict) -> dict:
     f = spec.fabric
     d = {"name": f"{spec.name}-pattern", "profile": f.profile, "topology": topo,
          "traffic": {"pattern": "trace", "path": "<plan pattern>", "qps_per_connection": f.qps_per_connection},
-         "simulation": {"engine": f.engine, "seed": spec.seed, "time_limit": f.time_limit},
+         "simulation": {"engine": f.engine, "seed": spec.seed, "time_limit": f.time_limit,
+                        **({"flow": dict(f.flow)} if f.flow else {})},
          "outputs": {"link_sample_interval": "off"}}
     if f.routing is not None:
         d["routing"] = {"policy": f.routing}
@@ -108,6 +109,8 @@ def check(spec: PlanSpec, source: str) -> tuple[list[Case], dict[str, Built]]:
                 field = exc.field or ""
                 if field.startswith("topology"):
                     field = f"{where}.{field}"
+                elif field.startswith("simulation.flow"):
+                    field = "fabric.flow" + field[len("simulation.flow"):]
                 elif field.split(".")[0] in ("routing", "simulation", "profile"):
                     field = {"routing.policy": "fabric.routing", "profile": "fabric.profile",
                              "simulation.time_limit": "fabric.time_limit"}.get(field, "fabric")
@@ -347,11 +350,15 @@ class PatternSimulator:
                          "microbatch": np.full(nb, k, dtype=np.int64), "gap_ps": gap, "start_ps": start,
                          "conn": BACKGROUND_CONN + chain, "collective": np.full(nb, "", dtype=object),
                          "collective_bytes": np.zeros(nb, dtype=np.int64)}
-                has = ~first | (barrier is not None)
+                if bg.load >= 1:   # posted at once on the flow's connection: sent back to back, no idle gap
+                    has = np.full(nb, barrier is not None)
+                    bdep = np.full(int(has.sum()), -1 if barrier is None else barrier, dtype=np.int64)
+                else:              # message j + 1 after message j, and the gap (the other job's compute)
+                    has = ~first | (barrier is not None)
+                    prev = np.arange(base, base + nb, dtype=np.int64) - 1
+                    bdep = np.where(first, barrier if barrier is not None else -1, prev)[has]
                 bptr = np.zeros(nb + 1, dtype=np.int64)
                 np.cumsum(has, out=bptr[1:])
-                prev = np.arange(base, base + nb, dtype=np.int64) - 1
-                bdep = np.where(first, barrier if barrier is not None else -1, prev)[has]
                 add(bcols, bptr, bdep.astype(np.int64))
                 waits.append(base + np.arange(f, dtype=np.int64) * m + (m - 1))   # each chain's last message
                 base += nb
@@ -376,6 +383,7 @@ class PatternSimulator:
             from ..config import load_scenario
             d = _scenario_dict(self.spec, self.built.section)
             d["simulation"]["engine"] = engine
+            d["simulation"].pop("flow", None)         # the flow engine's parameters only
             self._scenarios[engine] = load_scenario(d).scenario
         return self._scenarios[engine]
 
@@ -703,7 +711,7 @@ def assumptions_of(spec: PlanSpec, fpt: float, rate: float, rate_source: str) ->
         "overlap_model": spec.overlap.model, "overlap_fraction": spec.overlap.fraction,
         "overlap_fractions": dict(spec.overlap.fractions),
         "routing": spec.fabric.routing or "(profile/default)", "profile": spec.fabric.profile,
-        "engine": spec.fabric.engine, "qps_per_connection": spec.fabric.qps_per_connection,
+        "engine": spec.fabric.engine, "flow_params": dict(spec.fabric.flow), "qps_per_connection": spec.fabric.qps_per_connection,
         "comm_times_from": _comm_source(spec), "packet_slice": _packet_slice_text(spec),
         "background": _background_text(spec),
         "placement": ("contiguous: rank r on GPU r" if spec.placement.gpus_per_domain is None else

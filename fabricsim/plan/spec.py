@@ -125,6 +125,9 @@ class Fabric(BaseModel):
     qps_per_connection: int = Field(1, ge=1, le=4096, description="queue pairs per connection")
     time_limit: str = Field("60s", description="simulated-time limit of the run holding every distinct "
                             "pattern of a topology, one after the other")
+    flow: dict[str, Any] = Field(default_factory=dict, description="the flow engine's parameters "
+                                 "(scenario simulation.flow: quantum, group, releases, efficiency); e.g. "
+                                 "{group: 0} for exact rate recomputation")
     packet_slice: Optional[PacketSlice] = Field(None, description="re-simulate a sample of the patterns "
                                                 "with the packet engine (None: flow engine only)")
 
