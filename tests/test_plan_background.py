@@ -99,7 +99,10 @@ def test_plan_with_a_colliding_background_waits_twice_as_long_for_its_ring_steps
     for t in COMM_TYPES:
         assert b[f"{t}_s"] >= a[f"{t}_s"] * (1 - 1e-9)
     assert b["step_s"] > a["step_s"]
-    assert all(p["background_flows"] == 5 and p["background_messages"] >= 10 for p in busy.patterns)
+    # load 1: one continuous message per flow, long enough to outlast the pattern (which waits for it)
+    assert all(p["background_flows"] == p["background_messages"] == 5 for p in busy.patterns)
+    assert all(p["background_bytes"] / 5 * 8 / RATE > p["time_s"] for p in busy.patterns)
+    assert all(p["background_messages"] > 10 for p in half.patterns)
     assert "permutation" in busy.assumptions["background"] and "none" in alone.assumptions["background"]
     assert not any("background" in x for x in busy.assumptions["not_modelled"])
 

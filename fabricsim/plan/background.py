@@ -14,8 +14,8 @@ the busiest background GPU; NIC rate: the slowest background GPU's scale-out lin
 inside an NVLink domain are faster than that), and ``load`` is the share of time the other job's
 NICs would be busy if it were alone:
 
-* ``load: 1``: a flow's messages are posted at once on its connection, so they go back to back (no
-  idle time between two of them: a continuous stream);
+* ``load: 1``: a continuous stream: each flow is one message as long as the messages it would send
+  back to back (:meth:`Background.chains`; no idle time, one completion event);
 * ``load < 1``: message j + 1 starts ``gap_ps = round_ps (1 / load - 1)`` after message j ends (the
   other job's compute between its rounds), and each flow starts at its own phase within one period
   (a counter-based hash of the plan's seed and the flow), so the on/off periods are spread rather
@@ -30,6 +30,8 @@ flow's last message ends after the pattern's), then waits for it before the next
 (20000, 40000)
 >>> bg.messages_per_flow(100_000)     # 3 periods cover 100 ns, one more, one for the start phase
 5
+>>> [x.tolist() for x in bg.chains(100_000)], [x.tolist() for x in Background(((0, 1),), 1000, 20_000, 1.0, "ring").chains(100_000)]
+([[5, 5], [1000, 1000]], [[1], [6000]])
 >>> sorted(PATTERNS)
 ['all_to_all', 'permutation', 'ring']
 >>> _ring([4, 5, 6], seed=0), sorted(_permutation([4, 5, 6], seed=0)) != [(4, 4), (5, 5), (6, 6)]
@@ -85,6 +87,9 @@ class Background:
     load: float
     pattern: str
     seed: int = 0
+    #: per flow: one of its messages alone (fanout x size at its path's rate: NVLink inside a domain);
+    #: empty: ``round_ps`` for every flow. Sizes the chains only (the gap is the job's, ``gap_ps``)
+    flow_ps: tuple = ()
 
     @property
     def gap_ps(self) -> int:
@@ -100,10 +105,21 @@ class Background:
     def gpus(self) -> int:
         return len({g for p in self.pairs for g in p})
 
-    def messages_per_flow(self, cover_ps: int) -> int:
-        """Messages per flow so that, alone, a flow is still sending ``cover_ps`` after it starts (one
-        spare message for its start phase)."""
-        return max(1, math.ceil(cover_ps / self.period_ps)) + 1 + (1 if self.load < 1 else 0)
+    def messages_per_flow(self, cover_ps: int, flow: int | None = None) -> int:
+        """Messages of flow ``flow`` (None: of a flow at the NIC rate) so that, alone, it is still
+        sending ``cover_ps`` after it starts (one spare message, and one more for its start phase)."""
+        own = self.round_ps if flow is None or not self.flow_ps else self.flow_ps[flow]
+        return max(1, math.ceil(cover_ps / (own + self.gap_ps))) + 1 + (1 if self.load < 1 else 0)
+
+    def chains(self, cover_ps: int):
+        """``(messages, bytes per message)`` of each flow (numpy arrays) covering ``cover_ps``: at load 1
+        one continuous message per flow (what back-to-back messages on a connection amount to, with one
+        completion event instead of many), else :meth:`messages_per_flow` of ``message_size``."""
+        import numpy as np
+        n = np.array([self.messages_per_flow(cover_ps, c) for c in range(len(self.pairs))], dtype=np.int64)
+        if self.load >= 1:
+            return np.ones_like(n), n * self.size_bytes
+        return n, np.full_like(n, self.size_bytes)
 
     def phase_ps(self, flow: int) -> int:
         """Start offset of flow ``flow``: 0 at ``load`` 1, else a hashed share of one period."""
@@ -122,13 +138,14 @@ class Background:
                 f"at load {self.load:g} (round {self.round_ps / 1e6:.4g} us alone, gap {self.gap_ps / 1e6:.4g} us)")
 
 
-def nic_rate_bps(topo, gpu: int) -> int:
-    """A GPU's scale-out rate: its links to first-tier switches outside its NVLink domain, added up."""
+def nic_rate_bps(topo, gpu: int, nvlink: bool = False) -> int:
+    """A GPU's scale-out rate: its links to first-tier switches outside its NVLink domain, added up
+    (``nvlink``: its links into the NVLink domain instead)."""
     g = topo.graph
     total = 0
     for n in g.neighbors(gpu):
         a = g.nodes[n]
-        if a.get("domain") == "nvlink":
+        if (a.get("domain") == "nvlink") != nvlink:
             continue
         data = g.get_edge_data(gpu, n)
         edges = data.values() if g.is_multigraph() else [data]
@@ -170,7 +187,17 @@ def background_of(spec, topo, job_gpus, source: str, where: str) -> Background |
     if rate <= 0:
         raise ConfigError("the background's GPUs have no scale-out links (allowed: GPUs with a NIC)",
                           source=source, field="background.gpus")
-    fanout = max(sum(1 for s, _ in pairs if s == g) for g in gpus)
+    out = {}
+    for s_, _ in pairs:
+        out[s_] = out.get(s_, 0) + 1
+    fanout = max(out.values())
     from ..units import serialisation_ps
     round_ps = max(1, serialisation_ps(fanout * int(b.message_size), rate))
-    return Background(tuple(pairs), int(b.message_size), round_ps, float(b.load), b.pattern, spec.seed)
+    rack = lambda g: topo.graph.nodes[g].get("rack")
+    flow_ps = []
+    for s_, d_ in pairs:
+        inside = rack(s_) is not None and rack(s_) == rack(d_)
+        r = (nic_rate_bps(topo, s_, nvlink=True) if inside else 0) or nic_rate_bps(topo, s_) or rate
+        flow_ps.append(max(1, serialisation_ps(out[s_] * int(b.message_size), r)))
+    return Background(tuple(pairs), int(b.message_size), round_ps, float(b.load), b.pattern, spec.seed,
+                      tuple(flow_ps))

@@ -334,33 +334,34 @@ class PatternSimulator:
             bg = entry["background"]
             if bg is not None:
                 # the other job: per flow a chain of messages (the first after the barrier, at its phase)
-                f, m = len(bg.pairs), bg.messages_per_flow(cover[key])
-                nb = f * m
-                src = np.repeat(np.array([s for s, _ in bg.pairs], dtype=np.int64), m)
-                dst = np.repeat(np.array([d for _, d in bg.pairs], dtype=np.int64), m)
-                first = np.arange(nb) % m == 0
-                phase = np.repeat(np.array([bg.phase_ps(c) for c in range(f)], dtype=np.int64), m)
+                f = len(bg.pairs)
+                counts, sizes = bg.chains(cover[key])
+                nb = int(counts.sum())
+                offs = np.zeros(f, dtype=np.int64)
+                np.cumsum(counts[:-1], out=offs[1:])
+                chain = np.repeat(np.arange(f, dtype=np.int64), counts)
+                first = np.zeros(nb, dtype=bool)
+                first[offs] = True
+                phase = np.repeat(np.array([bg.phase_ps(c) for c in range(f)], dtype=np.int64), counts)
                 gap = np.where(first, phase if barrier is not None else 0, bg.gap_ps).astype(np.int64)
                 start = np.where(first & (barrier is None), phase, 0).astype(np.int64)
-                chain = np.repeat(np.arange(f, dtype=np.int64), m)
-                bcols = {"id": np.arange(base, base + nb, dtype=np.int64), "src": src, "dst": dst,
-                         "size_bytes": np.full(nb, bg.size_bytes, dtype=np.int64),
+                bcols = {"id": np.arange(base, base + nb, dtype=np.int64),
+                         "src": np.repeat(np.array([s for s, _ in bg.pairs], dtype=np.int64), counts),
+                         "dst": np.repeat(np.array([d for _, d in bg.pairs], dtype=np.int64), counts),
+                         "size_bytes": np.repeat(sizes, counts).astype(np.int64),
                          "op": np.array([f"bg{k}.{c}" for c in chain], dtype=object),
                          "phase": np.full(nb, "other", dtype=object), "layer": np.full(nb, BACKGROUND_LAYER),
                          "microbatch": np.full(nb, k, dtype=np.int64), "gap_ps": gap, "start_ps": start,
                          "conn": BACKGROUND_CONN + chain, "collective": np.full(nb, "", dtype=object),
                          "collective_bytes": np.zeros(nb, dtype=np.int64)}
-                if bg.load >= 1:   # posted at once on the flow's connection: sent back to back, no idle gap
-                    has = np.full(nb, barrier is not None)
-                    bdep = np.full(int(has.sum()), -1 if barrier is None else barrier, dtype=np.int64)
-                else:              # message j + 1 after message j, and the gap (the other job's compute)
-                    has = ~first | (barrier is not None)
-                    prev = np.arange(base, base + nb, dtype=np.int64) - 1
-                    bdep = np.where(first, barrier if barrier is not None else -1, prev)[has]
+                # message j + 1 of a flow after message j and the gap (the other job's compute)
+                has = ~first | (barrier is not None)
+                prev = np.arange(base, base + nb, dtype=np.int64) - 1
+                bdep = np.where(first, barrier if barrier is not None else -1, prev)[has]
                 bptr = np.zeros(nb + 1, dtype=np.int64)
                 np.cumsum(has, out=bptr[1:])
                 add(bcols, bptr, bdep.astype(np.int64))
-                waits.append(base + np.arange(f, dtype=np.int64) * m + (m - 1))   # each chain's last message
+                waits.append(base + offs + counts - 1)           # each flow's last message
                 base += nb
             # the barrier: 1 byte between two GPUs of the pattern, after every one of its messages (and
             # after the end of its background)
@@ -467,12 +468,24 @@ class PatternSimulator:
         first messages wait for a 1-byte barrier message that waits for every message of pattern k and
         of its background), so patterns never share the fabric with each other, only with their
         background; each one's times are its own messages' spans. A pattern whose background ended
-        before it is run again with a longer background (with the others in that case)."""
+        before it is run again with a longer background (with the others in that case). With
+        ``fabric.batch: per_pattern`` each pattern gets a run of its own instead (queue pairs numbered
+        from 0: ECMP draws that depend only on the pattern)."""
         if not self._pending:
             return
         keys = list(self._pending)
-        times, info = self._simulate(keys)
-        self.runs += info["runs"]
+        if self.spec.fabric.batch == "per_pattern":
+            # a run of its own: its queue pairs numbered from 0, so ECMP draws depend on nothing else
+            batches = [[k] for k in keys]
+        else:
+            batches = [keys]
+        for batch in batches:
+            times, info = self._simulate(batch)
+            self.runs += info["runs"]
+            self._record(batch, times, info)
+        self._pending = []
+
+    def _record(self, keys: list[str], times: dict, info: dict) -> None:
         for key in keys:
             entry = self.cache[key]
             pat, out = entry["pattern"], times[key]
@@ -485,11 +498,11 @@ class PatternSimulator:
                             "dispatch_s": out["dispatch"], "combine_s": out["combine"], "batch": self.runs,
                             "batch_engine_wall_s": info["wall_s"],
                             "background_flows": len(bg.pairs) if bg else 0,
-                            "background_messages": len(bg.pairs) * bg.messages_per_flow(info["cover_ps"][key])
+                            "background_messages": int(bg.chains(info["cover_ps"][key])[0].sum()) if bg else 0,
+                            "background_bytes": int((lambda n, b: (n * b).sum())(*bg.chains(info["cover_ps"][key])))
                             if bg else 0}
             self.rows.append(entry["row"])
             self.simulations += 1
-        self._pending = []
 
     def times(self, pat: Pattern, kind: str, background: Background | None = None) -> dict:
         """``{"all": s, "dispatch": s, "combine": s}`` of ``pat`` (registered and simulated if new)."""
@@ -711,7 +724,7 @@ def assumptions_of(spec: PlanSpec, fpt: float, rate: float, rate_source: str) ->
         "overlap_model": spec.overlap.model, "overlap_fraction": spec.overlap.fraction,
         "overlap_fractions": dict(spec.overlap.fractions),
         "routing": spec.fabric.routing or "(profile/default)", "profile": spec.fabric.profile,
-        "engine": spec.fabric.engine, "flow_params": dict(spec.fabric.flow), "qps_per_connection": spec.fabric.qps_per_connection,
+        "engine": spec.fabric.engine, "batch": spec.fabric.batch, "flow_params": dict(spec.fabric.flow), "qps_per_connection": spec.fabric.qps_per_connection,
         "comm_times_from": _comm_source(spec), "packet_slice": _packet_slice_text(spec),
         "background": _background_text(spec),
         "placement": ("contiguous: rank r on GPU r" if spec.placement.gpus_per_domain is None else

@@ -125,6 +125,11 @@ class Fabric(BaseModel):
     qps_per_connection: int = Field(1, ge=1, le=4096, description="queue pairs per connection")
     time_limit: str = Field("60s", description="simulated-time limit of the run holding every distinct "
                             "pattern of a topology, one after the other")
+    batch: Literal["together", "per_pattern"] = Field(
+        "together", description="together: every distinct pattern of a topology in one engine run, one after "
+        "the other (fast; under ECMP a pattern's hash draws depend on the patterns before it); per_pattern: "
+        "one run each (its draws depend only on the pattern, its background and the seed; one run's "
+        "overhead per pattern)")
     flow: dict[str, Any] = Field(default_factory=dict, description="the flow engine's parameters "
                                  "(scenario simulation.flow: quantum, group, releases, efficiency); e.g. "
                                  "{group: 0} for exact rate recomputation")
