@@ -15,9 +15,14 @@ Two EP groups in two racks, or two pipeline boundaries with the same rack patter
 and are simulated once; the result stands for both. The representative is the first such pattern
 met, so hash-based choices (ECMP) are drawn for its GPU ids and reused for the others.
 
-What is not modelled here (docs/planning.md, "Limits"): each pattern is simulated alone, so groups of
-different kinds or of other stages do not load the fabric at the same time; a collective is one ring
-step times its step count (no pipelining between steps or buckets).
+Background. With a ``background`` section each size has another job (:mod:`fabricsim.plan.background`)
+released with each of its patterns; the pattern is timed from its own messages, and its key includes
+the background's. The packet engine (``fabric.packet_slice``, :func:`packet_slice`) re-times a sample
+of the distinct patterns after the flow engine, each alone, and reports (or applies) the ratio.
+
+What is not modelled here (docs/planning.md, "Limits"): each pattern is simulated without the job's
+other patterns, so groups of different kinds or of other stages do not load the fabric at the same
+time; a collective is one ring step times its step count (no pipelining between steps or buckets).
 """
 from __future__ import annotations
 
