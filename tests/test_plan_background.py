@@ -162,6 +162,9 @@ BAD = [
     ({"background": {"pattern": "permutatoin"}}, "background.pattern"),
     ({"background": {"bogus": 1}}, "background.bogus"),
     ({"background": {"gpus": 1}}, "background.gpus"),
+    ({"background": {"gpus": "all"}}, "background.gpus"),
+    ({"background": {"gpus": [3, 3]}}, "background.gpus"),
+    ({"background": {"gpus": 4, "fraction": 0.5}}, "background.fraction"),
     ({"background": {"gpus": [0, 5]}}, "background.gpus"),          # GPU 0 is the job's
     ({"background": {"gpus": [5, 99]}}, "background.gpus"),         # not on the topology
     ({"background": {"gpus": 8}}, "background.gpus"),               # the last 8 include the job's

@@ -121,7 +121,8 @@ class Fabric(BaseModel):
     model_config = STRICT
     routing: Optional[str] = Field(None, description="routing policy (None: the profile's or the default)")
     profile: str = Field("none", description="deployment profile: spectrum_x, ethernet or none")
-    engine: Literal["flow"] = Field("flow", description="simulation engine (only the flow engine for now)")
+    engine: Literal["flow"] = Field("flow", description="the engine every pattern is timed with (flow; the packet engine "
+                                   "re-times a sample: packet_slice)")
     qps_per_connection: int = Field(1, ge=1, le=4096, description="queue pairs per connection")
     time_limit: str = Field("60s", description="simulated-time limit of the run holding every distinct "
                             "pattern of a topology, one after the other")
@@ -291,6 +292,15 @@ class BackgroundSpec(BaseModel):
                              + f" (allowed: {', '.join(sorted(PATTERNS))})")
         return v
 
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus_kind(cls, v):
+        ok = v == "unused" or (isinstance(v, int) and not isinstance(v, bool)) or (
+            isinstance(v, list) and all(isinstance(g, int) and not isinstance(g, bool) for g in v))
+        if not ok:
+            raise ValueError(f"got {v!r} (allowed: unused, a number of GPUs >= 2, or a list of GPU ids)")
+        return v
+
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, v):
@@ -315,6 +325,12 @@ class BackgroundSpec(BaseModel):
         if b <= 0:
             raise ValueError(f"got {v!r} (allowed: a size > 0 such as 4MiB)")
         return b
+
+    @model_validator(mode="after")
+    def _fraction(self):
+        if self.fraction != 1.0 and self.gpus != "unused":
+            raise ValueError("fraction: a share of the unused GPUs (allowed: with gpus: unused only)")
+        return self
 
 
 class Outputs(BaseModel):
