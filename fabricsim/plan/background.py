@@ -30,8 +30,10 @@ flow's last message ends after the pattern's), then waits for it before the next
 (20000, 40000)
 >>> bg.messages_per_flow(100_000)     # 3 periods cover 100 ns, one more, one for the start phase
 5
->>> [x.tolist() for x in bg.chains(100_000)], [x.tolist() for x in Background(((0, 1),), 1000, 20_000, 1.0, "ring").chains(100_000)]
-([[5, 5], [1000, 1000]], [[1], [6000]])
+>>> [x.tolist() for x in bg.chains(100_000)]          # per flow: messages, bytes per message
+[[5, 5], [1000, 1000]]
+>>> [x.tolist() for x in Background(((0, 1),), 1000, 20_000, 1.0, "ring").chains(100_000)]   # load 1
+[[1], [6000]]
 >>> sorted(PATTERNS)
 ['all_to_all', 'permutation', 'ring']
 >>> _ring([4, 5, 6], seed=0), sorted(_permutation([4, 5, 6], seed=0)) != [(4, 4), (5, 5), (6, 6)]

@@ -565,7 +565,8 @@ def comm_times(items: list[CommItem], sim: PatternSimulator, background: Backgro
         out[it.type] += it.repeat * worst
         if worst_p is not None and worst_p.kind == "a2a":
             # the bytes a GPU of the slowest group sends, as simulated (its routing, its copies)
-            it.bytes_per_gpu = it.repeat * sim.times(worst_p, it.type, background)[f"{it.leg}_bytes"] / len(worst_p.gpus)
+            simulated = sim.times(worst_p, it.type, background)[f"{it.leg}_bytes"]
+            it.bytes_per_gpu = it.repeat * simulated / len(worst_p.gpus)
     return out
 
 
@@ -729,7 +730,8 @@ def assumptions_of(spec: PlanSpec, fpt: float, rate: float, rate_source: str) ->
         "overlap_model": spec.overlap.model, "overlap_fraction": spec.overlap.fraction,
         "overlap_fractions": dict(spec.overlap.fractions),
         "routing": spec.fabric.routing or "(profile/default)", "profile": spec.fabric.profile,
-        "engine": spec.fabric.engine, "batch": spec.fabric.batch, "flow_params": dict(spec.fabric.flow), "qps_per_connection": spec.fabric.qps_per_connection,
+        "engine": spec.fabric.engine, "batch": spec.fabric.batch, "flow_params": dict(spec.fabric.flow),
+        "qps_per_connection": spec.fabric.qps_per_connection,
         "comm_times_from": _comm_source(spec), "packet_slice": _packet_slice_text(spec),
         "background": _background_text(spec),
         "placement": ("contiguous: rank r on GPU r" if spec.placement.gpus_per_domain is None else

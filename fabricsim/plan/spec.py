@@ -121,8 +121,8 @@ class Fabric(BaseModel):
     model_config = STRICT
     routing: Optional[str] = Field(None, description="routing policy (None: the profile's or the default)")
     profile: str = Field("none", description="deployment profile: spectrum_x, ethernet or none")
-    engine: Literal["flow"] = Field("flow", description="the engine every pattern is timed with (flow; the packet engine "
-                                   "re-times a sample: packet_slice)")
+    engine: Literal["flow"] = Field("flow", description="the engine every pattern is timed with (flow; "
+                                   "the packet engine re-times a sample: packet_slice)")
     qps_per_connection: int = Field(1, ge=1, le=4096, description="queue pairs per connection")
     time_limit: str = Field("60s", description="simulated-time limit of the run holding every distinct "
                             "pattern of a topology, one after the other")
