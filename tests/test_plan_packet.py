@@ -71,6 +71,8 @@ def test_packet_slice_samples_the_slowest_pattern_of_each_type():
     assert row["pp_p2p_packet_factor"] == pytest.approx(sampled[sampled["type"] == "pp_p2p"]["packet_ratio"].iloc[0])
     assert row["ep_combine_packet_factor"] != row["ep_combine_packet_factor"]      # not sampled: NaN
     assert res.assumptions["comm_times_from"].startswith("flow engine (packet")
+    assert not any("packet" in x for x in res.assumptions["not_modelled"])
+    assert "1 pattern(s) per type (slowest)" in res.assumptions["packet_slice"]
 
 
 def test_packet_slice_correct_scales_each_type_by_its_mean_ratio():
