@@ -388,6 +388,14 @@ def plan_cmd(plan_file, output, seed, quiet, as_json):
     elif not quiet:
         click.echo(plan_output.format_table(result))
         click.echo(f"simulated     {result.simulations} distinct patterns")
+        if spec.background is not None:
+            click.echo(f"background    {spec.background.pattern} at load {spec.background.load:g} beside every "
+                       f"pattern ({', '.join(str(r['background_gpus']) for r in result.rows)} GPUs per size)")
+        ratios = [p["packet_ratio"] for p in result.patterns if p.get("packet_ratio") == p.get("packet_ratio")
+                  and "packet_ratio" in p]
+        if ratios:
+            click.echo(f"packet check  {len(ratios)} patterns, packet/flow {min(ratios):.3g}..{max(ratios):.3g} "
+                       f"(use: {spec.fabric.packet_slice.use})")
         click.echo(f"results       {out}  (plan.csv, plan.json, patterns.csv, scaling.png)")
 
 

@@ -9,10 +9,11 @@ Sections (docs/planning.md explains each, ``plans/`` has examples)::
     clusters:                                 # one row of results per entry and size
       - {topology: gb300_2048_4x200g}         # a preset name, or any scenario topology section
       - {topology: gb300_8192_4x200g, gpus: [4096, 8192]}   # the first N GPUs of a topology
-    fabric: {routing: adaptive, profile: spectrum_x}
+    fabric: {routing: adaptive, profile: spectrum_x}   # packet_slice: {patterns: 1, use: report}: packet engine
     compute: {peak_tflops: 2500, mfu: 0.4}    # or calibrate: {gpus: 2048, tokens_per_s_per_gpu: 1200}
     overlap: {model: a2a_1f1b, fraction: 0.5}
     placement: {gpus_per_domain: 64}          # optional: 64 of 72 GPUs per rack (default: contiguous)
+    background: {pattern: permutation, gpus: unused, message_size: 4MiB, load: 0.5}   # optional: another job
     comm: {dp_bucket: 256MiB, moe: {popularity: uniform}}
     token_budget: 15e12
     seed: 0
@@ -91,16 +92,50 @@ class ClusterEntry(BaseModel):
         return [self.gpus] if not isinstance(self.gpus, list) else list(self.gpus)
 
 
+class PacketSlice(BaseModel):
+    """Re-simulate a few distinct patterns with the packet engine, beside the flow engine's times.
+
+    Per communication type in ``types``, ``patterns`` distinct patterns (``pick: slowest``: those the
+    step waits for, the slowest in the flow engine first; ``random``: drawn from the plan's seed) run
+    again, each alone, with the packet engine and with the flow engine (the same run, so the same
+    queue-pair numbering and ECMP draws); ``patterns.csv`` gets both times and their ratio. With
+    ``use: correct`` each type's communication time is multiplied by the mean packet/flow ratio of
+    its sampled patterns (per topology); ``report`` (the default) only reports them. The packet runs'
+    wall time is estimated first (fabricsim/engine/estimate.py) and the plan is refused when it is
+    above ``max_wall_s``."""
+
+    model_config = STRICT
+    patterns: int = Field(1, ge=1, le=64, description="distinct patterns per communication type")
+    types: Optional[list[Literal[COMM_TYPES]]] = Field(None, description="communication types sampled "
+                                                         "(None: every type the plan has)")
+    pick: Literal["slowest", "random"] = Field("slowest", description="which patterns of a type")
+    use: Literal["report", "correct"] = Field("report", description="report the packet times, or also "
+                                              "correct each type's time by its packet/flow ratio")
+    max_wall_s: float = Field(600.0, gt=0, allow_inf_nan=False, description="refuse the plan when the "
+                              "packet runs are estimated to take longer (s of wall time)")
+
+
 class Fabric(BaseModel):
     """Fabric policies of every simulated pattern (scenario sections, by name)."""
 
     model_config = STRICT
     routing: Optional[str] = Field(None, description="routing policy (None: the profile's or the default)")
     profile: str = Field("none", description="deployment profile: spectrum_x, ethernet or none")
-    engine: Literal["flow"] = Field("flow", description="simulation engine (only the flow engine for now)")
+    engine: Literal["flow"] = Field("flow", description="the engine every pattern is timed with (flow; "
+                                   "the packet engine re-times a sample: packet_slice)")
     qps_per_connection: int = Field(1, ge=1, le=4096, description="queue pairs per connection")
     time_limit: str = Field("60s", description="simulated-time limit of the run holding every distinct "
                             "pattern of a topology, one after the other")
+    batch: Literal["together", "per_pattern"] = Field(
+        "together", description="together: every distinct pattern of a topology in one engine run, one after "
+        "the other (fast; under ECMP a pattern's hash draws depend on the patterns before it); per_pattern: "
+        "one run each (its draws depend only on the pattern, its background and the seed; one run's "
+        "overhead per pattern)")
+    flow: dict[str, Any] = Field(default_factory=dict, description="the flow engine's parameters "
+                                 "(scenario simulation.flow: quantum, group, releases, efficiency); e.g. "
+                                 "{group: 0} for exact rate recomputation")
+    packet_slice: Optional[PacketSlice] = Field(None, description="re-simulate a sample of the patterns "
+                                                "with the packet engine (None: flow engine only)")
 
     @field_validator("routing")
     @classmethod
@@ -232,6 +267,72 @@ class Placement(BaseModel):
                                "2: every other rack, a job fragmented across the fabric)")
 
 
+class BackgroundSpec(BaseModel):
+    """Another job's traffic on the fabric while each of the plan's patterns runs
+    (fabricsim/plan/background.py): ``pattern`` over ``gpus``, chains of ``message_size`` messages
+    keeping the other job's NICs busy a share ``load`` of the time."""
+
+    model_config = STRICT
+    pattern: str = Field("permutation", description="permutation (random derangement), ring, all_to_all")
+    gpus: Union[Literal["unused"], int, list[int]] = Field(
+        "unused", description="unused: the GPUs the planned job leaves free at each size (their first "
+        "`fraction`); N: the topology's last N GPUs; or a list of GPU ids (never the job's)")
+    fraction: float = Field(1.0, gt=0, le=1, description="share of the unused GPUs (gpus: unused)")
+    message_size: int = Field(4 * 2**20, description="bytes per message of each flow [EST: 4 MiB]")
+    load: float = Field(1.0, gt=0, le=1, description="share of time the other job's NICs send, alone")
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern(cls, v):
+        from .background import PATTERNS
+        if v not in PATTERNS:
+            import difflib
+            near = difflib.get_close_matches(v, list(PATTERNS), n=1)
+            raise ValueError(f"unknown background pattern {v!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+                             + f" (allowed: {', '.join(sorted(PATTERNS))})")
+        return v
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus_kind(cls, v):
+        ok = v == "unused" or (isinstance(v, int) and not isinstance(v, bool)) or (
+            isinstance(v, list) and all(isinstance(g, int) and not isinstance(g, bool) for g in v))
+        if not ok:
+            raise ValueError(f"got {v!r} (allowed: unused, a number of GPUs >= 2, or a list of GPU ids)")
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v):
+        if isinstance(v, bool):
+            raise ValueError(f"got {v!r} (allowed: unused, a number of GPUs >= 2, or a list of GPU ids)")
+        if isinstance(v, int) and v < 2:
+            raise ValueError(f"got {v} (allowed: at least 2 GPUs)")
+        if isinstance(v, list):
+            if len(set(v)) != len(v) or len(v) < 2 or any(isinstance(g, bool) or g < 0 for g in v):
+                raise ValueError("got a list with repeated, negative or fewer than 2 GPU ids (allowed: 2 or more "
+                                 "distinct GPU ids)")
+        return v
+
+    @field_validator("message_size", mode="before")
+    @classmethod
+    def _size(cls, v):
+        from .. import units
+        try:
+            b = units.parse_size(v)
+        except ValueError:
+            b = 0
+        if b <= 0:
+            raise ValueError(f"got {v!r} (allowed: a size > 0 such as 4MiB)")
+        return b
+
+    @model_validator(mode="after")
+    def _fraction(self):
+        if self.fraction != 1.0 and self.gpus != "unused":
+            raise ValueError("fraction: a share of the unused GPUs (allowed: with gpus: unused only)")
+        return self
+
+
 class Outputs(BaseModel):
     model_config = STRICT
     formats: list[Literal["csv", "parquet", "json"]] = Field(default_factory=lambda: ["csv", "json"])
@@ -252,6 +353,8 @@ class PlanSpec(BaseModel):
     overlap: Overlap = Field(default_factory=Overlap)
     placement: Placement = Field(default_factory=Placement)
     comm: Comm = Field(default_factory=Comm)
+    background: Optional[BackgroundSpec] = Field(None, description="another job's traffic while each "
+                                                 "pattern runs (None: the job is alone on the fabric)")
     token_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="tokens to train")
     seed: int = Field(0, ge=0)
     outputs: Outputs = Field(default_factory=Outputs)
