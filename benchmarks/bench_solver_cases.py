@@ -7,7 +7,8 @@ layer with ECMP paths, and a 512-GPU adaptive run across racks). The pickles are
 repository; point ``--cases`` at a directory of them.
 
 Per instance and solver (old = ``benchmarks/_fluid_before.py``, the module as it was before the
-speed-up; new = ``fabricsim.flows.fluid``), minimum over ``--repeat`` runs of:
+speed-up; new = ``fabricsim.flows.fluid`` with ``method="vectorised"``; compiled = the same with
+``method="compiled"``, the default, cold: no warm start), minimum over ``--repeat`` runs of:
 
 * ``prepare_s``: ``FluidProblem(F, V, cap)`` (validation, transposes, link restriction);
 * ``with_flows_s``: ``prepared.with_flows(F)`` (what the engine does when flows start);
@@ -80,11 +81,13 @@ def run_case(path, repeat):
            "segments": int(F.shape[1]), "links": int(V.shape[1]),
            "nnz_F": int(F.nnz), "nnz_V": int(V.nnz)}
     res = {}
-    for name, mod in (("old", old), ("new", new)):
+    for name, mod, kw in (("old", old, {}), ("new", new, {"method": "vectorised"}),
+                          ("compiled", new, {"method": "compiled"})):
         prob, t_prep = best(lambda: mod.FluidProblem(F, V, cap), max(2, repeat // 2))
         _, t_wf = best(lambda: prob.with_flows(F), repeat)
-        sol, t_solve = best(lambda: prob.solve(active=active), repeat)
-        _, t_step = best(lambda: prob.with_flows(F).solve(active=active), repeat)
+        prob.solve(active=active, **kw)               # (the compiled solver: load it once)
+        sol, t_solve = best(lambda: prob.solve(active=active, **kw), repeat)
+        _, t_step = best(lambda: prob.with_flows(F).solve(active=active, **kw), repeat)
         res[name] = sol
         row[f"{name}_prepare_s"] = round(t_prep, 6)
         row[f"{name}_with_flows_s"] = round(t_wf, 6)
@@ -92,6 +95,7 @@ def run_case(path, repeat):
         row[f"{name}_step_s"] = round(t_step, 6)
         row[f"{name}_iterations"] = int(sol.iterations)
     row["max_rel_rate_diff"] = rel_diff(res["old"].rates, res["new"].rates)
+    row["compiled_max_rel_rate_diff"] = rel_diff(res["new"].rates, res["compiled"].rates)
     Fa = F[active]
     viol = new.check_max_min(Fa, V, cap, res["new"].rates[active])
     row["check_max_min_violations"] = len(viol)
@@ -116,13 +120,16 @@ def main(argv=None):
               f"step {r['old_step_s']*1e3:8.2f} -> {r['new_step_s']*1e3:7.2f} ms "
               f"with_flows {r['old_with_flows_s']*1e3:7.2f} -> {r['new_with_flows_s']*1e3:6.2f} ms "
               f"prepare {r['old_prepare_s']*1e3:7.2f} -> {r['new_prepare_s']*1e3:6.2f} ms "
+              f"compiled solve {r['compiled_solve_s']*1e3:7.2f} ms "
               f"it {r['old_iterations']}->{r['new_iterations']} "
               f"diff {r['max_rel_rate_diff']:.1e} viol {r['check_max_min_violations']}", flush=True)
     tot = {}
     for k in ("solve", "step", "with_flows", "prepare"):
         o = sum(r[f"old_{k}_s"] for r in rows)
         n = sum(r[f"new_{k}_s"] for r in rows)
-        tot[k] = {"old_s": round(o, 6), "new_s": round(n, 6), "speedup": round(o / n, 2)}
+        c = sum(r[f"compiled_{k}_s"] for r in rows)
+        tot[k] = {"old_s": round(o, 6), "new_s": round(n, 6), "speedup": round(o / n, 2),
+                  "compiled_s": round(c, 6), "compiled_over_new": round(n / c, 2)}
     res = {"command": " ".join(["PYTHONPATH=. python", "benchmarks/bench_solver_cases.py"]
                                + (argv if argv is not None else sys.argv[1:])),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -131,10 +138,12 @@ def main(argv=None):
                        "scipy": scipy.__version__},
            "timing": f"min of {a.repeat} runs per measurement (prepare: min of {max(2, a.repeat // 2)})",
            "max_rel_rate_diff": max(r["max_rel_rate_diff"] for r in rows),
+           "compiled_max_rel_rate_diff": max(r["compiled_max_rel_rate_diff"] for r in rows),
            "check_max_min_violations": sum(r["check_max_min_violations"] for r in rows),
            "totals": tot, "cases": rows}
     for k, v in tot.items():
-        print(f"total {k:18s} old {v['old_s']:.4f} s  new {v['new_s']:.4f} s  x{v['speedup']}")
+        print(f"total {k:18s} old {v['old_s']:.4f} s  new (vectorised) {v['new_s']:.4f} s  x{v['speedup']}  "
+              f"compiled {v['compiled_s']:.4f} s  (vectorised / compiled x{v['compiled_over_new']})")
     print(f"max rel rate diff {res['max_rel_rate_diff']:.2e}, "
           f"check_max_min violations {res['check_max_min_violations']}")
     pathlib.Path(a.out).parent.mkdir(parents=True, exist_ok=True)

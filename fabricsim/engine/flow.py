@@ -494,7 +494,9 @@ class FlowEngine:
             if total > 0:
                 # the bytes that left in this step arrive a pipeline latency later: their mean
                 # over the step's bytes shifts the goodput series and the recorder's delivered count
-                lag = float(np.dot(good, self.f_tail[alive])) / total
+                # (a product and sum, not np.dot: BLAS wakes its threads, which then spin on the
+                # other core; the run is meant for one)
+                lag = float((good * self.f_tail[alive]).sum()) / total
                 self._goodput(self.now + lag, self.now + step + lag, total)
                 self._arrivals.append((self.now + lag, self.now + step + lag, total))
             done_flows = alive[fin]

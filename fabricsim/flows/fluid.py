@@ -35,10 +35,10 @@ to the flows on the window's links and the entries of the newly frozen flows, pl
 
 Two implementations of the same progressive filling are offered (``method`` of
 :meth:`FluidProblem.solve`): the default, compiled with numba (:mod:`fabricsim.flows.fluid_compiled`:
-one link per step taken from a heap of lower bounds of the links' levels, refreshed only at the
-top, so a step costs the flows it freezes), and the vectorised batches described here, in numpy
-and scipy.sparse only (used when numba is missing, and as the reference the compiled one is tested
-against). Their rates agree within rounding.
+one level per step, taken from a heap of lower bounds of the links' levels refreshed only at the
+top, so a step costs the flows it freezes; warm starts from the previous solve), and the
+vectorised batches described here, in numpy and scipy.sparse only (used when numba is missing, and
+as the reference the compiled one is tested against). Their rates agree within rounding.
 
 A vectorised solve works on the active rows of ``F`` only: it takes them out (``F[active]``), builds their
 segment -> flow lists (the structure of the transpose, by scipy's counting sort), and when they

@@ -1,25 +1,34 @@
 """The max-min solve of :mod:`fabricsim.flows.fluid` compiled with numba.
 
-The algorithm is the vectorised solver's (see that module's docstring): progressive filling in
-batches, each freezing every *local bottleneck* among the lowest-level links of a candidate
-window, each at its own level. What changes is the machinery, not the result:
+The same problem and the same answer as the vectorised solver (progressive filling, Bertsekas &
+Gallager 6.5.2), computed the sequential way, which compiled code makes cheap:
 
-* no per-iteration temporaries: the (link, segment, flow) walks are loops over CSR arrays with
-  scratch arrays allocated once per solve, reset only where they were written;
-* the segment -> flow lists of the active flows are built by a counting sort over the active rows
-  of ``F`` (no ``F[active]`` copy) and compacted in place as flows freeze, so a segment's frozen
-  flows are passed over once;
-* the alive links are kept as a list compacted at every window rebuild, so a rebuild costs the
-  links still alive, not all of them.
+* **one step per level**: the links sit in a 4-ary min-heap keyed by a *lower bound* of their
+  fill level (levels only rise as flows freeze, so a key is refreshed only when its link reaches
+  the top). A step takes the lowest link and every link whose level is within ``_BATCH``
+  (relative, 1e-12: ties but for rounding) of it, freezes each one's unfrozen flows at that
+  link's level, and then updates the links of the frozen flows once, per segment, for the whole
+  step (a spray segment shared by many flows is touched once, not once per flow). A large tie
+  (a symmetric fabric: thousands of links at one level) is collected in one pass over the heap;
+* **only what the active flows use**: each solve renumbers the active rows of ``F`` and the
+  segments and links they use (:func:`_localise`, maps kept between solves), and merges
+  *parallel* links: links crossed by a single used segment, with the same coefficient in it and
+  the same capacity, always have the same level and flows (a GPU's 18 NVLink ports under a
+  spray, a NIC's ports on 4 planes), so one stands for all;
+* **warm starts** (:func:`solve_rows`): a recomputation after some flows ended and others started
+  keeps every continuing flow whose earlier rate lies below the level at which the two fillings
+  can first differ, and refills only the rest.
 
 Rates agree with the vectorised solver within rounding (the sums are taken in another order);
-``tests/test_fluid_compiled.py`` checks both against each other and against
-:func:`fabricsim.flows.fluid.check_max_min` on random problems, and
-``benchmarks/bench_solver_cases.py`` times them on problems captured from engine runs.
+``tests/test_fluid_solver.py`` runs every solver test on both, checks them against each other on
+engine-like problems, and warm starts against cold solves through engine-like sequences.
+``benchmarks/bench_solver_cases.py`` times both on problems captured from engine runs.
 
-Compilation (about 2-4 s) happens on the first solve of a process and is cached on disk by numba
-(``cache=True``); later processes load it in well under a second. Importing this module imports
-numba; :mod:`fabricsim.flows.fluid` does so only when a compiled solve is asked for.
+Compilation (a few seconds) happens on the first solve of a process and is cached on disk by
+numba (``cache=True``); later processes load it in about half a second. Importing this module
+imports numba; :mod:`fabricsim.flows.fluid` does so only when a compiled solve is asked for.
+Tolerances are passed to the kernel as arguments (numba freezes a global's value into the
+compiled code).
 """
 from __future__ import annotations
 
@@ -28,8 +37,11 @@ from numba import njit
 
 __all__ = ["solve_rows"]
 
-#: relative margin below the warm start's level t* under which an earlier rate is kept (passed
-#: to the kernel as an argument: numba freezes a global's value into the compiled code)
+#: links whose levels are within this (relative) of a step's lowest saturate in that step
+_BATCH = 1e-12
+#: a step's links taken off the heap's top one by one; a larger tie is taken in one pass
+_POPS = 32
+#: relative margin below the warm start's level t* under which an earlier rate is kept
 _TIE = 1e-9
 
 
@@ -205,7 +217,7 @@ def _localise(act, f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap, uses, seg_map,
 
 @njit(cache=True, nogil=True)
 def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, limited, prev,
-            r_gone, tie):
+            r_gone, tie, batch):
     """Progressive filling of the flows of local CSR ``F`` over local ``V`` (see :func:`_localise`),
     every link finite and used. ``prev`` (empty, or one per flow): each flow's rate in an earlier
     solve of the same problem, ``-1`` for a flow new since; ``r_gone``: the lowest earlier rate of
@@ -323,6 +335,8 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
     lp = 0
     nlim = lim_order.size
     tsegs = np.empty(n_seg, np.int64)
+    bl = np.empty(L, np.int64)            # a step's links and their levels
+    bt = np.empty(L)
     steps = 0
     while True:
         while lp < nlim and not free[lim_order[lp]]:
@@ -358,24 +372,74 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
                 sg[s, 1] += f_dat[e] * r
                 sg[s, 2] += 1.0
         else:
-            # l saturates at level t: its unfrozen flows freeze there
-            for e in range(vt_ptr[l], vt_ptr[l + 1]):
-                s0 = vt_ind[e]
-                for q in range(seg_ptr[s0], seg_end[s0]):
-                    f = seg_fl[q]
-                    if not free[f]:
-                        continue
-                    rates[f] = t
-                    free[f] = False
-                    for e2 in range(f_ptr[f], f_ptr[f + 1]):
-                        s = f_ind[e2]
-                        if sg[s, 2] == 0.0:
-                            tsegs[nt] = s
-                            nt += 1
-                        sg[s, 0] += f_dat[e2]
-                        sg[s, 1] += f_dat[e2] * t
-                        sg[s, 2] += 1.0
-                seg_end[s0] = seg_ptr[s0]
+            # l saturates at level t, and with it every link whose current level is within
+            # `batch` of t (levels tied but for rounding; freezing flows at about t keeps them
+            # there): each link's unfrozen flows freeze at its own level, and the links' sums
+            # are updated once for the whole batch
+            nb = 0
+            bl[nb] = l
+            bt[nb] = t
+            nb += 1
+            size = _remove(hk, hl, pos, l, size)
+            t_hi = t * (1.0 + batch)
+            while size > 0:
+                l2 = hl[0]
+                t2 = _level(lk, l2)
+                if t2 > hk[0]:
+                    hk[0] = t2
+                    _sift_down(hk, hl, pos, 0, size)
+                    continue
+                if t2 > t_hi:
+                    break
+                if nb >= _POPS:
+                    # a large tie (a symmetric fabric): take the rest of it in one pass over the
+                    # heap (keys are lower bounds, so every candidate has key <= t_hi), refresh
+                    # the keys met, and rebuild the heap
+                    j = 0
+                    for i in range(size):
+                        x = hl[i]
+                        k = hk[i]
+                        if k <= t_hi:
+                            tx = _level(lk, x)
+                            if tx <= t_hi:
+                                bl[nb] = x
+                                bt[nb] = tx
+                                nb += 1
+                                pos[x] = -1
+                                continue
+                            k = tx
+                        hk[j] = k
+                        hl[j] = x
+                        pos[x] = j
+                        j += 1
+                    size = j
+                    for i in range((size - 2) // 4, -1, -1):
+                        _sift_down(hk, hl, pos, i, size)
+                    break
+                bl[nb] = l2
+                bt[nb] = t2
+                nb += 1
+                size = _remove(hk, hl, pos, l2, size)
+            for b in range(nb):
+                lb = bl[b]
+                tb = bt[b]
+                for e in range(vt_ptr[lb], vt_ptr[lb + 1]):
+                    s0 = vt_ind[e]
+                    for q in range(seg_ptr[s0], seg_end[s0]):
+                        f = seg_fl[q]
+                        if not free[f]:
+                            continue
+                        rates[f] = tb
+                        free[f] = False
+                        for e2 in range(f_ptr[f], f_ptr[f + 1]):
+                            s = f_ind[e2]
+                            if sg[s, 2] == 0.0:
+                                tsegs[nt] = s
+                                nt += 1
+                            sg[s, 0] += f_dat[e2]
+                            sg[s, 1] += f_dat[e2] * tb
+                            sg[s, 2] += 1.0
+                    seg_end[s0] = seg_ptr[s0]
         # take the frozen flows out of their links
         for i in range(nt):
             s = tsegs[i]
@@ -434,4 +498,4 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf):
     if prev is None or limited:
         prev = np.empty(0)
     return _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim_a, limited,
-                   np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE)
+                   np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH)
