@@ -186,11 +186,12 @@ def test_active_mask_equals_solving_the_active_rows(seed, method):
     np.testing.assert_allclose(prob.with_flows(F[active]).solve(method=method, limit=limit[active]).rates, alone, rtol=1e-9)
 
 
-def test_batches_equal_levels_in_one_iteration():
-    # 50 disjoint links of equal capacity, one flow each: one level (the vectorised solver's
-    # batches; the compiled one takes one link per step)
+@METHODS
+def test_batches_equal_levels_in_one_iteration(method):
+    # 50 disjoint links of equal capacity, one flow each: one level, one batch (vectorised) or
+    # one step (compiled: more links than it takes off the heap one by one)
     F, V = one_hot([[i] for i in range(50)], 50)
-    sol = max_min_fair(F, V, np.ones(50), method="vectorised")
+    sol = max_min_fair(F, V, np.ones(50), method=method)
     assert sol.iterations == 1 and np.allclose(sol.rates, 1.0)
 
 
@@ -435,6 +436,76 @@ def test_warm_start_bound_on_a_saturated_link():
     sol = prob.solve(active=np.ones(5, bool), method="compiled", warm=(earlier, np.inf))
     np.testing.assert_allclose(sol.rates, [2 / 3, 2 / 3, 10.0, 0.5, 2 / 3], rtol=1e-12)
     assert sol.kept == 1
-    # a wrong warm start (claiming nothing changed, while a flow was added) would keep a and b
-    # at 1 and overload link 0: the bound is what prevents it
-    assert check_max_min(F, V, cap, np.array([1.0, 1.0, 10.0, 0.5, 0.0])) != []
+
+
+def test_warm_start_refills_a_flow_just_below_the_ended_flows_rate():
+    # flows a and b share link 0 (cap 2, rate 1 each); a ends. Its rate as the caller saw it is
+    # 1, b's earlier rate a hair below by rounding: b shares a's level and must be refilled (to 2)
+    # rather than kept at 1 (t* taken without a margin would keep it)
+    F = sp.identity(2, format="csr")
+    V = sp.csr_matrix(np.array([[1.0], [1.0]]))
+    prob = FluidProblem(F, V, np.array([2.0]))
+    earlier = np.array([1.0, 1.0 - 1e-15])
+    sol = prob.solve(active=np.array([False, True]), method="compiled", warm=(earlier, 1.0))
+    assert sol.kept == 0
+    np.testing.assert_allclose(sol.rates, [0.0, 2.0], rtol=1e-12)
+
+
+def blocks(F, V, cap, copies):
+    """``copies`` independent copies of a problem (block diagonal): every level repeated exactly,
+    so the compiled solver's steps take large ties."""
+    return (sp.block_diag([F] * copies, format="csr"), sp.block_diag([V] * copies, format="csr"),
+            np.tile(cap, copies))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_large_exact_ties_on_both_solvers_and_warm(seed):
+    # 64 copies of a random problem: each level is reached by 64 links at once, more than the
+    # compiled solver takes off the heap one by one, so the rest of the tie is collected in one
+    # pass over the heap (keys re-checked, heap rebuilt)
+    rng = np.random.default_rng(5000 + seed)
+    F0, V0, cap0 = random_weighted(rng, 30, 12, 15)
+    F, V, cap = blocks(F0, V0, cap0, 64)
+    single = max_min_fair(F0, V0, cap0, method="vectorised").rates
+    comp = max_min_fair(F, V, cap, method="compiled")
+    np.testing.assert_allclose(comp.rates, np.tile(single, 64), rtol=1e-9)
+    np.testing.assert_allclose(max_min_fair(F, V, cap, method="vectorised").rates, comp.rates, rtol=1e-9)
+    assert comp.iterations <= 2 * 15           # at most one step per distinct level (and limits)
+    # a warm start after one flow of every copy ended
+    active = np.ones(F.shape[0], bool)
+    active[::30] = False
+    r_gone = float(comp.rates[::30].min())
+    prob = FluidProblem(F, V, cap)
+    warm = prob.solve(active=active, method="compiled", warm=(comp.rates, r_gone))
+    cold = prob.solve(active=active, method="vectorised")
+    np.testing.assert_allclose(warm.rates, cold.rates, rtol=1e-9)
+
+
+def test_parallel_links_merge_only_with_equal_coefficients():
+    # one segment on two links private to it: A (coefficient 1, cap 1) and B (coefficient 2,
+    # cap 1): B binds, r = 0.5. Merging B into A (same capacity, other coefficient) would give 1
+    F = sp.identity(1, format="csr")
+    V = sp.csr_matrix(np.array([[1.0, 2.0]]))
+    for method in ("compiled", "vectorised"):
+        np.testing.assert_allclose(max_min_fair(F, V, np.array([1.0, 1.0]), method=method).rates, [0.5])
+    # equal coefficients and capacities: merged, the same answer as one link
+    V = sp.csr_matrix(np.array([[0.25, 0.25, 0.25, 0.25]]))
+    np.testing.assert_allclose(max_min_fair(F, V, np.ones(4), method="compiled").rates, [4.0])
+
+
+def test_large_tie_rechecks_stale_keys():
+    # per copy: flows f1, f2 on link A (cap 2, level 1); f2 and f3 on X (cap 2.6: level 1.3 at
+    # first, 1.6 once f2 froze at 1); f4 alone on B (cap 1.3); f3 also on Y (cap 1.45). At the
+    # second level (1.3) the copies of X still have their first key 1.3: the tie collected in one
+    # pass must re-check their levels (1.6) and leave them; f3 then stops at Y's 1.45
+    F0 = sp.identity(4, format="csr")
+    #                   A    X    B    Y
+    V0 = sp.csr_matrix(np.array([[1.0, 0.0, 0.0, 0.0],      # f1
+                                 [1.0, 1.0, 0.0, 0.0],      # f2
+                                 [0.0, 1.0, 0.0, 1.0],      # f3
+                                 [0.0, 0.0, 1.0, 0.0]]))    # f4
+    cap0 = np.array([2.0, 2.6, 1.3, 1.45])
+    F, V, cap = blocks(F0, V0, cap0, 64)
+    for method in ("compiled", "vectorised"):
+        r = max_min_fair(F, V, cap, method=method).rates
+        np.testing.assert_allclose(r, np.tile([1.0, 1.0, 1.45, 1.3], 64), rtol=1e-12)

@@ -80,6 +80,11 @@ NOT_MODELLED = {
 }
 
 
+#: finished flows are dropped from the flow columns and ``F`` (:meth:`FlowEngine._compact`) once
+#: more than this many were opened and at most half are active
+COMPACT_MIN = 4096
+
+
 class FlowParams(BaseModel):
     """``simulation.flow``: the flow engine's parameters."""
 
@@ -518,7 +523,7 @@ class FlowEngine:
                     _u, k = np.unique(back, return_index=True)
                     for i in rows[np.sort(last[len(last) - 1 - k])].tolist():
                         self._fluid_done(i, float(self.fluid_end[i]))
-                if self.nf > 4096 and self.nf > 2 * (len(alive) - len(done_flows)):
+                if self.nf > COMPACT_MIN and self.nf > 2 * (len(alive) - len(done_flows)):
                     self._compact()
         return self._outcome(status)
 

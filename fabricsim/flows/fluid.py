@@ -76,6 +76,7 @@ A prepared problem is solved again with fewer flows through the ``active`` mask:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,9 +117,18 @@ def _use_compiled(method: str) -> bool:
 
 
 def compiled_available() -> bool:
-    """Whether numba can be imported (the compiled solver's only extra requirement)."""
-    import importlib.util
-    return importlib.util.find_spec("numba") is not None
+    """Whether the compiled solver can run: numba imports (installed, and built for this numpy).
+    Asked once per process; ``auto`` falls back to the vectorised solver otherwise."""
+    return _compiled_ok()
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_ok() -> bool:
+    try:
+        import numba  # noqa: F401
+    except Exception:                     # not installed, or not importable with this numpy
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -133,7 +143,8 @@ class FluidRates:
     iterations : int
         The vectorised solver: number of batches (each freezes every local bottleneck of the
         window, see the module docstring), at most the number of distinct levels. The compiled
-        solver: number of steps (each saturates one link or brings one flow to its limit).
+        solver: number of steps (each saturates the links of one level, those within 1e-12
+        relative of the lowest, or brings one flow to its limit).
     kept : int
         Flows that kept their earlier rate in a warm start (``0`` for a cold solve).
     """
@@ -295,7 +306,8 @@ class FluidProblem:
             Vectorised solver: a link saturates with its flows when its level is within ``rtol``
             (relative) of the lowest level (or limit) among those flows; they then freeze at that
             lowest value, so near-ties are resolved together and no link is overloaded. The
-            compiled solver takes one link at a time at its own level and needs no tolerance.
+            compiled solver takes the links of one level together (within a fixed 1e-12,
+            :mod:`fabricsim.flows.fluid_compiled`), each at its own level.
         method : {"auto", "compiled", "vectorised"}
             ``compiled``: the same algorithm compiled with numba
             (:mod:`fabricsim.flows.fluid_compiled`, several times faster on large problems);

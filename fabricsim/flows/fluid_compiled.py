@@ -9,7 +9,11 @@ Gallager 6.5.2), computed the sequential way, which compiled code makes cheap:
   (relative, 1e-12: ties but for rounding) of it, freezes each one's unfrozen flows at that
   link's level, and then updates the links of the frozen flows once, per segment, for the whole
   step (a spray segment shared by many flows is touched once, not once per flow). A large tie
-  (a symmetric fabric: thousands of links at one level) is collected in one pass over the heap;
+  (a symmetric fabric: thousands of links at one level) is collected in one pass over the heap.
+  A link of the step keeps the level it had before the step's other freezes: where another link
+  of the step froze most of its flows its true level can be higher by ``1e-12 c / (w - c)``
+  relative (``c`` the coefficient frozen elsewhere, ``w`` its total), negligible but for links
+  left with a tiny share;
 * **only what the active flows use**: each solve renumbers the active rows of ``F`` and the
   segments and links they use (:func:`_localise`, maps kept between solves), and merges
   *parallel* links: links crossed by a single used segment, with the same coefficient in it and
@@ -217,7 +221,7 @@ def _localise(act, f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap, uses, seg_map,
 
 @njit(cache=True, nogil=True)
 def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, limited, prev,
-            r_gone, tie, batch):
+            r_gone, tie, batch, pops):
     """Progressive filling of the flows of local CSR ``F`` over local ``V`` (see :func:`_localise`),
     every link finite and used. ``prev`` (empty, or one per flow): each flow's rate in an earlier
     solve of the same problem, ``-1`` for a flow new since; ``r_gone``: the lowest earlier rate of
@@ -391,7 +395,7 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
                     continue
                 if t2 > t_hi:
                     break
-                if nb >= _POPS:
+                if nb >= pops:
                     # a large tie (a symmetric fabric): take the rest of it in one pass over the
                     # heap (keys are lower bounds, so every candidate has key <= t_hi), refresh
                     # the keys met, and rebuild the heap
@@ -484,8 +488,8 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf):
     ``min(u_l, t D_l) + t a_l``). So every continuing flow whose earlier rate is below ``t*``
     keeps it, and the filling resumes from there.
 
-    Returns ``(rates of act, steps, kept)``: a step saturates one link or brings one flow to its
-    limit; ``kept`` flows took their earlier rate.
+    Returns ``(rates of act, steps, kept)``: a step saturates the links of one level (within
+    ``_BATCH``) or brings one flow to its limit; ``kept`` flows took their earlier rate.
     """
     limited = lim is not None
     lim_a = np.ascontiguousarray(lim, np.float64) if limited else np.empty(0)
@@ -498,4 +502,4 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf):
     if prev is None or limited:
         prev = np.empty(0)
     return _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim_a, limited,
-                   np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH)
+                   np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH, _POPS)
