@@ -169,6 +169,8 @@ BAD = [
     ({"background": {"gpus": [5, 99]}}, "background.gpus"),         # not on the topology
     ({"background": {"gpus": 8}}, "background.gpus"),               # the last 8 include the job's
     ({"background": {"message_size": "big"}}, "background.message_size"),
+    ({"background": {"message_size": 10**30}}, "background.message_size"),   # once a traceback
+    ({"background": {"gpus": 1000}}, "background.gpus"),            # more than the topology has
     ({"background": {"load": 0}}, "background.load"),
     ({"background": {"load": 1.5}}, "background.load"),
     ({"background": {"fraction": 2}}, "background.fraction"),

@@ -171,9 +171,12 @@ def background_of(spec, topo, job_gpus, source: str, where: str) -> Background |
         if len(gpus) < 2:
             return None
     else:
+        if isinstance(b.gpus, int) and not 2 <= b.gpus <= hosts:
+            raise ConfigError(f"{b.gpus} GPUs asked, the topology has {hosts} (allowed: 2..{hosts})",
+                              source=source, field="background.gpus")
         gpus = list(range(hosts - b.gpus, hosts)) if isinstance(b.gpus, int) else list(b.gpus)
         bad = [g for g in gpus if not 0 <= g < hosts]
-        if bad or (isinstance(b.gpus, int) and b.gpus > hosts):
+        if bad:
             raise ConfigError(f"GPU {bad[0] if bad else -1} is not on the topology of {hosts} GPUs (allowed: "
                               f"0..{hosts - 1})", source=source, field="background.gpus")
         both = sorted(set(gpus) & job)

@@ -132,7 +132,7 @@ class Fabric(BaseModel):
         "one run each (its draws depend only on the pattern, its background and the seed; one run's "
         "overhead per pattern)")
     flow: dict[str, Any] = Field(default_factory=dict, description="the flow engine's parameters "
-                                 "(scenario simulation.flow: quantum, group, releases, efficiency); e.g. "
+                                 "(scenario simulation.flow: quantum, group, releases, solver, warm_start, efficiency); e.g. "
                                  "{group: 0} for exact rate recomputation")
     packet_slice: Optional[PacketSlice] = Field(None, description="re-simulate a sample of the patterns "
                                                 "with the packet engine (None: flow engine only)")
@@ -278,7 +278,8 @@ class BackgroundSpec(BaseModel):
         "unused", description="unused: the GPUs the planned job leaves free at each size (their first "
         "`fraction`); N: the topology's last N GPUs; or a list of GPU ids (never the job's)")
     fraction: float = Field(1.0, gt=0, le=1, description="share of the unused GPUs (gpus: unused)")
-    message_size: int = Field(4 * 2**20, description="bytes per message of each flow [EST: 4 MiB]")
+    message_size: int = Field(4 * 2**20, gt=0, le=2**40,
+                              description="bytes per message of each flow [EST: 4 MiB], at most 1 TiB")
     load: float = Field(1.0, gt=0, le=1, description="share of time the other job's NICs send, alone")
 
     @field_validator("pattern")
