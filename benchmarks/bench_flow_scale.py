@@ -19,6 +19,8 @@ has messages) makes the figures comparable across machines::
 
     python3 benchmarks/bench_flow_scale.py                      # all sizes, both routings, both placements
     python3 benchmarks/bench_flow_scale.py --gpus 512 1024 --placements contiguous
+    taskset -c 0 python3 benchmarks/bench_flow_scale.py --gpus 8192 --routing ecmp --placements contiguous \
+        --baseline-src /work/wt/base        # and the same case with an older checkout, just before
 
 Writes benchmarks/results/flow_scale.json and prints a table.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -92,18 +95,19 @@ out = {"wall_s": wall, "engine_wall_s": s["run"]["wall_time_s"], "status": s["ru
        "completion_time_ratio": s["effective_bandwidth"]["completion_time_ratio"],
        "ops": {k: v for k, v in (s.get("collectives") or {}).items() if not isinstance(v, dict)},
        **{k: s["run"].get(k) for k in ("flows", "flow_rate_recomputations", "flow_solver_iterations", "flow_steps",
-                                         "flow_segments", "flow_peak_concurrent")}}
+                                         "flow_segments", "flow_peak_concurrent", "flow_solver", "flow_rates_kept")}}
 print(json.dumps(out))
 """
 
 
-def run_case(trace: Path, topology: str, routing: str, group: float, releases: str) -> dict:
+def run_case(trace: Path, topology: str, routing: str, group: float, releases: str, src: Path = ROOT) -> dict:
     scenario = {"name": "dsv3_layer", "topology": {"kind": "file", "path": str(ROOT / "topologies" / topology)},
                 "traffic": {"pattern": "trace", "path": str(trace)}, "routing": {"policy": routing},
                 "simulation": {"engine": "flow", "time_limit": "1s", "flow": {"group": group, "releases": releases}},
                 "outputs": {"link_sample_interval": "off"}}
+    env = {**os.environ, "PYTHONPATH": str(src)}
     p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(scenario)], capture_output=True, text=True,
-                       cwd=ROOT)
+                       cwd=src, env=env)
     if p.returncode:
         return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -119,6 +123,9 @@ def main(argv=None):
                     help="simulation.flow.releases (grouped: every release in a window waits for its end)")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/fabricsim_bench_traces"))
     ap.add_argument("--out", type=Path, default=HERE / "results" / "flow_scale.json")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="another checkout (e.g. a git worktree of an older commit): every case is also run "
+                         "with its fabricsim, just before this one's, and reported as baseline_*")
     args = ap.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -131,7 +138,13 @@ def main(argv=None):
         for placement in args.placements:
             trace = base if placement == "contiguous" else across_racks(base, topo_gpus)
             for routing in args.routing:
+                b = None
+                if args.baseline_src is not None:
+                    b = run_case(trace, topo, routing, args.group, args.releases, src=args.baseline_src.resolve())
                 r = run_case(trace, topo, routing, args.group, args.releases)
+                if b is not None:
+                    r.update({f"baseline_{k}": b.get(k) for k in ("wall_s", "engine_wall_s", "peak_rss_mb",
+                                                                   "duration_ps", "error")})
                 r.update(gpus=gpus, topology=topo, placement=placement, routing=routing, group=args.group,
                          releases=args.releases)
                 rows.append(r)
@@ -150,6 +163,7 @@ def main(argv=None):
            "machine": {"python": platform.python_version(), "platform": platform.platform(),
                        "processor": platform.processor()},
            "baseline": {"what": f"numpy sort of {n} int64", "seconds": baseline},
+           "baseline_src": str(args.baseline_src) if args.baseline_src else None,
            "target": {"gpus": 8192, "wall_s": 60, "peak_rss_mb": 4096}, "cases": rows}
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\n| GPUs | placement | routing | messages | flows | recomputations | wall s | engine s | peak MB | "

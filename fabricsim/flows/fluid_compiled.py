@@ -28,7 +28,7 @@ Rates agree with the vectorised solver within rounding (the sums are taken in an
 engine-like problems, and warm starts against cold solves through engine-like sequences.
 ``benchmarks/bench_solver_cases.py`` times both on problems captured from engine runs.
 
-Compilation (a few seconds) happens on the first solve of a process and is cached on disk by
+Compilation (about 8 s on the benchmark machine) happens on the first solve of a process, cached on disk by
 numba (``cache=True``); later processes load it in about half a second. Importing this module
 imports numba; :mod:`fabricsim.flows.fluid` does so only when a compiled solve is asked for.
 Tolerances are passed to the kernel as arguments (numba freezes a global's value into the
@@ -220,6 +220,24 @@ def _localise(act, f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap, uses, seg_map,
 
 
 @njit(cache=True, nogil=True)
+def _freeze(f, r, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt):
+    """Freeze flow ``f`` at rate ``r``: its share, load and count added to its segments' removal
+    sums ``sg`` (segments met for the first time in this step appended to ``tsegs``, of which
+    ``nt`` are used); returns the new ``nt``."""
+    rates[f] = r
+    free[f] = False
+    for e in range(f_ptr[f], f_ptr[f + 1]):
+        s = f_ind[e]
+        if sg[s, 2] == 0.0:
+            tsegs[nt] = s
+            nt += 1
+        sg[s, 0] += f_dat[e]
+        sg[s, 1] += f_dat[e] * r
+        sg[s, 2] += 1.0
+    return nt
+
+
+@njit(cache=True, nogil=True)
 def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, limited, prev,
             r_gone, tie, batch, pops):
     """Progressive filling of the flows of local CSR ``F`` over local ``V`` (see :func:`_localise`),
@@ -364,17 +382,7 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
         if lp < nlim and (l < 0 or lim[lim_order[lp]] < t):
             # a flow's own limit binds first
             f = lim_order[lp]
-            r = lim[f]
-            rates[f] = r
-            free[f] = False
-            for e in range(f_ptr[f], f_ptr[f + 1]):
-                s = f_ind[e]
-                if sg[s, 2] == 0.0:
-                    tsegs[nt] = s
-                    nt += 1
-                sg[s, 0] += f_dat[e]
-                sg[s, 1] += f_dat[e] * r
-                sg[s, 2] += 1.0
+            nt = _freeze(f, lim[f], rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt)
         else:
             # l saturates at level t, and with it every link whose current level is within
             # `batch` of t (levels tied but for rounding; freezing flows at about t keeps them
@@ -431,18 +439,8 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
                     s0 = vt_ind[e]
                     for q in range(seg_ptr[s0], seg_end[s0]):
                         f = seg_fl[q]
-                        if not free[f]:
-                            continue
-                        rates[f] = tb
-                        free[f] = False
-                        for e2 in range(f_ptr[f], f_ptr[f + 1]):
-                            s = f_ind[e2]
-                            if sg[s, 2] == 0.0:
-                                tsegs[nt] = s
-                                nt += 1
-                            sg[s, 0] += f_dat[e2]
-                            sg[s, 1] += f_dat[e2] * tb
-                            sg[s, 2] += 1.0
+                        if free[f]:
+                            nt = _freeze(f, tb, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt)
                     seg_end[s0] = seg_ptr[s0]
         # take the frozen flows out of their links
         for i in range(nt):
