@@ -21,6 +21,7 @@ class EqualCostPaths:
         self._nvlink = {n for n in topo.switches if g.nodes[n].get("domain") == "nvlink"}
         self._host_nbrs = {h: sorted(set(g.neighbors(h))) for h in topo.hosts}
         self._first_hops: dict[tuple[int, int], list[int]] = {}
+        self._next_hops: dict[tuple[int, frozenset], list[int]] = {}
         self._switch_nbrs = {n: sorted({m for m in g.neighbors(n) if g.nodes[m]["type"] == "switch"})
                              for n in topo.switches}
         self._attach = {h: frozenset(g.neighbors(h)) for h in topo.hosts}
@@ -48,11 +49,16 @@ class EqualCostPaths:
         leaves = self._attach[dst]
         if switch in leaves:
             return [dst]
-        d = self._distances(leaves)
-        here = d.get(switch)
-        if here is None:
-            return []
-        return [n for n in self._switch_nbrs[switch] if d.get(n, -1) == here - 1]
+        # the answer depends on dst only through its attachment switches: kept per (switch, those)
+        # (a spine of a large cluster has hundreds of neighbours to scan; callers only read it)
+        key = (switch, leaves)
+        hops = self._next_hops.get(key)
+        if hops is None:
+            d = self._distances(leaves)
+            here = d.get(switch)
+            hops = [] if here is None else [n for n in self._switch_nbrs[switch] if d.get(n, -1) == here - 1]
+            self._next_hops[key] = hops
+        return hops
 
     def first_hops(self, src: int, dst: int) -> list[int]:
         """The switches a host may hand a packet for ``dst`` to: among its neighbours that can
