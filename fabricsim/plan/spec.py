@@ -36,6 +36,18 @@ COMM_TYPES = ("ep_dispatch", "ep_combine", "tp", "pp_p2p", "dp_reduce_scatter", 
 FORMATS = ("csv", "parquet", "json")
 
 
+
+def _positive_size(v, example: str) -> int:
+    """A size field: a human string or a number of bytes, > 0 (the one rule of the plan's sizes)."""
+    from .. import units
+    try:
+        b = units.parse_size(v)
+    except ValueError:
+        b = 0
+    if b <= 0:
+        raise ValueError(f"got {v!r} (allowed: a size > 0 such as {example})")
+    return b
+
 class Parallelism(BaseModel):
     """How the model is split. Ranks are laid out tp fastest, then cp, then dp, then pp (Megatron's
     order); an EP group is ``ep`` consecutive data-parallel ranks (same tp and cp rank, same stage)."""
@@ -234,14 +246,7 @@ class Comm(BaseModel):
     @field_validator("dp_bucket", mode="before")
     @classmethod
     def _bucket(cls, v):
-        from .. import units
-        try:
-            b = units.parse_size(v)
-        except ValueError:
-            b = 0
-        if b <= 0:
-            raise ValueError(f"got {v!r} (allowed: a size > 0 such as 256MiB)")
-        return b
+        return _positive_size(v, "256MiB")
 
     @field_validator("moe")
     @classmethod
@@ -318,14 +323,7 @@ class BackgroundSpec(BaseModel):
     @field_validator("message_size", mode="before")
     @classmethod
     def _size(cls, v):
-        from .. import units
-        try:
-            b = units.parse_size(v)
-        except ValueError:
-            b = 0
-        if b <= 0:
-            raise ValueError(f"got {v!r} (allowed: a size > 0 such as 4MiB)")
-        return b
+        return _positive_size(v, "4MiB")
 
     @model_validator(mode="after")
     def _fraction(self):
