@@ -449,3 +449,29 @@ def test_warm_starts_and_both_solvers_give_the_same_run(routing, monkeypatch, tm
         assert (a["message_id"].to_numpy() == b["message_id"].to_numpy()).all()
         assert np.abs(a["end_ps"].to_numpy() - b["end_ps"].to_numpy()).max() <= 1      # rounding
         assert (a["delivered_bytes"].to_numpy() == b["delivered_bytes"].to_numpy()).all()
+
+
+def test_releases_told_once_per_round_give_the_recorders_first_and_last_release(monkeypatch, tmp_path):
+    # the engine tells the recorder only the earliest and the latest release of each round (a
+    # grouped step lets many releases at different times wait for its end): its figures must be
+    # those of every release, the earliest and the latest release time of the messages table
+    import fabricsim.api as api
+    from fabricsim.analysis.recorder import Recorder
+    made = []
+
+    class Kept(Recorder):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(api, "Recorder", Kept)
+    rng = np.random.default_rng(3)
+    rows = [{"id": i, "src": int(s), "dst": int(d), "size_bytes": int(rng.integers(4096, 300_000)),
+             "start_ps": int(rng.integers(0, 30_000_000))}
+            for i, (s, d) in enumerate(rng.integers(0, 32, (300, 2))) if s != d]
+    res = fabricsim.run(scenario(leaf_spine(n_per_leaf=8, leaves=4, spines=4), csv_traffic(tmp_path, rows),
+                                 engine="flow", flow={"group": 0.1, "releases": "grouped"}))
+    rel = res.messages["release_ps"].astype("int64")
+    assert rel.nunique() > res.summary["run"]["flow_steps"] / 10       # rounds with several releases
+    rec = made[-1]
+    assert (rec.first_release, rec.last_release) == (int(rel.min()), int(rel.max()))

@@ -330,6 +330,7 @@ class FlowEngine:
         cls = self.ideal.pair_classes(t.src, t.dst)
         self._frame = self._frame_ids(cls)          # every unit's framing id (PXN pieces appended)
         self._tail = np.maximum(0.0, self._fct - self._alone_rows(t, cls))   # and its pipeline latency
+        self._fct_l, self._tail_l = self._fct.tolist(), self._tail.tolist()  # (per-row reads: _latency)
         self.replay = Replay(t, self.sim.scenario.simulation.compute)
         self.conns = Connections(t)
         self.recorder.stream_only()              # rows streamed; the table is handed over as columns
@@ -410,6 +411,7 @@ class FlowEngine:
             # a round: every event due now, in time order (the times of a round never decrease)
             due = self.now * (1 + 1e-15)
             last = None
+            self._released = None
             while self.heap and self.heap[0][0] <= due:
                 at, _s, kind, i = heapq.heappop(self.heap)
                 last = at
@@ -419,6 +421,8 @@ class FlowEngine:
                     self._done(i, at)
                 else:
                     self._piece_done(i, at)
+            if self._released is not None:
+                self._record_releases()
             first = self._first_due.pop_through(due)
             if first is not None:
                 self.recorder.on_first_arrival(None, first)
@@ -521,8 +525,7 @@ class FlowEngine:
                 if len(last):
                     back = rows[last][::-1]
                     _u, k = np.unique(back, return_index=True)
-                    for i in rows[np.sort(last[len(last) - 1 - k])].tolist():
-                        self._fluid_done(i, float(self.fluid_end[i]))
+                    self._fluid_done_rows(rows[np.sort(last[len(last) - 1 - k])])
                 if self.nf > COMPACT_MIN and self.nf > 2 * (len(alive) - len(done_flows)):
                     self._compact()
         return self._outcome(status)
@@ -543,9 +546,25 @@ class FlowEngine:
     def _release(self, i: int, at: int):
         """Row ``i`` is posted at ``at``: start it, or queue it on its busy connection."""
         self.rel[i] = at
-        self.recorder.on_release(None, at)
+        r = self._released
+        if r is None:
+            self._released = [at, at]
+        elif at < r[0]:
+            r[0] = at
+        elif at > r[1]:
+            r[1] = at
         if self.conns.post(i) == "start":
             self._start(i, at)
+
+    def _record_releases(self):
+        """Tell the recorder of the round's releases: their earliest and latest time are all its
+        figures keep (the first release, and the last with what was delivered by then, which
+        changes only between rounds)."""
+        lo, hi = self._released
+        self._released = None
+        self.recorder.on_release(None, lo)
+        if hi != lo:
+            self.recorder.on_release(None, hi)
 
     def _start(self, i: int, at: int):
         """Row ``i`` starts sending at ``at``: queued, and opened with the others starting at the
@@ -642,17 +661,36 @@ class FlowEngine:
         self.f_version += 1
         self._dirty = True
 
+    def _fluid_done_rows(self, rows: np.ndarray):
+        """Every byte of the units ``rows`` (message rows or PXN pieces, in the order their last
+        queue pair finished, at their ``fluid_end``) has left its sender: each completes after its
+        path's pipeline latency, never before its release plus its idle-fabric time (the times of
+        all at once, exact in float64 below 2**53 ps); then, row by row in that order, a message's
+        connection may start its next message, and its completion (a piece's: its next stage) is
+        scheduled."""
+        n = len(self.table)
+        tf = self.fluid_end[rows]
+        msg = rows < n
+        if msg.all():
+            fct, tail = self._fct[rows], self._tail[rows]
+        else:                                          # PXN pieces among them
+            lat = [self._latency(i) for i in rows.tolist()]
+            fct = np.array([x[0] for x in lat], dtype=np.int64)
+            tail = np.array([x[1] for x in lat], dtype=np.float64)
+        end = np.ceil(np.maximum(tf + tail, (self.rel[rows] + fct).astype(np.float64))).astype(np.int64)
+        conns, push, start = self.conns, self._push, self._start
+        for i, e, c in zip(rows.tolist(), end.tolist(), np.ceil(tf).astype(np.int64).tolist()):
+            if i >= n:
+                push(e, _PIECE, i)
+                continue
+            for nxt in conns.sent(i):
+                start(nxt, c)
+            push(e, _DONE, i)
+
     def _fluid_done(self, i: int, tf: float):
-        """Every byte of row ``i`` has left its sender (fluid): its connection's next message may
-        start, and it completes after its path's pipeline latency (never before its ideal)."""
-        fct, tail = self._latency(i)
-        end = int(math.ceil(max(tf + tail, int(self.rel[i]) + fct)))
-        if i >= len(self.table):            # a PXN piece: its next stage, or its parent, then
-            self._push(end, _PIECE, i)
-            return
-        for nxt in self.conns.sent(i):
-            self._start(nxt, int(math.ceil(tf)))
-        self._push(end, _DONE, i)
+        """:meth:`_fluid_done_rows` of unit ``i``, its last byte out at ``tf``."""
+        self.fluid_end[i] = tf
+        self._fluid_done_rows(np.array([i], dtype=np.int64))
 
     def _piece_done(self, p: int, at: int):
         """PXN piece ``p`` is all in at ``at``: its chunk goes on from the relay, or (the last leg
@@ -819,7 +857,9 @@ class FlowEngine:
         n = len(t)
         end_ps = int(self.last_end) if status == "complete" else int(self.now)
         reason = {"time_limit": "time_limit", "interrupted": "interrupted"}.get(status, "")
-        self._stream_ended()                 # (an interrupted round)
+        if getattr(self, "_released", None) is not None:
+            self._record_releases()          # (an interrupted round)
+        self._stream_ended()
         unfinished = np.flatnonzero(~self.done).tolist()
         live = np.flatnonzero(self.f_alive[:self.nf])
         if unfinished and len(live):
@@ -956,8 +996,8 @@ class FlowEngine:
         """(idle-fabric packet-train time, pipeline latency) of row ``i``: the pipeline latency is
         the packet-train time less the message's idle fluid transfer time, the time its last byte
         still needs once it has left the sender (and its first byte needs to arrive)."""
-        if i < len(self._fct):
-            return int(self._fct[i]), float(self._tail[i])
+        if i < len(self._fct_l):
+            return self._fct_l[i], self._tail_l[i]
         got = self._lat.get(i)
         if got is None:                      # a PXN piece
             m = self._piece_msg(i - len(self._fct))

@@ -201,14 +201,14 @@ class Connections:
     def __init__(self, messages):
         t = _table(messages)
         self._conn, self._src, self._dst = t.conn, t.src, t.dst
-        self._cid = _connection_numbers(t)
+        self._cid = _connection_numbers(t).tolist()     # (read row by row: a list is faster)
         # connections below are their numbers in _cid; a busy connection with nobody waiting holds
         # () and one with a single open row holds that row, not a deque (a deque costs about
         # 600 bytes: a million persistent connections started at once)
         self._wait: dict = {}      # connection -> rows posted behind the one sending (present: busy)
         self._open: dict = {}      # connection -> started rows not yet completed, in posting order
         self._err: set = set()     # connections in the error state
-        self._handed = np.zeros(len(t), dtype=bool)   # rows that have handed their connection on
+        self._handed = bytearray(len(t))               # rows that have handed their connection on
         self._deferred: set = set()
 
     def key(self, row: int):
@@ -218,7 +218,7 @@ class Connections:
 
     def _number(self, row: int):
         """The number of ``row``'s connection (one per distinct :meth:`key`), or None."""
-        k = int(self._cid[row])
+        k = self._cid[row]
         return None if k < 0 else k
 
     def post(self, row: int) -> str:
@@ -262,7 +262,7 @@ class Connections:
         key = self._number(row)
         if key is None or self._handed[row]:
             return []
-        self._handed[row] = True
+        self._handed[row] = 1
         waiting = self._wait.get(key)   # opened when row was posted; gone once flushed
         if waiting is None:
             return []
@@ -303,7 +303,7 @@ class Connections:
             self._err.add(key)
             flush = later + list(self._wait.pop(key, ()))
             for x in flush:
-                self._handed[x] = True
+                self._handed[x] = 1
                 self._deferred.discard(x)
             self._deferred.discard(row)
             if not q:
