@@ -14,8 +14,29 @@ from fabricsim.flows.fluid import FluidProblem, check_max_min, max_min_fair
 from fabricsim.flows.fluid import max_min_fair as _max_min_fair
 
 
-#: every test that does not depend on one solver's internals runs on both
-METHODS = pytest.mark.parametrize("method", ["compiled", "vectorised"])
+#: every test that does not depend on one solver's internals runs on both, the compiled one with
+#: its links' sums kept eagerly and lazily (fluid_compiled._LAZY: the choice a solve makes by the
+#: problem's segment widths, forced here)
+METHODS = pytest.mark.parametrize("method", [pytest.param("compiled", id="compiled-eager"),
+                                             pytest.param("compiled", id="compiled-lazy"), "vectorised"])
+
+
+@pytest.fixture(autouse=True)
+def _link_sums(request, monkeypatch):
+    """Force the compiled solver's eager or lazy link sums for the ``compiled-eager`` and
+    ``compiled-lazy`` cases of :data:`METHODS` (others: the solver's own choice)."""
+    spec = getattr(request.node, "callspec", None)
+    ids = spec.id if spec is not None else ""
+    sums = spec.params.get("link_sums") if spec is not None else None
+    if sums is not None:
+        ids = f"compiled-{sums}"
+    if "compiled-lazy" in ids or "compiled-eager" in ids:
+        from fabricsim.flows import fluid_compiled
+        monkeypatch.setattr(fluid_compiled, "_LAZY", -1.0 if "compiled-lazy" in ids else float("inf"))
+
+
+#: the compiled solver's own tests run with both ways of keeping the links' sums
+LINK_SUMS = pytest.mark.parametrize("link_sums", ["eager", "lazy"])
 
 
 def test_doctests():
@@ -303,7 +324,8 @@ def test_fabric_structure_split_over_planes(seed, monkeypatch, method):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_compiled_equals_vectorised_on_engine_like_problems(seed):
+@LINK_SUMS
+def test_compiled_equals_vectorised_on_engine_like_problems(seed, link_sums):
     # the two implementations of one algorithm: same rates (within rounding) with limits, an
     # active mask, zero-capacity and unconstrained links, and both max-min fair
     F, V, cap, _ = fabric_instance(seed, n_flows=2500, planes=2 if seed % 2 else 1)
@@ -363,7 +385,8 @@ def all_to_all_instance(seed, hosts=32, leaves=4, spines=4, planes=1):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_warm_start_equals_cold_solve_through_a_run(seed):
+@LINK_SUMS
+def test_warm_start_equals_cold_solve_through_a_run(seed, link_sums):
     # an engine-like sequence: flows end (the fastest first, and random ones) and new flows
     # start; each warm solve resumes from the previous one and must give the cold solve's rates
     planes = 2 if seed % 2 else 1
@@ -400,7 +423,8 @@ def test_warm_start_equals_cold_solve_through_a_run(seed):
     assert kept_total > 0
 
 
-def test_warm_start_with_rates_of_one_level_differing_by_rounding():
+@LINK_SUMS
+def test_warm_start_with_rates_of_one_level_differing_by_rounding(link_sums):
     # every link of capacity 0.1: flows of one level, frozen at different links, get rates that
     # differ in the last bits; an ended flow's rate a hair above a continuing flow of its level
     # once kept the latter (t* taken exactly) and overloaded nothing but left it too slow
@@ -421,7 +445,8 @@ def test_warm_start_with_rates_of_one_level_differing_by_rounding():
             earlier = np.where(active, sol.rates, np.nan)
 
 
-def test_warm_start_bound_on_a_saturated_link():
+@LINK_SUMS
+def test_warm_start_bound_on_a_saturated_link(link_sums):
     # link 0 (cap 2) carries flows a, b at 1 each; link 1 (cap 10) carries c alone at 10... and
     # flow d (link 2, cap 0.5) is slow. A new flow on link 0 lowers a and b to 2/3: its bound
     # cap / (D + a) = 2/3 keeps d (0.5 < 2/3) and refills a, b, c.
@@ -438,7 +463,8 @@ def test_warm_start_bound_on_a_saturated_link():
     assert sol.kept == 1
 
 
-def test_warm_start_refills_a_flow_just_below_the_ended_flows_rate():
+@LINK_SUMS
+def test_warm_start_refills_a_flow_just_below_the_ended_flows_rate(link_sums):
     # flows a and b share link 0 (cap 2, rate 1 each); a ends. Its rate as the caller saw it is
     # 1, b's earlier rate a hair below by rounding: b shares a's level and must be refilled (to 2)
     # rather than kept at 1 (t* taken without a margin would keep it)
@@ -459,7 +485,8 @@ def blocks(F, V, cap, copies):
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_large_exact_ties_on_both_solvers_and_warm(seed):
+@LINK_SUMS
+def test_large_exact_ties_on_both_solvers_and_warm(seed, link_sums):
     # 64 copies of a random problem: each level is reached by 64 links at once, more than the
     # compiled solver takes off the heap one by one, so the rest of the tie is collected in one
     # pass over the heap (keys re-checked, heap rebuilt)
@@ -481,7 +508,8 @@ def test_large_exact_ties_on_both_solvers_and_warm(seed):
     np.testing.assert_allclose(warm.rates, cold.rates, rtol=1e-9)
 
 
-def test_parallel_links_merge_only_with_equal_coefficients():
+@LINK_SUMS
+def test_parallel_links_merge_only_with_equal_coefficients(link_sums):
     # one segment on two links private to it: A (coefficient 1, cap 1) and B (coefficient 2,
     # cap 1): B binds, r = 0.5. Merging B into A (same capacity, other coefficient) would give 1
     F = sp.identity(1, format="csr")
@@ -493,7 +521,8 @@ def test_parallel_links_merge_only_with_equal_coefficients():
     np.testing.assert_allclose(max_min_fair(F, V, np.ones(4), method="compiled").rates, [4.0])
 
 
-def test_large_tie_rechecks_stale_keys():
+@LINK_SUMS
+def test_large_tie_rechecks_stale_keys(link_sums):
     # per copy: flows f1, f2 on link A (cap 2, level 1); f2 and f3 on X (cap 2.6: level 1.3 at
     # first, 1.6 once f2 froze at 1); f4 alone on B (cap 1.3); f3 also on Y (cap 1.45). At the
     # second level (1.3) the copies of X still have their first key 1.3: the tie collected in one

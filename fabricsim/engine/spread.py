@@ -100,6 +100,7 @@ class SpreadBuilder:
         self._mid: dict = {}
         self._down: dict = {}
         self._cap_to: dict = {}
+        self._spread: dict = {}           # (switch, attachments) -> its spread (:meth:`_spread_at`)
         self._first: dict = {}
         self._elig: list[np.ndarray] = []     # eligible port sets, by _eligible_id
         self._elig_src: list[int] = []
@@ -205,16 +206,28 @@ class SpreadBuilder:
                 if node in attach:
                     exits[node] = exits.get(node, 0.0) + w
                     continue
-                ports = self.links.ports_towards(node, self.paths.next_hops(node, dst))
-                if not len(ports):
-                    raise ValueError(f"switch {node} has no route to host {dst}")
-                for p, x in zip(ports.tolist(), self._weights(node, ports, dst, qp).tolist()):
-                    if x:
-                        acc[p] = acc.get(p, 0.0) + w * x
-                        b = int(self.links.dst[p])
-                        nxt[b] = nxt.get(b, 0.0) + w * x
+                for p, b, x in self._spread_at(node, dst, attach, qp):
+                    acc[p] = acc.get(p, 0.0) + w * x
+                    nxt[b] = nxt.get(b, 0.0) + w * x
             frontier = nxt
         return acc, exits
+
+    def _spread_at(self, node: int, dst: int, attach, qp) -> list[tuple[int, int, float]]:
+        """``(link, switch it leads to, share)`` of each equal-cost port of switch ``node`` towards
+        ``dst`` that the policy gives a share; kept per (switch, destination's attachment switches)
+        unless the policy decides per queue pair (a shared policy's ports and weights depend on the
+        destination only through them: :meth:`EqualCostPaths.next_hops`, :meth:`_capacity_to`)."""
+        key = (node, attach) if self.kind != "per_flow" else None
+        got = self._spread.get(key) if key is not None else None
+        if got is None:
+            ports = self.links.ports_towards(node, self.paths.next_hops(node, dst))
+            if not len(ports):
+                raise ValueError(f"switch {node} has no route to host {dst}")
+            got = [(p, int(self.links.dst[p]), x)
+                   for p, x in zip(ports.tolist(), self._weights(node, ports, dst, qp).tolist()) if x]
+            if key is not None:
+                self._spread[key] = got
+        return got
 
     def row(self, src: int, dst: int, uid: int, flow_hash: int) -> list[tuple[int, float]]:
         """The segments (with weights) of the queue pair ``uid`` from ``src`` to ``dst`` with

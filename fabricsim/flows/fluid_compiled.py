@@ -14,6 +14,12 @@ Gallager 6.5.2), computed the sequential way, which compiled code makes cheap:
   of the step froze most of its flows its true level can be higher by ``1e-12 c / (w - c)``
   relative (``c`` the coefficient frozen elsewhere, ``w`` its total), negligible but for links
   left with a tiny share;
+* **links' sums kept eagerly or lazily**: a step updates the sums of every link its frozen flows'
+  segments cross (eager), or, when the used segments are wide (more than ``_LAZY`` = 4 links each
+  on average: an adaptive or spray spread over hundreds of links), only the segments' own sums,
+  a link's level being summed over its segments when it reaches the heap's top (lazy; the same
+  levels within rounding, measured 2.5-3x faster on steps-heavy adaptive solves,
+  benchmarks/README.md);
 * **only what the active flows use**: each solve renumbers the active rows of ``F`` and the
   segments and links they use (:func:`_localise`, maps kept between solves), and merges
   *parallel* links: links crossed by a single used segment, with the same coefficient in it and
@@ -47,6 +53,8 @@ _BATCH = 1e-12
 _POPS = 32
 #: relative margin below the warm start's level t* under which an earlier rate is kept
 _TIE = 1e-9
+#: links per used segment above which a solve keeps the links' sums lazily (:func:`_kernel`)
+_LAZY = 4.0
 
 
 @njit(cache=True, nogil=True)
@@ -56,6 +64,32 @@ def _level(lk, l):
     if x < 0.0:
         x = 0.0
     return x / lk[l, 2]
+
+
+@njit(cache=True, nogil=True)
+def _link_level(l, lazy, lk, vt_ptr, vt_ind, vt_dat, ss):
+    """(fill level, unfrozen incidences) of link ``l``: from its own sums ``lk[l]`` (eager), or
+    (``lazy``) summed over its segments' state ``ss[s]`` = (unfrozen share, frozen load, unfrozen
+    flows); a link without unfrozen flows has level ``inf`` and count 0."""
+    if not lazy:
+        if lk[l, 3] <= 0.0:
+            return np.inf, 0.0
+        return _level(lk, l), lk[l, 3]
+    u = 0.0
+    w = 0.0
+    c = 0.0
+    for e in range(vt_ptr[l], vt_ptr[l + 1]):
+        s = vt_ind[e]
+        v = vt_dat[e]
+        w += v * ss[s, 0]
+        u += v * ss[s, 1]
+        c += ss[s, 2]
+    if c <= 0.0:
+        return np.inf, 0.0
+    x = lk[l, 0] - u
+    if x < 0.0:
+        x = 0.0
+    return x / w, c
 
 
 @njit(cache=True, nogil=True)
@@ -124,7 +158,7 @@ def _remove(hk, hl, pos, l, size):
 def _localise(act, f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap, uses, seg_map, link_map):
     """The active rows of ``F`` and the part of ``V`` they use, renumbered to the used segments
     and links (in order of first use): local CSR ``F`` (flows x segments), ``V`` (segments x
-    links) and ``V``'s transpose structure, and the global numbers of the used links.
+    links) and ``V``'s transpose (links x segments), and the global numbers of the used links.
 
     Parallel links are merged: links *private* to one used segment (no other used segment crosses
     them) with the same coefficient in its row and the same capacity always have the same level
@@ -211,12 +245,14 @@ def _localise(act, f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap, uses, seg_map,
         lvt_ptr[i + 1] += lvt_ptr[i]
     fill = lvt_ptr[:-1].copy()
     lvt_ind = np.empty(vnnz, np.int64)
+    lvt_dat = np.empty(vnnz)
     for i in range(ns):
         for e in range(lv_ptr[i], lv_ptr[i + 1]):
             l = lv_ind[e]
             lvt_ind[fill[l]] = i
+            lvt_dat[fill[l]] = lv_dat[e]
             fill[l] += 1
-    return lf_ptr, lf_ind, lf_dat, lv_ptr, lv_ind, lv_dat, lvt_ptr, lvt_ind, used_links
+    return lf_ptr, lf_ind, lf_dat, lv_ptr, lv_ind, lv_dat, lvt_ptr, lvt_ind, lvt_dat, used_links
 
 
 @njit(cache=True, nogil=True)
@@ -238,12 +274,17 @@ def _freeze(f, r, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt):
 
 
 @njit(cache=True, nogil=True)
-def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, limited, prev,
-            r_gone, tie, batch, pops):
+def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim, limited, prev,
+            r_gone, tie, batch, pops, lazy):
     """Progressive filling of the flows of local CSR ``F`` over local ``V`` (see :func:`_localise`),
     every link finite and used. ``prev`` (empty, or one per flow): each flow's rate in an earlier
     solve of the same problem, ``-1`` for a flow new since; ``r_gone``: the lowest earlier rate of
-    the flows gone since (``inf`` if none). See :func:`solve_rows` for the warm start."""
+    the flows gone since (``inf`` if none). See :func:`solve_rows` for the warm start.
+
+    ``lazy``: the links' sums are not kept up to date; a link's level is summed over its
+    segments when it reaches the heap's top (:func:`_link_level`), so a step costs the segments
+    its frozen flows cross, not their links (wide segments: an adaptive spread over hundreds of
+    links). Otherwise (eager) each step updates the links of those segments."""
     n = f_ptr.size - 1
     n_seg = v_ptr.size - 1
     L = cap.size
@@ -316,7 +357,9 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
                 seg_end[s] += 1
     # per link, in one row: capacity, load of frozen flows, sum of A[f, l] over unfrozen flows,
     # (unfrozen flow, segment) incidences
+    # (lazy: per segment, in ss: unfrozen share, frozen load, unfrozen flows)
     lk = np.zeros((L, 4))
+    ss = np.zeros((n_seg if lazy else 0, 3))
     for l in range(L):
         lk[l, 0] = cap[l]
     for s in range(n_seg):
@@ -325,6 +368,11 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
         ld = sg[s, 1]
         sg[s, 0] = 0.0
         sg[s, 1] = 0.0
+        if lazy:
+            ss[s, 0] = w
+            ss[s, 1] = ld
+            ss[s, 2] = c
+            continue
         for e in range(v_ptr[s], v_ptr[s + 1]):
             l = v_ind[e]
             lk[l, 1] += ld * v_dat[e]
@@ -332,17 +380,15 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
             lk[l, 3] += c
     # 4-ary heap of the links by a lower bound of their fill level: levels only rise, so a key is
     # refreshed only when its link reaches the top; a link leaves when its last flow freezes
-    size = 0
-    for l in range(L):
-        if lk[l, 3] > 0:
-            size += 1
-    hk = np.empty(size)
-    hl = np.empty(size, np.int64)
+    # (lazy: when it is met without unfrozen flows)
+    hk = np.empty(L)
+    hl = np.empty(L, np.int64)
     pos = np.full(L, -1, np.int64)
     size = 0
     for l in range(L):
-        if lk[l, 3] > 0:
-            hk[size] = _level(lk, l)
+        t0, c0 = _link_level(l, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
+        if c0 > 0:
+            hk[size] = t0
             hl[size] = l
             pos[l] = size
             size += 1
@@ -368,7 +414,11 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
         l = -1
         while size > 0:
             l = hl[0]
-            t = _level(lk, l)
+            t, c0 = _link_level(l, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
+            if c0 <= 0.0:
+                size = _remove(hk, hl, pos, l, size)
+                l = -1
+                continue
             if t > hk[0]:
                 hk[0] = t
                 _sift_down(hk, hl, pos, 0, size)
@@ -396,7 +446,10 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
             t_hi = t * (1.0 + batch)
             while size > 0:
                 l2 = hl[0]
-                t2 = _level(lk, l2)
+                t2, c2 = _link_level(l2, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
+                if c2 <= 0.0:
+                    size = _remove(hk, hl, pos, l2, size)
+                    continue
                 if t2 > hk[0]:
                     hk[0] = t2
                     _sift_down(hk, hl, pos, 0, size)
@@ -412,7 +465,10 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
                         x = hl[i]
                         k = hk[i]
                         if k <= t_hi:
-                            tx = _level(lk, x)
+                            tx, cx = _link_level(x, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
+                            if cx <= 0.0:
+                                pos[x] = -1
+                                continue
                             if tx <= t_hi:
                                 bl[nb] = x
                                 bt[nb] = tx
@@ -451,6 +507,11 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim, 
             sg[s, 0] = 0.0
             sg[s, 1] = 0.0
             sg[s, 2] = 0.0
+            if lazy:
+                ss[s, 0] -= dd
+                ss[s, 1] += dl
+                ss[s, 2] -= dc                # (a count: exact, so an emptied segment counts 0)
+                continue
             for e in range(v_ptr[s], v_ptr[s + 1]):
                 l2 = v_ind[e]
                 c = v_dat[e]
@@ -493,11 +554,12 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf):
     lim_a = np.ascontiguousarray(lim, np.float64) if limited else np.empty(0)
     seg_map, link_map, uses = maps
     cap = np.ascontiguousarray(cap_r, np.float64)
-    (f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind,
+    (f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat,
      used) = _localise(np.ascontiguousarray(act, np.int64), F.indptr, F.indices, F.data,
                        Vr.indptr, Vr.indices, Vr.data, cap, uses, seg_map, link_map)
     cap = cap[used]
     if prev is None or limited:
         prev = np.empty(0)
-    return _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, cap, lim_a, limited,
-                   np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH, _POPS)
+    lazy = v_ptr[-1] > _LAZY * (v_ptr.size - 1)
+    return _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim_a, limited,
+                   np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH, _POPS, bool(lazy))
