@@ -157,3 +157,73 @@ def test_a_split_with_only_ports_is_placed_queue_pair_by_queue_pair(topology):
     sb = SpreadBuilder(LinkTable(sim.topology), sim.paths, policy, EveryOther())
     src, dst, uid, h = pairs(sim, seed=5)
     assert_rows_equal_row(sb, src, dst, uid, h)
+
+
+@pytest.mark.parametrize("topology", [CLUSTER, LEAF_SPINE], ids=["cluster", "leaf_spine"])
+@pytest.mark.parametrize("split", ["per_packet", "per_flow"])
+@pytest.mark.parametrize("routing", ["spray", "adaptive"])
+def test_vectorised_shared_placement_equals_the_per_queue_pair_rows(topology, split, routing):
+    # spray / adaptive: rows() looks the three segments up per distinct key of the batch; every
+    # queue pair gets the link shares row() gives it, and both share the same segments
+    sim, sb = builder(topology, routing, split)
+    src, dst, uid, h = pairs(sim, n=300)
+    before = sb.segments
+    assert_rows_equal_row(sb, src, dst, uid, h)
+    assert sb.segments > before
+    after = sb.segments
+    sb.rows(src, dst, uid, h)                       # known keys: no new segment
+    assert sb.segments == after
+
+
+def _dict_walk(sb, starts, dst):
+    """The switch-to-switch spread one switch at a time with dicts (as first written): the
+    reference the level-by-level walk must equal exactly."""
+    attach = sb.paths.attachments(dst)
+    acc, exits, frontier = {}, {}, dict(starts)
+    while frontier:
+        nxt = {}
+        for node, w in frontier.items():
+            if node in attach:
+                exits[node] = exits.get(node, 0.0) + w
+                continue
+            ports = sb.links.ports_towards(node, sb.paths.next_hops(node, dst))
+            for p, x in zip(ports.tolist(), sb._weights(node, ports, dst, None).tolist()):
+                if x:
+                    acc[p] = acc.get(p, 0.0) + w * x
+                    b = int(sb.links.dst[p])
+                    nxt[b] = nxt.get(b, 0.0) + w * x
+        frontier = nxt
+    return acc, exits
+
+
+@pytest.mark.parametrize("routing", ["spray", "adaptive"])
+def test_level_walk_equals_the_switch_by_switch_walk_exactly(routing):
+    topo = {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"}}
+    sim, sb = builder(topo, {"policy": routing})
+    src, dst, _uid, _h = pairs(sim, n=60, seed=3)
+    for s, d in zip(src.tolist(), dst.tolist()):
+        _seg, starts = sb._up_segment(s, sb._first_ports(s, d))
+        assert sb._walk(dict(starts), d, None) == _dict_walk(sb, dict(starts), d)
+
+
+def test_level_walk_sums_in_order_of_first_arrival():
+    # switches reached from several others are summed in the order they are first reached (as
+    # the switch-by-switch walk does), not in id order: here the cores are reached c2, c0, c1 and
+    # the adaptive shares (100, 200, 700 Gbps: 0.1, 0.2, 0.7) summed in another order differ in
+    # the last bit
+    rates = {"s0": "100Gbps", "s1": "200Gbps", "s2": "700Gbps"}
+    core_of = {"s0": "c2", "s1": "c0", "s2": "c1"}
+    nodes = ([{"name": "h0", "type": "host"}, {"name": "h1", "type": "host"}]
+             + [{"name": f"leaf{i}", "type": "switch", "tier": 1} for i in range(2)]
+             + [{"name": f"s{i}", "type": "switch", "tier": 2} for i in range(3)]
+             + [{"name": f"c{i}", "type": "switch", "tier": 3} for i in range(3)])
+    links = [{"a": "h0", "b": "leaf0", "rate": "1000Gbps"}, {"a": "h1", "b": "leaf1", "rate": "1000Gbps"}]
+    links += [{"a": "leaf0", "b": s, "rate": r} for s, r in rates.items()]
+    links += [{"a": s, "b": c, "rate": "1000Gbps"} for s, c in core_of.items()]
+    links += [{"a": f"c{i}", "b": "leaf1", "rate": "1000Gbps"} for i in range(3)]
+    sim, sb = builder({"kind": "explicit", "nodes": nodes, "links": links}, {"policy": "adaptive"})
+    _seg, starts = sb._up_segment(0, sb._first_ports(0, 1))
+    got = sb._walk(dict(starts), 1, None)
+    assert got == _dict_walk(sb, dict(starts), 1)
+    (leaf1, w), = got[1].items()
+    assert w == 0.1 + 0.2 + 0.7 != 0.2 + 0.7 + 0.1            # (what the other order would give)

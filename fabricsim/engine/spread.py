@@ -115,6 +115,8 @@ class SpreadBuilder:
         self._switch_stub: dict = {}
         self._starts_id: dict = {}         # starts tuple (switches entered, weights) -> id
         self._starts_by_id: list = []
+        self._exits_id: dict = {}          # exits tuple (attachment switches reached, weights) -> id
+        self._exits_by_id: list = []
         self._direct_ok: dict = {}         # (starts id, attachment id) -> last hop without a walk?
         self._direct_seg: dict = {}        # (starts id, destination) -> its last-hop segment
         self._multi_into = None
@@ -195,36 +197,55 @@ class SpreadBuilder:
 
     def _walk(self, starts: dict, dst: int, qp) -> tuple[dict, dict]:
         """Spread ``starts`` ({switch: weight}) towards ``dst``'s attachment switches: (link ->
-        coefficient, attachment switch -> weight arriving there)."""
+        coefficient, attachment switch -> weight arriving there). Level by level: the switches of
+        a level in order of first arrival, each link's and each next switch's weight summed in
+        that order (as one dict update after another would)."""
         attach = self.paths.attachments(dst)
-        acc: dict = {}
+        acc_p: list = []
+        acc_x: list = []
         exits: dict = {}
-        frontier = dict(starts)
-        while frontier:
-            nxt: dict = {}
-            for node, w in frontier.items():
+        nodes, weights = list(starts.keys()), list(starts.values())
+        while nodes:
+            ps, bs, xs = [], [], []
+            for node, w in zip(nodes, weights):
                 if node in attach:
                     exits[node] = exits.get(node, 0.0) + w
                     continue
-                for p, b, x in self._spread_at(node, dst, attach, qp):
-                    acc[p] = acc.get(p, 0.0) + w * x
-                    nxt[b] = nxt.get(b, 0.0) + w * x
-            frontier = nxt
-        return acc, exits
+                p, b, x = self._spread_at(node, dst, attach, qp)
+                ps.append(p)
+                bs.append(b)
+                xs.append(x * w)
+            if not ps:
+                break
+            p, b, x = np.concatenate(ps), np.concatenate(bs), np.concatenate(xs)
+            acc_p.append(p)
+            acc_x.append(x)
+            ub, first, inv = np.unique(b, return_index=True, return_inverse=True)
+            total = np.bincount(inv.ravel(), weights=x, minlength=len(ub))
+            order = np.argsort(first)                      # first arrival
+            nodes, weights = ub[order].tolist(), total[order].tolist()
+        if not acc_p:
+            return {}, exits
+        p, x = np.concatenate(acc_p), np.concatenate(acc_x)
+        up, inv = np.unique(p, return_inverse=True)
+        return dict(zip(up.tolist(), np.bincount(inv.ravel(), weights=x, minlength=len(up)).tolist())), exits
 
-    def _spread_at(self, node: int, dst: int, attach, qp) -> list[tuple[int, int, float]]:
-        """``(link, switch it leads to, share)`` of each equal-cost port of switch ``node`` towards
-        ``dst`` that the policy gives a share; kept per (switch, destination's attachment switches)
-        unless the policy decides per queue pair (a shared policy's ports and weights depend on the
-        destination only through them: :meth:`EqualCostPaths.next_hops`, :meth:`_capacity_to`)."""
+    def _spread_at(self, node: int, dst: int, attach, qp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(links, switches they lead to, shares)`` of the equal-cost ports of switch ``node``
+        towards ``dst`` that the policy gives a share; kept per (switch, destination's attachment
+        switches) unless the policy decides per queue pair (a shared policy's ports and weights
+        depend on the destination only through them: :meth:`EqualCostPaths.next_hops`,
+        :meth:`_capacity_to`)."""
         key = (node, attach) if self.kind != "per_flow" else None
         got = self._spread.get(key) if key is not None else None
         if got is None:
             ports = self.links.ports_towards(node, self.paths.next_hops(node, dst))
             if not len(ports):
                 raise ValueError(f"switch {node} has no route to host {dst}")
-            got = [(p, int(self.links.dst[p]), x)
-                   for p, x in zip(ports.tolist(), self._weights(node, ports, dst, qp).tolist()) if x]
+            x = np.asarray(self._weights(node, ports, dst, qp), dtype=np.float64)
+            on = x != 0
+            ports = np.asarray(ports, dtype=np.int64)[on]
+            got = (ports, self.links.dst[ports].astype(np.int64), x[on])
             if key is not None:
                 self._spread[key] = got
         return got
@@ -308,8 +329,10 @@ class SpreadBuilder:
         choice (``flow_index``, e.g. ECMP) walks all of them level by level in numpy; the others
         are assembled per queue pair from the shared segments."""
         n = len(src)
-        probe = self.policy.flow_index(np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.uint64)) \
-            if self.kind == "per_flow" else None
+        if self.kind != "per_flow":
+            return self._rows_shared(np.asarray(src, np.int64), np.asarray(dst, np.int64),
+                                     np.asarray(uid, np.int64), np.asarray(hashes, dtype=np.uint64))
+        probe = self.policy.flow_index(np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.uint64))
         if probe is None:
             counts = np.zeros(n, dtype=np.int64)
             segs: list = []
@@ -323,6 +346,64 @@ class SpreadBuilder:
             return counts, np.asarray(segs, dtype=np.int64), np.asarray(ws, dtype=np.float64)
         return self._rows_per_flow(np.asarray(src, np.int64), np.asarray(dst, np.int64),
                                    np.asarray(uid, np.int64), np.asarray(hashes, dtype=np.uint64))
+
+    def _rows_shared(self, src, dst, uid, hashes):
+        """:meth:`rows` for a policy whose spread is shared (``uniform``, ``balanced``): every
+        queue pair's row is its first-hop segment (:meth:`_up_rows`), the switch-to-switch segment
+        of (switches entered, destination's attachments) if there is one, and the last-hop segment
+        of (destination, exits), each looked up once per distinct key of the batch (the segments of
+        :meth:`row`; new ones numbered first-hop segments first, in queue-pair order)."""
+        n = len(src)
+        if not n:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        up, sid, _q, _node, _w = self._up_rows(src, dst, uid, hashes)
+        starts_of = self._starts_list()
+        att = self._attach_ids(dst)
+        A = int(self._attach_id.max()) + 1
+        key = sid * A + att
+        uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        mid = np.empty(len(uk), dtype=np.int64)         # -1: no switch-to-switch segment
+        exit_id = np.empty(len(uk), dtype=np.int64)
+        for u in np.argsort(first, kind="stable").tolist():
+            j = int(first[u])
+            starts, attach = starts_of[int(sid[j])], self.paths.attachments(int(dst[j]))
+            got = self._mid.get((starts, attach))
+            if got is None:
+                acc, exits = self._walk(dict(starts), int(dst[j]), None)
+                got = self._mid[(starts, attach)] = (self._segment(acc) if acc else None,
+                                                     tuple(sorted(exits.items())))
+            mid[u] = -1 if got[0] is None else got[0]
+            exit_id[u] = self._exits_id.setdefault(got[1], len(self._exits_id))
+        inv = inv.ravel()
+        m, e = mid[inv], exit_id[inv]
+        exits_of = self._exits_list()
+        dk = dst * (int(e.max()) + 1) + e
+        udk, dfirst, dinv = np.unique(dk, return_index=True, return_inverse=True)
+        down = np.empty(len(udk), dtype=np.int64)
+        for u in np.argsort(dfirst, kind="stable").tolist():
+            j = int(dfirst[u])
+            d_, exits = int(dst[j]), exits_of[int(e[j])]
+            got = self._down.get((d_, exits))
+            down[u] = got if got is not None else self._last_hop(d_, exits, None)
+        down = down[dinv.ravel()]
+        has_mid = m >= 0
+        counts = 2 + has_mid.astype(np.int64)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        segs = np.empty(int(ptr[-1]), dtype=np.int64)
+        segs[ptr[:-1]] = up
+        mids = np.flatnonzero(has_mid)
+        segs[ptr[mids] + 1] = m[mids]
+        segs[ptr[1:] - 1] = down
+        return counts, segs, np.ones(len(segs))
+
+    def _exits_list(self) -> list:
+        """The exits tuples by id (:meth:`_rows_shared`)."""
+        if len(self._exits_by_id) != len(self._exits_id):
+            self._exits_by_id = [None] * len(self._exits_id)
+            for t, i in self._exits_id.items():
+                self._exits_by_id[i] = t
+        return self._exits_by_id
 
     def _rows_per_flow(self, src, dst, uid, hashes):
         n = len(src)
