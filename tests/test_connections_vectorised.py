@@ -94,3 +94,31 @@ def test_queue_pair_tuples_equal_the_scalar_formula(salt, src, dst, uid):
     sport, h = queue_pair_tuples(salt, [src], [dst], [uid])
     assert (int(sport[0]), int(h[0])) == queue_pair_tuple(salt, src, dst, uid) == reference_tuple(salt, src, dst, uid)
     assert five_tuple_hash(salt, src, dst, 49152, 4791, 17) == reference_tuple(salt, src, dst, 0)[1]
+
+
+call = st.one_of(st.tuples(st.just("open"), message),
+                 st.tuples(st.just("many"), st.lists(message, max_size=12)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls=st.lists(call, max_size=12), salt=st.integers(0, MASK64))
+def test_open_and_open_many_interleaved_on_one_table_follow_the_rule(calls, salt):
+    """open() (the packet engine's per-message path) and open_many() share one table: a
+    connection opened by either is reused by the other, and uids run on across both."""
+    got, ref = ConnectionTable(salt), ReferenceTable(salt)
+    for kind, arg in calls:
+        if kind == "open":
+            assert got.open(*arg) == ref.open(*arg)
+        else:
+            want = [ref.open(*msg) for msg in arg]
+            assert columns_per_message(got.open_many(*(zip(*arg) if arg else [[]] * 5)), len(arg)) == want
+        assert got.next_uid == ref.next_uid
+
+
+def test_many_connections_opened_one_at_a_time_keep_their_uids():
+    """The connection columns grow as connections are added one by one (the packet engine):
+    every connection keeps its first uid and count."""
+    t = ConnectionTable(1)
+    firsts = [t.open(0, 1, 8, 2, conn=c)[0][0] for c in range(1000)]
+    assert firsts == list(range(0, 2000, 2))
+    assert [t.open(0, 1, 8, 9, conn=c)[1][0] for c in range(0, 1000, 97)] == [2 * c + 1 for c in range(0, 1000, 97)]

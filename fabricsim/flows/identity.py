@@ -10,6 +10,7 @@ in the same order.
 """
 from __future__ import annotations
 
+import struct
 from itertools import repeat
 from typing import NamedTuple
 
@@ -126,6 +127,10 @@ def _int64(a) -> np.ndarray:
     return np.asarray(a, dtype=np.int64).reshape(-1)
 
 
+#: a persistent connection's key in :class:`ConnectionTable`: (conn, src, dst) as native int64
+_KEY = struct.Struct("=3q")
+
+
 class ConnectionTable:
     """Opens a run's queue pairs: the one numbering of queue pairs and their 5-tuples.
 
@@ -152,24 +157,55 @@ class ConnectionTable:
     [4, 5]
 
     A connection is kept as its first uid and queue-pair count (16 bytes of columns and one
-    dictionary entry keyed by the 24 bytes of ``(conn, src, dst)``); its 5-tuples are recomputed
-    from ``(salt, src, dst, uid)`` whenever it is used.
+    dictionary entry keyed by the 24 bytes of ``(conn, src, dst)``: about 150 bytes in all, a third
+    of a list of 5-tuples); its 5-tuples are recomputed from ``(salt, src, dst, uid)`` whenever it
+    is used.
     """
 
-    __slots__ = ("salt", "next_uid", "_conns", "_first", "_count")
+    __slots__ = ("salt", "next_uid", "_conns", "_first", "_count", "_n")
 
     def __init__(self, salt: int):
         self.salt = salt
         self.next_uid = 0
-        self._conns: dict[bytes, int] = {}          # (conn, src, dst) as 24 bytes -> connection number
-        self._first = np.zeros(0, dtype=np.int64)   # per connection number: its first uid ...
-        self._count = np.zeros(0, dtype=np.int64)   # ... and its queue-pair count (uids first .. first+count-1)
+        self._conns: dict[bytes, int] = {}          # _KEY of (conn, src, dst) -> connection number
+        self._first = np.zeros(16, dtype=np.int64)  # per connection number: its first uid ...
+        self._count = np.zeros(16, dtype=np.int64)  # ... and its queue-pair count (uids first .. first+count-1)
+        self._n = 0                                 # connections opened (the columns' used length)
+
+    def _add(self, first, count) -> int:
+        """Register connections with these first uids and counts (int64 arrays); the number of the
+        first of them (the columns grow by doubling: registering one at a time stays linear)."""
+        c0, k = self._n, len(first)
+        if c0 + k > len(self._first):
+            grow = max(c0 + k, 2 * len(self._first))
+            self._first = np.concatenate([self._first[:c0], np.zeros(grow - c0, dtype=np.int64)])
+            self._count = np.concatenate([self._count[:c0], np.zeros(grow - c0, dtype=np.int64)])
+        self._first[c0:c0 + k] = first
+        self._count[c0:c0 + k] = count
+        self._n = c0 + k
+        return c0
 
     def open(self, src: int, dst: int, size_bytes: int, qps: int, conn: int = -1) -> list[tuple[int, int, int, int]]:
         """``(uid, sport, hash, bytes)`` of each queue pair a message of ``size_bytes`` uses
-        (parts of 0 bytes left out): :meth:`open_many` of the one message."""
-        q = self.open_many([src], [dst], [size_bytes], [qps], [conn])
-        return list(zip(q.uid.tolist(), q.sport.tolist(), q.hash.tolist(), q.size_bytes.tolist()))
+        (parts of 0 bytes left out). One message in Python ints (the packet engine's per-message
+        path, a few microseconds): the table, key and 5-tuples of :meth:`open_many`, which the tests
+        check gives the same answers, alone or interleaved with it."""
+        if conn < 0:
+            first, parts = self.next_uid, qps
+            self.next_uid += min(qps, size_bytes)       # one fresh queue pair per non-empty part
+        else:
+            key = _KEY.pack(conn, src, dst)
+            c = self._conns.get(key)
+            if c is None:                               # the first message opens all qps of them
+                c = self._conns[key] = self._add([self.next_uid], [qps])
+                self.next_uid += qps
+            first, parts = int(self._first[c]), int(self._count[c])
+        out = []
+        for q, size in enumerate(split_bytes(size_bytes, parts)):
+            if not size:                                # the non-empty parts are the first ones
+                break
+            out.append((first + q,) + queue_pair_tuple(self.salt, src, dst, first + q) + (size,))
+        return out
 
     def open_many(self, src, dst, size_bytes, qps, conn) -> QueuePairs:
         """The queue pairs of messages starting in this order (int arrays, one entry per message):
@@ -193,6 +229,7 @@ class ConnectionTable:
         base, parts = qps.copy(), qps.copy()        # per message: its first uid and its split's divisor
         pj = np.flatnonzero(~fresh)
         if pj.size:
+            # the keys as _KEY packs them: (conn, src, dst) as three native int64
             keys = np.ascontiguousarray(np.stack([conn[pj], src[pj], dst[pj]], axis=1)).view("V24").ravel().tolist()
             cid = np.fromiter(map(self._conns.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
             new = np.flatnonzero(cid < 0)
@@ -201,20 +238,19 @@ class ConnectionTable:
                 first_at = dict(zip(reversed(nkeys), range(len(nkeys) - 1, -1, -1)))   # key -> first position
                 pos = np.fromiter(map(first_at.__getitem__, nkeys), dtype=np.int64, count=len(nkeys))
                 firsts = np.flatnonzero(pos == np.arange(len(nkeys)))                   # ascending
-                c0 = len(self._first)
+                c0 = self._n
                 cid[new] = c0 + np.searchsorted(firsts, pos)
                 self._conns.update(zip([nkeys[x] for x in firsts.tolist()], range(c0, c0 + len(firsts))))
                 openers = pj[new[firsts]]
                 opens[openers] = qps[openers]
             else:
-                openers = c0 = None
+                openers = None
         start = self.next_uid + np.cumsum(opens) - opens
         self.next_uid += int(opens.sum())
         base[fresh] = start[fresh]
         if pj.size:
             if openers is not None:
-                self._first = np.concatenate([self._first, start[openers]])
-                self._count = np.concatenate([self._count, qps[openers]])
+                self._add(start[openers], qps[openers])
             base[pj] = self._first[cid]
             parts[pj] = self._count[cid]
         # the non-empty parts of every message's split: the first min(parts, size)
