@@ -48,6 +48,7 @@ HOT_FILES = [
     "fabricsim/net/port.py", "fabricsim/routing/adaptive.py", "fabricsim/routing/ecmp.py",
     "fabricsim/routing/flowlet.py", "fabricsim/routing/spray.py", "fabricsim/routing/base.py",
     "fabricsim/receiver/ddp.py", "fabricsim/receiver/base.py", "fabricsim/flows/replay.py",
+    "fabricsim/flows/identity.py",
 ]
 
 SCENARIOS = {

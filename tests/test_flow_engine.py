@@ -475,3 +475,139 @@ def test_releases_told_once_per_round_give_the_recorders_first_and_last_release(
     assert rel.nunique() > res.summary["run"]["flow_steps"] / 10       # rounds with several releases
     rec = made[-1]
     assert (rec.first_release, rec.last_release) == (int(rel.min()), int(rel.max()))
+
+
+def _open_flows_one_by_one(self, todo):
+    """The flow engine's opening as it was before ConnectionTable.open_many: every row of the
+    batch asks ConnectionTable.open for its queue pairs in start order (the reference of
+    test_batch_opening_gives_the_run_of_opening_message_by_message)."""
+    t = self.table
+    src_l, dst_l, uid_l, h_l, size_l, row_l, t0_l = [], [], [], [], [], [], []
+    firsts = []
+    n = len(t)
+    for i, at in todo:
+        if i < n and self.pieces_of.get(i):
+            firsts.append(int(math.ceil(at + self._latency(i)[1])))
+            for p in self.pieces_of[i]:
+                self.rel[p] = at
+                self._to_start.append((p, at))
+            continue
+        if i < n:
+            src, dst, size, qps, conn = int(t.src[i]), int(t.dst[i]), int(t.size_bytes[i]), int(t.qps[i]), int(t.conn[i])
+        else:
+            k = i - n
+            src, dst, size, qps, conn = self.u_src[k], self.u_dst[k], self.u_size[k], self.u_qps[k], self.u_conn[k]
+        opened = self.connections.open(src, dst, size, qps, conn)
+        self.qps_left[i] = len(opened)
+        self.fluid_end[i] = at
+        if size and i < n:
+            firsts.append(int(math.ceil(at + self._latency(i)[1])))
+        if not opened:
+            self._fluid_done(i, float(at))
+            continue
+        for uid, _sport, h, qb in opened:
+            src_l.append(src)
+            dst_l.append(dst)
+            uid_l.append(uid)
+            h_l.append(h)
+            size_l.append(qb)
+            row_l.append(i)
+            t0_l.append(at)
+    self._first_due.add(firsts)
+    k = len(src_l)
+    if not k:
+        return
+    counts, segs, ws = self.spread.rows(np.asarray(src_l, np.int64), np.asarray(dst_l, np.int64),
+                                        np.asarray(uid_l, np.int64), np.asarray(h_l, dtype=np.uint64))
+    need = self.nf + k
+    if need > len(self.f_rem):
+        grow = max(need, 2 * len(self.f_rem))
+        for name in ("f_rem", "f_alive", "f_row", "f_size", "f_t0", "f_tail", "f_payload", "f_good"):
+            a = getattr(self, name)
+            setattr(self, name, np.concatenate([a, np.zeros(grow - len(a), dtype=a.dtype)]))
+    sl = slice(self.nf, need)
+    self.f_t0[sl] = t0_l
+    rows = np.asarray(row_l, dtype=np.int64)
+    msg = rows < n
+    self.f_tail[sl] = [self._latency(i)[1] for i in row_l]
+    final = msg.copy()
+    final[~msg] = [self.u_final[i - n] for i in rows[~msg].tolist()]
+    payload = np.asarray(size_l, dtype=np.float64)
+    fluid = self._fluid_bytes(np.asarray(size_l, dtype=np.int64), self._frame[rows])
+    self.f_good[sl] = np.where(final, payload / fluid, 0.0)
+    self.f_payload[sl] = payload
+    self.f_rem[sl] = fluid
+    self.f_size[sl] = fluid
+    self.f_alive[sl] = True
+    self.f_row[sl] = row_l
+    self.f_counts.append(counts)
+    self.f_seg.append(segs)
+    self.f_w.append(ws)
+    self.nf = need
+    self.flows_opened += k
+    self._f_cache = None
+    self.f_version += 1
+    self._dirty = True
+
+
+def _mixed_connections_trace(tmp_path):
+    """Messages on fresh queue pairs and on persistent connections used by several messages (some
+    of them starting together) and messages smaller than their queue-pair count (traces hold no
+    empty messages), in two dependent rounds."""
+    from fabricsim.traces import write_trace
+    from fabricsim.traces.schema import Trace, TraceRecord
+    rng = np.random.default_rng(4)
+    recs = []
+    for r in range(2):
+        for j in range(40):
+            src, dst = int(rng.integers(0, 8)), int(rng.integers(8, 16))
+            size = int(rng.choice([1, 2, 3000, 200_000]))
+            deps = (int(rng.integers(0, 40)),) if r else ()
+            recs.append(TraceRecord(len(recs), src, dst, size, "op", "other", deps=deps,
+                                    conn=int(rng.choice([-1, 0, 1]))))
+    return write_trace(Trace(recs, "<test>"), tmp_path / "mixed.parquet")
+
+
+@pytest.mark.parametrize("case", ["mixed_connections", "pxn"])
+def test_batch_opening_gives_the_run_of_opening_message_by_message(tmp_path, monkeypatch, case):
+    """_open_flows opens a batch with one ConnectionTable.open_many: the same flows, numbering
+    and results as asking for each message's queue pairs in turn."""
+    from fabricsim.engine import flow as flow_mod
+    if case == "pxn":
+        sc = {"name": "pxn", "topology": {"kind": "cluster", "domain": "nvl72", "racks": 2,
+                                          "nic": {"ports": 1, "rate": "400Gbps"}},
+              "traffic": {"pattern": "permutation", "message_size": "200KiB", "locality": "cross_leaf",
+                          "qps_per_message": 3},
+              "routing": {"policy": "ecmp"}, "nic": {"plane_split": "per_packet", "pxn": True, "pxn_chunk": "64KiB"},
+              "simulation": {"engine": "flow"}}
+    else:
+        path = _mixed_connections_trace(tmp_path)
+        sc = scenario(leaf_spine(n_per_leaf=8, leaves=2, spines=4),
+                      {"pattern": "trace", "path": str(path), "qps_per_message": 3}, engine="flow")
+    batch = fabricsim.run(sc)
+    monkeypatch.setattr(flow_mod.FlowEngine, "_open_flows", _open_flows_one_by_one)
+    one_by_one = fabricsim.run(sc)
+    pd.testing.assert_frame_equal(batch.messages, one_by_one.messages)
+    pd.testing.assert_frame_equal(batch.links, one_by_one.links)
+    for k in ("flows", "flow_segments", "flow_rate_recomputations"):
+        assert batch.summary["run"][k] == one_by_one.summary["run"][k]
+    m = batch.messages
+    assert m["completed"].all() and (case == "pxn" or (m["size_bytes"] < 3).any())
+
+
+def test_messages_frame_transport_columns_are_all_missing_integers():
+    """The flow engine does not model the transport: its messages table has those columns as
+    nullable integers, every one missing (the frame the element-by-element construction gave)."""
+    from fabricsim.analysis.recorder import TRANSPORT_COLUMNS, Recorder
+    from fabricsim.api import prepare
+    from fabricsim.engine import ENGINES
+    _loaded, sim = prepare(scenario(leaf_spine(), _perm("64KiB"), engine="flow"))
+    s = sim.scenario
+    eng = ENGINES.get("flow")(sim, Recorder(s.outputs.latency_rel_error, s.outputs.timeseries_bin))
+    assert eng.run().status == "complete"
+    got = eng._messages_frame()
+    want = got.copy()
+    for c in TRANSPORT_COLUMNS:
+        want[c] = pd.array([None] * len(got), dtype="Int64")
+    assert set(TRANSPORT_COLUMNS) <= set(got.columns) and len(got)
+    pd.testing.assert_frame_equal(got, want)

@@ -582,47 +582,48 @@ class FlowEngine:
             self._open_flows(todo[a:a + FLUSH_CHUNK])
 
     def _open_flows(self, todo):
+        """Open the queue pairs of the rows ``todo`` (``(row, start ps)`` in start order) as
+        fluid flows: one :meth:`ConnectionTable.open_many` for the batch, so the flows, their
+        order and numbering are those of opening the rows one by one. A PXN parent opens nothing:
+        its pieces start now (queued for the next flush, in order)."""
         t = self.table
-        src_l, dst_l, uid_l, h_l, size_l, row_l, t0_l = [], [], [], [], [], [], []
-        firsts = []                     # first arrivals of the messages starting
         n = len(t)
-        for i, at in todo:
-            if i < n and self.pieces_of.get(i):
-                # PXN: the message goes as chunks through its relay; every first leg starts now
-                firsts.append(int(math.ceil(at + self._latency(i)[1])))
+        rows_at = np.array(todo, dtype=np.int64).reshape(-1, 2)
+        rows, at = rows_at[:, 0], rows_at[:, 1]
+        parent = np.zeros(len(rows), dtype=bool)
+        if self.pieces_of:
+            parent = np.fromiter((bool(self.pieces_of.get(i)) for i in rows.tolist()), dtype=bool, count=len(rows))
+        own = np.flatnonzero(~parent)                  # rows that open queue pairs, in order
+        o_rows, o_at = rows[own], at[own]
+        src, dst, size, qps, conn = self._unit_columns(o_rows)
+        opened = self.connections.open_many(src, dst, size, qps, conn)
+        per_row = np.bincount(opened.msg, minlength=len(own))
+        self.qps_left[o_rows] = per_row
+        self.fluid_end[o_rows] = o_at
+        # first arrivals: every PXN parent, and every non-empty message (not its pieces)
+        first = parent | (~parent & (rows < n))
+        first[own] &= size > 0
+        fr = rows[first]
+        self._first_due.add(np.ceil(at[first] + self._tail[fr]).astype(np.int64).tolist())
+        # rows that open nothing end now; PXN parents start their pieces: in start order, as
+        # both queue rows to start and push events
+        empty = np.zeros(len(rows), dtype=bool)
+        empty[own] = per_row == 0
+        for x in np.flatnonzero(parent | empty).tolist():
+            i, a = int(rows[x]), int(at[x])
+            if parent[x]:
                 for p in self.pieces_of[i]:
-                    self.rel[p] = at
-                    self._to_start.append((p, at))
-                continue
-            if i < n:
-                src, dst, size, qps, conn = int(t.src[i]), int(t.dst[i]), int(t.size_bytes[i]), int(t.qps[i]), \
-                    int(t.conn[i])
+                    self.rel[p] = a
+                    self._to_start.append((p, a))
             else:
-                k = i - n
-                src, dst, size, qps, conn = self.u_src[k], self.u_dst[k], self.u_size[k], self.u_qps[k], \
-                    self.u_conn[k]
-            opened = self.connections.open(src, dst, size, qps, conn)
-            self.qps_left[i] = len(opened)
-            self.fluid_end[i] = at
-            if size and i < n:
-                firsts.append(int(math.ceil(at + self._latency(i)[1])))
-            if not opened:
-                self._fluid_done(i, float(at))
-                continue
-            for uid, _sport, h, qb in opened:
-                src_l.append(src)
-                dst_l.append(dst)
-                uid_l.append(uid)
-                h_l.append(h)
-                size_l.append(qb)
-                row_l.append(i)
-                t0_l.append(at)
-        self._first_due.add(firsts)
-        k = len(src_l)
+                self._fluid_done(i, float(a))
+        k = len(opened.uid)
         if not k:
             return
-        counts, segs, ws = self.spread.rows(np.asarray(src_l, np.int64), np.asarray(dst_l, np.int64),
-                                            np.asarray(uid_l, np.int64), np.asarray(h_l, dtype=np.uint64))
+        owner = opened.msg
+        src_l, dst_l, uid_l, h_l, size_l = src[owner], dst[owner], opened.uid, opened.hash, opened.size_bytes
+        row_l, t0_l = o_rows[owner], o_at[owner]
+        counts, segs, ws = self.spread.rows(src_l, dst_l, uid_l, h_l)
         need = self.nf + k
         if need > len(self.f_rem):
             grow = max(need, 2 * len(self.f_rem))
@@ -636,7 +637,7 @@ class FlowEngine:
             self.f_good = np.concatenate([self.f_good, np.zeros(grow - len(self.f_good))])
         sl = slice(self.nf, need)
         self.f_t0[sl] = t0_l
-        rows = np.asarray(row_l, dtype=np.int64)
+        rows = row_l
         msg = rows < n
         tail = np.empty(k)
         tail[msg] = self._tail[rows[msg]]                  # (as _latency)
@@ -644,8 +645,8 @@ class FlowEngine:
         self.f_tail[sl] = tail
         final = msg.copy()                                 # PXN first legs are not goodput
         final[~msg] = [self.u_final[i - n] for i in rows[~msg].tolist()]
-        payload = np.asarray(size_l, dtype=np.float64)
-        fluid = self._fluid_bytes(np.asarray(size_l, dtype=np.int64), self._frame[rows])
+        payload = size_l.astype(np.float64)
+        fluid = self._fluid_bytes(size_l, self._frame[rows])
         self.f_good[sl] = np.where(final, payload / fluid, 0.0)
         self.f_payload[sl] = payload
         self.f_rem[sl] = fluid
@@ -686,6 +687,20 @@ class FlowEngine:
             for nxt in conns.sent(i):
                 start(nxt, c)
             push(e, _DONE, i)
+
+    def _unit_columns(self, rows: np.ndarray) -> tuple:
+        """(src, dst, size_bytes, qps, conn) of the units ``rows`` as int64 arrays: messages'
+        from the table, PXN pieces' (rows ``>= n``) from their plan (:meth:`_plan_pieces`)."""
+        t = self.table
+        n = len(t)
+        cols = [np.asarray(c, dtype=np.int64)[np.minimum(rows, n - 1)] if n else np.zeros(len(rows), dtype=np.int64)
+                for c in (t.src, t.dst, t.size_bytes, t.qps, t.conn)]
+        piece = np.flatnonzero(rows >= n)
+        if piece.size:
+            ks = (rows[piece] - n).tolist()
+            for c, u in zip(cols, (self.u_src, self.u_dst, self.u_size, self.u_qps, self.u_conn)):
+                c[piece] = [u[k] for k in ks]
+        return tuple(cols)
 
     def _fluid_done(self, i: int, tf: float):
         """:meth:`_fluid_done_rows` of unit ``i``, its last byte out at ``tf``."""
@@ -926,8 +941,8 @@ class FlowEngine:
                 "incomplete_reason": self.reason.copy()}
         if list(cols) != MESSAGE_COLUMNS:     # the recorder's schema is the one source of truth
             raise SimulationError(f"flow engine messages columns {list(cols)} differ from {MESSAGE_COLUMNS}")
-        for c in TRANSPORT_COLUMNS:
-            cols[c] = pd.array([None] * len(t), dtype="Int64")
+        for c in TRANSPORT_COLUMNS:          # not modelled: all missing (built as a mask, not element by element)
+            cols[c] = pd.arrays.IntegerArray(np.zeros(len(t), dtype=np.int64), np.ones(len(t), dtype=bool))
         return pd.DataFrame(cols)
 
     def _sizes_sent(self, flows: np.ndarray) -> np.ndarray:

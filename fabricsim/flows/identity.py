@@ -10,6 +10,12 @@ in the same order.
 """
 from __future__ import annotations
 
+import struct
+from itertools import repeat
+from typing import NamedTuple
+
+import numpy as np
+
 ROCE_DPORT = 4791
 UDP = 17
 
@@ -36,7 +42,6 @@ def mix64_array(x):
     >>> [int(v) for v in mix64_array(np.array([1, 2], dtype=np.uint64))] == [mix64(1), mix64(2)]
     True
     """
-    import numpy as np
     x = np.asarray(x, dtype=np.uint64)
     with np.errstate(over="ignore"):
         x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -44,12 +49,23 @@ def mix64_array(x):
     return x ^ (x >> np.uint64(31))
 
 
+def _five_tuple_hash(salt, src, dst, sport, dport, proto, mix):
+    # the one definition, for Python ints (mix64) and uint64 arrays (mix64_array): the products
+    # are reduced modulo 2**64 by the mix (ints) or by uint64 arithmetic (arrays)
+    h = mix(salt ^ src)
+    h = mix(h ^ (dst * 0x9E3779B97F4A7C15))
+    h = mix(h ^ (sport << 16) ^ dport)
+    return mix(h ^ proto)
+
+
+def _queue_pair_tuple(salt, src, dst, uid, mix):
+    sport = 49152 + (uid & 0x3FFF)
+    return sport, _five_tuple_hash(salt, src, dst, sport ^ (uid >> 14) * 7919, ROCE_DPORT, UDP, mix)
+
+
 def five_tuple_hash(salt: int, src: int, dst: int, sport: int, dport: int = ROCE_DPORT, proto: int = UDP) -> int:
     """Seeded hash of (src, dst, sport, dport, proto)."""
-    h = mix64(salt ^ src)
-    h = mix64(h ^ (dst * 0x9E3779B97F4A7C15))
-    h = mix64(h ^ (sport << 16) ^ dport)
-    return mix64(h ^ proto)
+    return _five_tuple_hash(salt, src, dst, sport, dport, proto, mix64)
 
 
 #: random stream of the per-run 5-tuple salt
@@ -65,8 +81,22 @@ def queue_pair_tuple(salt: int, src: int, dst: int, uid: int) -> tuple[int, int]
     pair of a run has its own 5-tuple hash. The one definition used by the engines and by the
     analysis-side references that place a run's own flows (:mod:`fabricsim.analysis.maxmin`).
     """
-    sport = 49152 + (uid & 0x3FFF)
-    return sport, five_tuple_hash(salt, src, dst, sport ^ (uid >> 14) * 7919)
+    return _queue_pair_tuple(salt, src, dst, uid, mix64)
+
+
+def queue_pair_tuples(salt: int, src, dst, uid) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`queue_pair_tuple` of arrays of queue pairs: (UDP source ports as int64, 5-tuple
+    hashes as uint64), element by element the same (one definition, evaluated on uint64 arrays).
+
+    >>> sport, h = queue_pair_tuples(7, [1, 2], [3, 4], [0, 20000])
+    >>> [(int(a), int(b)) for a, b in zip(sport, h)] == [queue_pair_tuple(7, 1, 3, 0), queue_pair_tuple(7, 2, 4, 20000)]
+    True
+    """
+    u64 = np.uint64
+    src, dst, uid = (np.asarray(a, dtype=np.int64).astype(u64) for a in (src, dst, uid))
+    with np.errstate(over="ignore"):
+        sport, h = _queue_pair_tuple(u64(salt & MASK64), src, dst, uid, mix64_array)
+    return sport.astype(np.int64), h
 
 
 def split_bytes(size_bytes: int, parts: int) -> list[int]:
@@ -82,13 +112,33 @@ def split_bytes(size_bytes: int, parts: int) -> list[int]:
     return [base + (1 if q < extra else 0) for q in range(parts)]
 
 
+class QueuePairs(NamedTuple):
+    """Queue pairs opened by :meth:`ConnectionTable.open_many`, one entry each (int64 columns but
+    ``hash``), grouped by message in the batch's order and in queue-pair order within a message."""
+
+    msg: np.ndarray         #: index in the batch of the message the queue pair carries
+    uid: np.ndarray         #: queue-pair number in the run
+    sport: np.ndarray       #: UDP source port (:func:`queue_pair_tuple`)
+    hash: np.ndarray        #: seeded 5-tuple hash, uint64
+    size_bytes: np.ndarray  #: the message's bytes on it (:func:`split_bytes`; never 0)
+
+
+def _int64(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.int64).reshape(-1)
+
+
+#: a persistent connection's key in :class:`ConnectionTable`: (conn, src, dst) as native int64
+_KEY = struct.Struct("=3q")
+
+
 class ConnectionTable:
     """Opens a run's queue pairs: the one numbering of queue pairs and their 5-tuples.
 
-    The packet engine asks it for the queue pairs of each message it starts, and the analysis-side
-    references that place a run's own flows (:func:`fabricsim.analysis.maxmin.ecmp_placement`)
-    ask it the same questions in the same order, so both see the same uids, UDP source ports and
-    5-tuple hashes (:func:`queue_pair_tuple`).
+    The packet engine asks it for the queue pairs of each message it starts (:meth:`open`), the
+    flow engine for those of every message starting at once (:meth:`open_many`, the same answers
+    as :meth:`open` message by message), and the analysis-side references that place a run's own
+    flows (:func:`fabricsim.analysis.maxmin.ecmp_placement`) ask it the same questions in the same
+    order, so all see the same uids, UDP source ports and 5-tuple hashes (:func:`queue_pair_tuple`).
 
     - ``conn == -1``: the message gets fresh queue pairs, one per non-empty part of
       :func:`split_bytes` over its ``qps`` (numbered in order, as before connections existed).
@@ -105,32 +155,109 @@ class ConnectionTable:
     (True, [4, 3])
     >>> [q[0] for q in t.open(1, 0, 10, 2, conn=3)]                   # (conn, src, dst): a new connection
     [4, 5]
+
+    A connection is kept as its first uid and queue-pair count (16 bytes of columns and one
+    dictionary entry keyed by the 24 bytes of ``(conn, src, dst)``: about 150 bytes in all, a third
+    of a list of 5-tuples); its 5-tuples are recomputed from ``(salt, src, dst, uid)`` whenever it
+    is used.
     """
 
-    __slots__ = ("salt", "next_uid", "_conns")
+    __slots__ = ("salt", "next_uid", "_conns", "_first", "_count", "_n")
 
     def __init__(self, salt: int):
         self.salt = salt
         self.next_uid = 0
-        self._conns: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+        self._conns: dict[bytes, int] = {}          # _KEY of (conn, src, dst) -> connection number
+        self._first = np.zeros(16, dtype=np.int64)  # per connection number: its first uid ...
+        self._count = np.zeros(16, dtype=np.int64)  # ... and its queue-pair count (uids first .. first+count-1)
+        self._n = 0                                 # connections opened (the columns' used length)
 
-    def _new(self, src: int, dst: int) -> tuple[int, int, int]:
-        uid = self.next_uid
-        self.next_uid += 1
-        sport, h = queue_pair_tuple(self.salt, src, dst, uid)
-        return uid, sport, h
+    def _add(self, first, count) -> int:
+        """Register connections with these first uids and counts (int64 arrays); the number of the
+        first of them (the columns grow by doubling: registering one at a time stays linear)."""
+        c0, k = self._n, len(first)
+        if c0 + k > len(self._first):
+            grow = max(c0 + k, 2 * len(self._first))
+            self._first = np.concatenate([self._first[:c0], np.zeros(grow - c0, dtype=np.int64)])
+            self._count = np.concatenate([self._count[:c0], np.zeros(grow - c0, dtype=np.int64)])
+        self._first[c0:c0 + k] = first
+        self._count[c0:c0 + k] = count
+        self._n = c0 + k
+        return c0
 
     def open(self, src: int, dst: int, size_bytes: int, qps: int, conn: int = -1) -> list[tuple[int, int, int, int]]:
         """``(uid, sport, hash, bytes)`` of each queue pair a message of ``size_bytes`` uses
-        (parts of 0 bytes left out)."""
+        (parts of 0 bytes left out). One message in Python ints (the packet engine's per-message
+        path, a few microseconds): the table, key and 5-tuples of :meth:`open_many`, which the tests
+        check gives the same answers, alone or interleaved with it."""
         if conn < 0:
-            out = []
-            for size in split_bytes(size_bytes, qps):
-                if size:
-                    out.append(self._new(src, dst) + (size,))
-            return out
-        key = (conn, src, dst)
-        tuples = self._conns.get(key)
-        if tuples is None:
-            tuples = self._conns[key] = [self._new(src, dst) for _ in range(qps)]
-        return [t + (size,) for t, size in zip(tuples, split_bytes(size_bytes, len(tuples))) if size]
+            first, parts = self.next_uid, qps
+            self.next_uid += min(qps, size_bytes)       # one fresh queue pair per non-empty part
+        else:
+            key = _KEY.pack(conn, src, dst)
+            c = self._conns.get(key)
+            if c is None:                               # the first message opens all qps of them
+                c = self._conns[key] = self._add([self.next_uid], [qps])
+                self.next_uid += qps
+            first, parts = int(self._first[c]), int(self._count[c])
+        out = []
+        for q, size in enumerate(split_bytes(size_bytes, parts)):
+            if not size:                                # the non-empty parts are the first ones
+                break
+            out.append((first + q,) + queue_pair_tuple(self.salt, src, dst, first + q) + (size,))
+        return out
+
+    def open_many(self, src, dst, size_bytes, qps, conn) -> QueuePairs:
+        """The queue pairs of messages starting in this order (int arrays, one entry per message):
+        the same as :meth:`open` called on each in turn, as columns (:class:`QueuePairs`). A
+        connection may appear more than once: its first message opens it, the later ones reuse it.
+
+        >>> t, u = ConnectionTable(salt=5), ConnectionTable(salt=5)
+        >>> q = t.open_many([0, 0, 2, 0], [1, 1, 3, 1], [10, 7, 1, 3], [2, 5, 4, 1], [3, 3, -1, -1])
+        >>> q.msg.tolist(), q.uid.tolist(), q.size_bytes.tolist()
+        ([0, 0, 1, 1, 2, 3], [0, 1, 0, 1, 2, 3], [5, 5, 4, 3, 1, 3])
+        >>> one = [u.open(*m) for m in [(0, 1, 10, 2, 3), (0, 1, 7, 5, 3), (2, 3, 1, 4, -1), (0, 1, 3, 1, -1)]]
+        >>> one == [[tuple(qp) for j, *qp in zip(*(c.tolist() for c in q)) if j == i] for i in range(4)]
+        True
+        """
+        src, dst, size, qps, conn = (_int64(a) for a in (src, dst, size_bytes, qps, conn))
+        m = len(src)
+        fresh = conn < 0
+        # uids each message opens, in message order: a fresh message one per non-empty part, the
+        # first message of a new connection the connection's qps, the others none
+        opens = np.where(fresh, np.minimum(qps, size), 0)
+        base, parts = qps.copy(), qps.copy()        # per message: its first uid and its split's divisor
+        pj = np.flatnonzero(~fresh)
+        if pj.size:
+            # the keys as _KEY packs them: (conn, src, dst) as three native int64
+            keys = np.ascontiguousarray(np.stack([conn[pj], src[pj], dst[pj]], axis=1)).view("V24").ravel().tolist()
+            cid = np.fromiter(map(self._conns.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
+            new = np.flatnonzero(cid < 0)
+            if new.size:
+                nkeys = [keys[x] for x in new.tolist()]
+                first_at = dict(zip(reversed(nkeys), range(len(nkeys) - 1, -1, -1)))   # key -> first position
+                pos = np.fromiter(map(first_at.__getitem__, nkeys), dtype=np.int64, count=len(nkeys))
+                firsts = np.flatnonzero(pos == np.arange(len(nkeys)))                   # ascending
+                c0 = self._n
+                cid[new] = c0 + np.searchsorted(firsts, pos)
+                self._conns.update(zip([nkeys[x] for x in firsts.tolist()], range(c0, c0 + len(firsts))))
+                openers = pj[new[firsts]]
+                opens[openers] = qps[openers]
+            else:
+                openers = None
+        start = self.next_uid + np.cumsum(opens) - opens
+        self.next_uid += int(opens.sum())
+        base[fresh] = start[fresh]
+        if pj.size:
+            if openers is not None:
+                self._add(start[openers], qps[openers])
+            base[pj] = self._first[cid]
+            parts[pj] = self._count[cid]
+        # the non-empty parts of every message's split: the first min(parts, size)
+        k = np.minimum(parts, np.maximum(size, 0))
+        owner = np.repeat(np.arange(m, dtype=np.int64), k)
+        q = np.arange(len(owner), dtype=np.int64) - np.repeat(np.cumsum(k) - k, k)
+        whole, extra = np.divmod(size, parts)
+        uid = base[owner] + q
+        sport, h = queue_pair_tuples(self.salt, src[owner], dst[owner], uid)
+        return QueuePairs(owner, uid, sport, h, whole[owner] + (q < extra[owner]))
