@@ -151,3 +151,51 @@ def test_link_table_follows_topology_links(preset):
     for (a, b), ids in list(between.items())[::97]:
         assert t.between(a, b).tolist() == ids
     assert t.between(0, 0).tolist() == [] and t.between(-1, 3).tolist() == [] and t.between(10**7, 1).tolist() == []
+
+
+def _brute_fastest_hops(g, a, b):
+    """Per hop, the largest rate and smallest latency (delay + the next switch's forwarding) of any
+    link on any shortest host-to-host path that does not pass through another host."""
+    import networkx as nx
+    sw = g.subgraph([n for n, d in g.nodes(data=True) if d["type"] == "switch" or n in (a, b)])
+    out = None
+    for path in nx.all_shortest_paths(nx.Graph(sw), a, b):
+        hops = []
+        for x, y in zip(path, path[1:]):
+            fwd = g.nodes[y].get("switch_latency_ps", 0) if g.nodes[y]["type"] == "switch" else 0
+            es = g.get_edge_data(x, y).values()
+            hops.append((max(e["rate_bps"] for e in es), min(e["delay_ps"] + fwd for e in es)))
+        out = hops if out is None else [(max(r, r2), min(l, l2)) for (r, l), (r2, l2) in zip(out, hops)]
+    return out
+
+
+def test_fastest_hops_memos_match_every_shortest_path():
+    # a fabric with parallel links of unequal rates and latencies, every pair asked in turn: the
+    # memos per (level, next level) and per (level, attachments) give each pair its own figures
+    from fabricsim.api import prepare
+    _, sim = prepare({"name": "t", "topology": {"hosts_per_leaf": 3, "leaves": 3, "spines": 2, "links_per_spine": 2},
+                      "traffic": {"pattern": "permutation", "message_size": "4KiB"}})
+    g = sim.topology.graph
+    for i, (u, v, k, d) in enumerate(sorted(g.edges(keys=True, data=True))):
+        d["rate_bps"] = d["rate_bps"] // (1 + i % 3)
+        d["delay_ps"] = d["delay_ps"] + 7 * (i % 5)
+    from fabricsim.analysis.ideal import IdealModel
+    model = IdealModel(sim)
+    hosts = sim.topology.hosts
+    for a in hosts[::3]:
+        for b in hosts:
+            if a != b:
+                assert model.fastest_hops(a, b) == _brute_fastest_hops(g, a, b), (a, b)
+
+
+@pytest.mark.parametrize("values, default, want", [
+    (["", "", "all_to_all", "allreduce"], "", "all_to_all"),
+    ([None, float("nan"), 0, "", 5, 3], 0, 5),
+    (["", ""], "x", "x"),
+    ([0, 0.0, 7.0, 7], -1, 7.0),
+])
+def test_first_given_value(values, default, want):
+    from fabricsim.analysis.collectives import _first
+    import pandas as pd
+    got = _first(pd.Series(values, dtype=object), default)
+    assert got == want and type(got) is type(want)
