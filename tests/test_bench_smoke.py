@@ -66,3 +66,18 @@ def test_bench_trace_moe_tiny_runs_and_writes_its_report(tmp_path):
     assert set(rows) == {(n, c) for n in (64, 128) for c in ("current", "baseline")}
     assert all(r["messages"] > 0 and r["peak_rss_mib"] > 0 and r["total_s"] > 0 for r in rows.values())
     assert rows[(128, "current")]["messages"] > rows[(64, "current")]["messages"]
+
+
+def test_bench_setup_phases_runs_on_a_small_trace(capsys):
+    spec = importlib.util.spec_from_file_location("bench_setup_phases", BENCH.parent / "bench_setup_phases.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    trace = str(BENCH.parents[1] / "traces" / "dsv3_64gpu_flat.parquet")
+    got = mod.phases(trace, "leaf_spine_128x400g")
+    assert set(got) >= {"trace parse", "trace check", "LinkTable", "Replay.__init__", "LowerBound.__init__"}
+    assert all(v >= 0 for v in got.values())
+    run = mod.profiled_run(trace, "leaf_spine_128x400g")
+    assert set(run) == set(mod.RUN_PHASES) | {"wall (profiled)"}
+    # nested phases are inside their callers (cumulative times, rounded to 10 ms)
+    assert run["build_result"] + 0.01 >= run["LowerBound.__init__"] >= 0
+    assert run["prepare"] + 0.01 >= run["read_trace"] >= 0

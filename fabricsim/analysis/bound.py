@@ -291,19 +291,28 @@ class LowerBound:
 
     def _last_switches(self, s, b, attach):
         """The switches next to ``b`` that shortest paths from switch ``s`` end at: ``{s}`` at one
-        of ``b``'s attachments, else the union over ``s``'s next hops (memoised per (switch,
-        attachment set), so the switches of a tier are walked once per destination set)."""
+        of ``b``'s attachments, else the union over ``s``'s next hops. Walked level by level (the
+        switches one hop closer to ``b`` than a level form the next), each step memoised per
+        (level, attachment set): the levels of a tier are shared by every switch below them."""
         cache = self.__dict__.setdefault("_last_cache", {})
         key = (s, attach)
         last = cache.get(key)
         if last is None:
-            nh = self.model.paths.next_hops(s, b)
-            if nh == [b]:
-                last = frozenset((s,))
-            else:
-                last = frozenset().union(*(self._last_switches(y, b, attach) for y in nh)) if nh else frozenset()
-            cache[key] = last
+            last = cache[key] = self._settle(frozenset((s,)), b, attach)
         return last
+
+    def _settle(self, level: frozenset, b, attach) -> frozenset:
+        """The attachments of ``b`` that shortest paths from the switches ``level`` end at."""
+        steps = self.__dict__.setdefault("_settle_cache", {})
+        key = (level, attach)
+        out = steps.get(key)
+        if out is None:
+            here = level & attach                     # at b: their paths end here
+            rest = level - here
+            nxt = frozenset(y for x in rest for y in self.model.paths.next_hops(x, b))
+            out = here | self._settle(nxt, b, attach) if nxt else here
+            steps[key] = out
+        return out
 
     def _leg(self, c_ab: int, c_ba: int, size: int, qps: int):
         """(shortest FCT of the leg, wire bytes, sending tail, receiving head, last hop's latency)

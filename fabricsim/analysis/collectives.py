@@ -62,7 +62,7 @@ def add_tag_columns(msgs: pd.DataFrame, messages, rows=None) -> pd.DataFrame:
             msgs[col] = [messages[i].tags.get(col) for i in msgs["message_id"]]
         return msgs
     tags = messages.tags
-    if not any(np.fromiter((x is not None for x in v), dtype=bool, count=len(v)).any() for v in tags.values()):
+    if not any(any(x is not None for x in v) for v in tags.values()):    # stops at the first tag
         return msgs
     if rows is None:
         rows = messages.row_of(msgs["message_id"].to_numpy(dtype=np.int64))
@@ -88,7 +88,10 @@ def summary_key(collective: str, phase) -> str:
 
 
 def _first(values, default):
-    for v in values:
+    """The first of ``values`` that is given (not None, NaN, "" or 0), else ``default``. Looked
+    for among the distinct values in order of first appearance (the same first one: a column
+    that repeats one tag, or none, is not walked row by row in Python)."""
+    for v in pd.unique(np.asarray(values, dtype=object)):
         if v is not None and not (isinstance(v, float) and math.isnan(v)) and v != "" and v != 0:
             return v
     return default
@@ -113,7 +116,7 @@ def collectives_table(msgs: pd.DataFrame, bound=None) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     rows = []
     for op, g in msgs.groupby("op", sort=False):
-        ranks = len(set(g["src"]) | set(g["dst"]))
+        ranks = len(np.union1d(g["src"].to_numpy(), g["dst"].to_numpy()))
         done = bool(g["completed"].all())
         first = g["release_ps"].min()
         last = g["end_ps"].max() if done else None

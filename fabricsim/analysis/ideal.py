@@ -121,6 +121,8 @@ class IdealModel:
         self._train_memo: dict = {}     # (pair class, size, qps) -> :meth:`_train`
         self._relay_memo: dict = {}     # (src, attachments of dst) -> PXN relay or -1
         self._ag: dict = {}             # attachment set -> id
+        self._link_memo: dict = {}      # (switch level, next level) -> :meth:`_fastest_link`
+        self._level_memo: dict = {}     # (switch level, attachments of dst) -> next level
 
     def framing(self, src: int, dst: int) -> tuple[int, int, int | None]:
         """(unit payload bytes, header bytes, packet payload bytes or None) of ``src`` -> ``dst``:
@@ -211,7 +213,19 @@ class IdealModel:
 
     def _fastest_link(self, sources, targets) -> tuple[int, int]:
         """(largest rate, smallest latency incl. the target switch's forwarding) over the links
-        from ``sources`` (a node or an iterable of nodes) to ``targets``."""
+        from ``sources`` (a node or an iterable of nodes) to ``targets``; a level pair of switch
+        lists (tuples) is computed once (the levels of a fabric's tiers recur for every pair of
+        source and destination switch sets)."""
+        if isinstance(sources, tuple) and isinstance(targets, tuple):
+            memo = self._link_memo
+            key = (sources, targets)
+            v = memo.get(key)
+            if v is None:
+                v = memo[key] = self._fastest_link_scan(sources, targets)
+            return v
+        return self._fastest_link_scan(sources, targets)
+
+    def _fastest_link_scan(self, sources, targets) -> tuple[int, int]:
         g = self.topo.graph
         rate, lat = 0, None
         for a in ([sources] if isinstance(sources, int) else sources):
@@ -228,11 +242,20 @@ class IdealModel:
     def _switch_levels(self, first, dst):
         """The fastest link per switch-to-switch hop from the level ``first`` to the switches
         attached to ``dst``, and that last level."""
-        level, levels = sorted(first), []
+        level, levels = tuple(sorted(first)), []
+        attach = self.paths.attachments(dst)
+        steps = self._level_memo
         while True:
-            nxt = sorted({b for a in level for b in self.paths.next_hops(a, dst)})
-            if nxt == [dst]:
-                return levels, level
+            # the next level depends on dst only through its attachment switches (or is [dst])
+            inside = sum(a in attach for a in level)
+            if level and inside == len(level):    # every next hop is dst itself
+                return levels, list(level)
+            key = (level, attach)
+            nxt = steps.get(key) if not inside else None
+            if nxt is None:
+                nxt = tuple(sorted({b for a in level for b in self.paths.next_hops(a, dst)}))
+                if not inside:
+                    steps[key] = nxt
             if not nxt:
                 raise ValueError(f"no route to {dst}")
             levels.append(self._fastest_link(level, nxt))

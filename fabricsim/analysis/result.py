@@ -201,8 +201,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                                          else "Int64")
     duration_all = max(outcome.end_ps, 1)
     if len(links):
-        links.insert(2, "src_name", [topo.name_of(x) for x in links["src"]])
-        links.insert(4, "dst_name", [topo.name_of(x) for x in links["dst"]])
+        names = {n: d["name"] for n, d in topo.graph.nodes(data=True)}     # one lookup per node, not per link
+        links.insert(2, "src_name", [names[x] for x in links["src"].tolist()])
+        links.insert(4, "dst_name", [names[x] for x in links["dst"].tolist()])
         links["utilisation"] = links["tx_bytes"].astype("float64") * 8e12 / (links["rate_bps"].astype("float64")
                                                                                * duration_all)
 
@@ -223,11 +224,15 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     nic_cls: set[int] = set()     # pair classes whose payload leaves by a scale-out NIC port
     if len(host):
         ncls = int(cls.max()) + 1
+        scale_out: dict = {}      # (host, first hops) -> whether one of them is a NIC port
         for k in np.unique(host * ncls + cls, return_inverse=True)[0].tolist():   # (sort, not hash)
             h, c = divmod(k, ncls)
             first = model.ports(*model.representative(c))[0]
             used_ports.setdefault(h, set()).update(first)
-            if any(not _is_nvlink(g, h, s) for s in first):
+            nic = scale_out.get((h, first))
+            if nic is None:
+                nic = scale_out[(h, first)] = any(not _is_nvlink(g, h, s) for s in first)
+            if nic:
                 nic_cls.add(c)
     sender_capacity = sum(d["rate_bps"] for h, sws in used_ports.items() for s in sws
                           for d in g.get_edge_data(h, s).values())

@@ -34,28 +34,41 @@ class LinkTable:
 
     def __init__(self, topo):
         g = topo.graph
-        src, dst, rate, delay, kind, key = [], [], [], [], [], []
-        for u, v, k, d in topo.links():
-            for a, b in ((u, v), (v, u)):
-                src.append(a)
-                dst.append(b)
-                rate.append(d["rate_bps"])
-                delay.append(d["delay_ps"])
-                kind.append(d["kind"])
-                key.append(k)
+        n = g.number_of_edges()
+        u = np.empty(n, dtype=np.int64)
+        v = np.empty(n, dtype=np.int64)
+        k = np.empty(n, dtype=np.int64)
+        rate = np.empty(n, dtype=np.int64)
+        delay = np.empty(n, dtype=np.int64)
+        kinds = np.empty(n, dtype=object)
+        # one pass over networkx's edges; the order of Topology.links() ((low, high, key)
+        # ascending) by one lexsort instead of a Python sort of the edge tuples
+        for i, (a, b, key, d) in enumerate(g.edges(keys=True, data=True)):
+            u[i], v[i], k[i] = a, b, key
+            rate[i], delay[i], kinds[i] = d["rate_bps"], d["delay_ps"], d["kind"]
+        lo, hi = np.minimum(u, v), np.maximum(u, v)
+        order = np.lexsort((k, hi, lo))
+        lo, hi = lo[order], hi[order]
         self.topology = topo
-        self.src = np.asarray(src, dtype=np.int64)
-        self.dst = np.asarray(dst, dtype=np.int64)
-        self.rate_bps = np.asarray(rate, dtype=np.int64)
-        self.delay_ps = np.asarray(delay, dtype=np.int64)
-        self.kind = np.asarray(kind, dtype=object)
-        lat = {n: (d.get("switch_latency_ps", 0) if d["type"] == "switch" else 0) for n, d in g.nodes(data=True)}
-        self.peer_latency_ps = np.fromiter((lat[b] for b in dst), dtype=np.int64, count=len(dst))
-        # (a, b) -> link ids in link order (parallel links)
-        self._between: dict[tuple[int, int], list[int]] = {}
-        for i, (a, b) in enumerate(zip(src, dst)):
-            self._between.setdefault((a, b), []).append(i)
-        self._between_np = {}
+        self.src = np.empty(2 * n, dtype=np.int64)     # link 2 i: low -> high, 2 i + 1: back
+        self.dst = np.empty(2 * n, dtype=np.int64)
+        self.src[0::2], self.src[1::2] = lo, hi
+        self.dst[0::2], self.dst[1::2] = hi, lo
+        self.rate_bps = np.repeat(rate[order], 2)
+        self.delay_ps = np.repeat(delay[order], 2)
+        self.kind = np.repeat(kinds[order], 2)
+        nodes = max(g.nodes, default=-1) + 1
+        lat = np.zeros(nodes, dtype=np.int64)
+        for node, d in g.nodes(data=True):
+            if d["type"] == "switch":
+                lat[node] = d.get("switch_latency_ps", 0)
+        self.peer_latency_ps = lat[self.dst]
+        # (a, b) -> link ids in link order (parallel links): the links sorted by (a, b), stably
+        self._nodes = nodes
+        pair = self.src * nodes + self.dst
+        self._by_pair = np.argsort(pair, kind="stable")
+        self._pairs = pair[self._by_pair]
+        self._between_np: dict[tuple[int, int], np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.src)
@@ -65,7 +78,14 @@ class LinkTable:
         key = (a, b)
         out = self._between_np.get(key)
         if out is None:
-            out = self._between_np[key] = np.asarray(self._between.get(key, ()), dtype=np.int64)
+            if 0 <= a < self._nodes and 0 <= b < self._nodes:
+                p = a * self._nodes + b
+                lo = int(np.searchsorted(self._pairs, p, side="left"))
+                hi = int(np.searchsorted(self._pairs, p, side="right"))
+                out = self._by_pair[lo:hi].copy()
+            else:
+                out = np.zeros(0, dtype=np.int64)
+            self._between_np[key] = out
         return out
 
     def ports_towards(self, node: int, next_nodes) -> np.ndarray:

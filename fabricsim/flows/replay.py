@@ -189,8 +189,15 @@ def _connection_numbers(t: MessageTable) -> np.ndarray:
     cid = np.full(len(t), -1, dtype=np.int64)
     on = np.flatnonzero(np.asarray(t.conn) >= 0)
     if len(on):
-        triples = np.stack([np.asarray(t.conn)[on], np.asarray(t.src)[on], np.asarray(t.dst)[on]], axis=1)
-        _u, inv = np.unique(triples, axis=0, return_inverse=True)
+        c, s, d = (np.asarray(x)[on] for x in (t.conn, t.src, t.dst))
+        smin, dmin = int(s.min()), int(d.min())
+        smax, dmax, cmax = int(s.max()) + 1, int(d.max()) + 1, int(c.max()) + 1
+        if smin >= 0 and dmin >= 0 and cmax * smax * dmax < 2**62:
+            # one integer per triple, ordered as the triples are (lexicographically): a 1-d
+            # unique instead of np.unique(axis=0), which sorts rows as records (~10x slower)
+            _u, inv = np.unique((c * smax + s) * dmax + d, return_inverse=True)
+        else:
+            _u, inv = np.unique(np.stack([c, s, d], axis=1), axis=0, return_inverse=True)
         cid[on] = inv.ravel()
     return cid
 

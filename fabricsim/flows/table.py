@@ -58,6 +58,23 @@ def _tag_column(v) -> np.ndarray:
     return a
 
 
+def reverse_csr(n: int, ptr: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The transpose of the CSR ``(ptr, cols)`` over ``n`` rows: ``(rptr, rows)`` with the rows
+    ``i`` whose group ``cols[ptr[i]:ptr[i + 1]]`` lists ``j`` at ``rows[rptr[j]:rptr[j + 1]]``, in
+    ascending order and once per listing (what a stable argsort of ``cols`` gives), built by
+    scipy's counting sort (``csr_matrix.tocsc``) in time linear in ``len(cols)``.
+
+    >>> [a.tolist() for a in reverse_csr(3, np.array([0, 2, 3, 5]), np.array([2, 0, 2, 0, 0]))]
+    [[0, 3, 3, 5], [0, 2, 2, 0, 1]]
+    """
+    m = len(cols)
+    if not m:
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    import scipy.sparse as sp
+    t = sp.csr_matrix((np.zeros(m, dtype=np.int8), cols, ptr), shape=(n, n)).tocsc()
+    return t.indptr.astype(np.int64, copy=False), t.indices.astype(np.int64, copy=False)
+
+
 class MessageTable(Sequence):
     """A run's messages as columns (see the module doc).
 
@@ -195,11 +212,32 @@ class MessageTable(Sequence):
 
     def row_of(self, ids) -> np.ndarray:
         """Row numbers of message ids (raises ``KeyError`` for an id not in the table)."""
+        return self._rows(ids).copy() if self._dense() else self._rows(ids)
+
+    def _dense(self) -> bool:
+        """True if the ids are the row numbers ``0..n-1`` (every generated or dense trace): then
+        an id's row is the id itself, found without a sort or a search (checked once)."""
         if self._row_of is None:
-            order = np.argsort(self.id, kind="stable")
-            self._row_of = (self.id[order], order)
-        sorted_ids, order = self._row_of
+            ids = self.id
+            n = len(ids)
+            dense = n == 0 or bool(ids[0] == 0 and ids[-1] == n - 1 and (n == 1 or (ids[1:] > ids[:-1]).all()))
+            if dense:
+                self._row_of = ()
+            else:
+                order = np.argsort(ids, kind="stable")
+                self._row_of = (ids[order], order)
+        return not self._row_of
+
+    def _rows(self, ids) -> np.ndarray:
+        """:meth:`row_of` without the copy: ``ids`` itself (as int64) when the ids are dense."""
         ids = np.asarray(ids, dtype=np.int64)
+        if self._dense():
+            n = len(self)
+            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+                bad = ids[(ids < 0) | (ids >= n)]
+                raise KeyError(f"message id {int(np.ravel(bad)[0])} is not in the table")
+            return ids
+        sorted_ids, order = self._row_of
         pos = np.searchsorted(sorted_ids, ids)
         pos_c = np.minimum(pos, max(len(sorted_ids) - 1, 0))
         if len(sorted_ids) == 0 or np.any(sorted_ids[pos_c] != ids):
@@ -208,20 +246,16 @@ class MessageTable(Sequence):
         return order[pos_c]
 
     def dep_rows(self) -> np.ndarray:
-        """``dep_ids`` as row numbers (same CSR layout as ``dep_ptr``)."""
-        return self.row_of(self.dep_ids) if len(self.dep_ids) else np.zeros(0, dtype=np.int64)
+        """``dep_ids`` as row numbers (same CSR layout as ``dep_ptr``; read-only: with dense ids
+        it is ``dep_ids`` itself)."""
+        return self._rows(self.dep_ids) if len(self.dep_ids) else np.zeros(0, dtype=np.int64)
 
     def dependents_of(self, i: int) -> np.ndarray:
-        """Rows that depend on row ``i`` (the reverse CSR, built once)."""
+        """Rows that depend on row ``i`` (the reverse CSR, built once: the transpose of the
+        dependency CSR by a counting sort, linear in the edges; each group lists its rows in
+        ascending order, a row as often as it lists the dependency)."""
         if self._dependents is None:
-            n = len(self)
-            rows = self.dep_rows()
-            owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.dep_ptr))
-            order = np.argsort(rows, kind="stable")
-            counts = np.bincount(rows, minlength=n) if len(rows) else np.zeros(n, dtype=np.int64)
-            ptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(counts, out=ptr[1:])
-            self._dependents = (ptr, owner[order])
+            self._dependents = reverse_csr(len(self), self.dep_ptr, self.dep_rows())
         ptr, idx = self._dependents
         return idx[ptr[i]:ptr[i + 1]]
 

@@ -177,7 +177,7 @@ def _parquet_columns(table, src: str) -> Trace | None:
             if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
                 return None
             arrs[c] = arr
-            cols[c] = arr.to_numpy(zero_copy_only=False)
+            cols[c] = _strings(arr)
     # per-row checks (coerce_row's), vectorised: first row with a problem, in file order
     bad = np.zeros(n, dtype=bool)
     for c in ("id", "src", "dst", "gap_ps", "start_ps", "collective_bytes"):
@@ -194,7 +194,7 @@ def _parquet_columns(table, src: str) -> Trace | None:
             if COLUMNS[c][1] is REQUIRED:
                 bad |= pc.equal(stripped, "").to_numpy(zero_copy_only=False)
             bad |= ~pc.is_in(stripped, value_set=pa.array(list(allowed))).to_numpy(zero_copy_only=False)
-            cols[c] = stripped.to_numpy(zero_copy_only=False)
+            cols[c] = _strings(stripped)
     rows = np.flatnonzero(bad)
     if rows.size:
         i = int(rows[0])
@@ -204,6 +204,17 @@ def _parquet_columns(table, src: str) -> Trace | None:
     for c in INT_COLUMNS:
         cols[c] = np.ascontiguousarray(cols[c], dtype=np.int64)
     return Trace.from_columns(cols, ptr, dep, src, "row")
+
+
+def _strings(arr):
+    """An Arrow string array as a numpy object array of str, one Python string per distinct
+    value (a trace column holds a few: op names, phases), not one per row."""
+    import numpy as np
+    import pyarrow.compute as pc
+    d = pc.dictionary_encode(arr)
+    values = np.empty(len(d.dictionary), dtype=object)
+    values[:] = d.dictionary.to_pylist()
+    return values[d.indices.to_numpy(zero_copy_only=False)]
 
 
 def write_trace(trace: Trace, path) -> Path:
