@@ -275,12 +275,28 @@ class FluidProblem:
             self._maps = (np.full(self._Vr.shape[0], -1, np.int64),
                           np.full(self._Vr.shape[1], -1, np.int64),
                           np.zeros(self._Vr.shape[1], np.int64))
+            self._maps_full: dict = {}           # (:meth:`_full_v`)
         else:
             (self.V, self.cap, self.links, self._Vr, self._VTr,
-             self._VTr_ones, self._cap_r, self._Vr_ptr, self._maps) = _prepared_links
+             self._VTr_ones, self._cap_r, self._Vr_ptr, self._maps, self._maps_full) = _prepared_links
         if self.F.shape[1] != self.V.shape[0]:
             raise ValueError(f"F has {self.F.shape[1]} segments, V has {self.V.shape[0]}")
         # F's transpose (segment -> flow lists) is built per solve for the active rows only
+
+    def _full_v(self) -> tuple:
+        """``V`` (solver links) and its transpose as int64 / float64 CSR arrays, built once per
+        link side (shared by :meth:`with_flows` problems): the compiled solver's view of the whole
+        ``V`` (:func:`fabricsim.flows.fluid_compiled.solve_rows`)."""
+        got = self._maps_full.get("v")
+        if got is None:
+            Vr, VTr = self._Vr, self._VTr
+            if not VTr.has_sorted_indices:
+                VTr = VTr.sorted_indices()
+            got = self._maps_full["v"] = (Vr.indptr.astype(np.int64), Vr.indices.astype(np.int64),
+                                          np.ascontiguousarray(Vr.data, np.float64),
+                                          VTr.indptr.astype(np.int64), VTr.indices.astype(np.int64),
+                                          np.ascontiguousarray(VTr.data, np.float64))
+        return got
 
     @property
     def n_flows(self) -> int:
@@ -290,7 +306,7 @@ class FluidProblem:
         """The same links and segments with another flow matrix ``F`` (V-side work reused)."""
         return FluidProblem(F, None, None, _prepared_links=(self.V, self.cap, self.links, self._Vr,
                                                            self._VTr, self._VTr_ones, self._cap_r,
-                                                           self._Vr_ptr, self._maps))
+                                                           self._Vr_ptr, self._maps, self._maps_full))
 
     def solve(self, *, active=None, limit=None, rtol: float = 1e-9,
               method: str = "auto", warm=None) -> FluidRates:
@@ -359,7 +375,7 @@ class FluidProblem:
                 e = earlier[act[inside]]
                 prev[inside] = np.where(np.isfinite(e), e, -1.0)
             local, it, kept = fluid_compiled.solve_rows(act, self.F, self._Vr, self._cap_r, lim,
-                                                        self._maps, prev, float(r_gone))
+                                                        self._maps, prev, float(r_gone), self._full_v)
         else:
             local, it = self._solve_rows(act, lim, rtol)
             kept = 0

@@ -21,7 +21,8 @@ Gallager 6.5.2), computed the sequential way, which compiled code makes cheap:
   levels within rounding, measured 2.5-3x faster on steps-heavy adaptive solves,
   benchmarks/README.md);
 * **only what the active flows use**: each solve renumbers the active rows of ``F`` and the
-  segments and links they use (:func:`_localise`, maps kept between solves), and merges
+  segments and links they use (:func:`_localise_rows`, :func:`_localise_links`, maps kept between
+  solves; with wide segments reaching most of ``V``, ``V`` as it is), and merges
   *parallel* links: links crossed by a single used segment, with the same coefficient in it and
   the same capacity, always have the same level and flows (a GPU's 18 NVLink ports under a
   spray, a NIC's ports on 4 planes), so one stands for all;
@@ -55,6 +56,9 @@ _POPS = 32
 _TIE = 1e-9
 #: links per used segment above which a solve keeps the links' sums lazily (:func:`_kernel`)
 _LAZY = 4.0
+#: with wide segments, the share of V's entries the used segments reach from which V is used as
+#: it is rather than renumbered (:func:`solve_rows`)
+_WHOLE = 0.5
 
 
 @njit(cache=True, nogil=True)
@@ -155,16 +159,10 @@ def _remove(hk, hl, pos, l, size):
 
 
 @njit(cache=True, nogil=True)
-def _localise(act, f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap, uses, seg_map, link_map):
-    """The active rows of ``F`` and the part of ``V`` they use, renumbered to the used segments
-    and links (in order of first use): local CSR ``F`` (flows x segments), ``V`` (segments x
-    links) and ``V``'s transpose (links x segments), and the global numbers of the used links.
-
-    Parallel links are merged: links *private* to one used segment (no other used segment crosses
-    them) with the same coefficient in its row and the same capacity always have the same level
-    and the same flows (a spray over a GPU's 18 NVLink ports, a NIC's ports on 4 planes), so one of
-    them stands for all. ``seg_map`` / ``link_map`` are all ``-1`` and ``uses`` all ``0`` on entry,
-    and are left so."""
+def _localise_rows(act, f_ptr, f_ind, f_dat, v_ptr, seg_map):
+    """The active rows of ``F`` renumbered to the segments they use (in order of first use):
+    local CSR ``F`` (flows x used segments), the global numbers of the used segments, and how many
+    entries of ``V`` they have. ``seg_map`` is all ``-1`` on entry, and is left so."""
     n = act.size
     nnz = 0
     for k in range(n):
@@ -193,6 +191,26 @@ def _localise(act, f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap, uses, seg_map,
     vnnz = 0
     for i in range(ns):
         s = used_segs[i]
+        seg_map[s] = -1
+        vnnz += v_ptr[s + 1] - v_ptr[s]
+    return lf_ptr, lf_ind, lf_dat, used_segs[:ns].copy(), vnnz
+
+
+@njit(cache=True, nogil=True)
+def _localise_links(used_segs, v_ptr, v_ind, v_dat, cap, uses, link_map):
+    """The rows of ``V`` of the used segments (:func:`_localise_rows`), renumbered to the links
+    they cross (in order of first use): local CSR ``V`` (used segments x links), its transpose
+    (links x segments), and the global numbers of the used links.
+
+    Parallel links are merged: links *private* to one used segment (no other used segment crosses
+    them) with the same coefficient in its row and the same capacity always have the same level
+    and the same flows (a spray over a GPU's 18 NVLink ports, a NIC's ports on 4 planes), so one of
+    them stands for all. ``link_map`` is all ``-1`` and ``uses`` all ``0`` on entry, and are left
+    so."""
+    ns = used_segs.size
+    vnnz = 0
+    for i in range(ns):
+        s = used_segs[i]
         vnnz += v_ptr[s + 1] - v_ptr[s]
         for e in range(v_ptr[s], v_ptr[s + 1]):
             uses[v_ind[e]] += 1
@@ -205,7 +223,6 @@ def _localise(act, f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap, uses, seg_map,
     lv_ptr[0] = 0
     for i in range(ns):
         s = used_segs[i]
-        seg_map[s] = -1
         row = j
         for e in range(v_ptr[s], v_ptr[s + 1]):
             l = v_ind[e]
@@ -252,7 +269,7 @@ def _localise(act, f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap, uses, seg_map,
             lvt_ind[fill[l]] = i
             lvt_dat[fill[l]] = lv_dat[e]
             fill[l] += 1
-    return lf_ptr, lf_ind, lf_dat, lv_ptr, lv_ind, lv_dat, lvt_ptr, lvt_ind, lvt_dat, used_links
+    return lv_ptr, lv_ind, lv_dat, lvt_ptr, lvt_ind, lvt_dat, used_links
 
 
 @njit(cache=True, nogil=True)
@@ -276,7 +293,7 @@ def _freeze(f, r, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt):
 @njit(cache=True, nogil=True)
 def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim, limited, prev,
             r_gone, tie, batch, pops, lazy):
-    """Progressive filling of the flows of local CSR ``F`` over local ``V`` (see :func:`_localise`),
+    """Progressive filling of the flows of local CSR ``F`` over local ``V`` (:func:`solve_rows`),
     every link finite and used. ``prev`` (empty, or one per flow): each flow's rate in an earlier
     solve of the same problem, ``-1`` for a flow new since; ``r_gone``: the lowest earlier rate of
     the flows gone since (``inf`` if none). See :func:`solve_rows` for the warm start.
@@ -527,7 +544,7 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
     return rates, steps, kept
 
 
-def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf):
+def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None):
     """Max-min rates of the flows ``act`` (row numbers of CSR ``F``) over the solver links.
 
     ``Vr`` (segments x solver links, CSR) is the prepared link side of
@@ -547,6 +564,11 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf):
     ``min(u_l, t D_l) + t a_l``). So every continuing flow whose earlier rate is below ``t*``
     keeps it, and the filling resumes from there.
 
+    ``full``: a function returning ``Vr`` and its transpose as int64 / float64 CSR arrays
+    ``(v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat)`` (kept by the caller): with wide segments
+    (more than ``_LAZY`` links each) whose rows are at least ``_WHOLE`` of ``Vr``'s entries, the
+    solve uses them as they are instead of renumbering them (no parallel links merged).
+
     Returns ``(rates of act, steps, kept)``: a step saturates the links of one level (within
     ``_BATCH``) or brings one flow to its limit; ``kept`` flows took their earlier rate.
     """
@@ -554,12 +576,21 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf):
     lim_a = np.ascontiguousarray(lim, np.float64) if limited else np.empty(0)
     seg_map, link_map, uses = maps
     cap = np.ascontiguousarray(cap_r, np.float64)
-    (f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat,
-     used) = _localise(np.ascontiguousarray(act, np.int64), F.indptr, F.indices, F.data,
-                       Vr.indptr, Vr.indices, Vr.data, cap, uses, seg_map, link_map)
-    cap = cap[used]
+    f_ptr, f_ind, f_dat, used_segs, vnnz = _localise_rows(np.ascontiguousarray(act, np.int64), F.indptr,
+                                                          F.indices, F.data, Vr.indptr, seg_map)
+    wide = vnnz > _LAZY * used_segs.size
+    if wide and full is not None and vnnz >= _WHOLE * Vr.nnz:
+        # wide segments using most of V: V as it is (lazy sums read a link's segments, unused
+        # ones holding nothing), not renumbered again
+        v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat = full()
+        f_ind = used_segs[f_ind]
+        lazy = True
+    else:
+        v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, used = _localise_links(
+            used_segs, Vr.indptr, Vr.indices, Vr.data, cap, uses, link_map)
+        cap = cap[used]
+        lazy = v_ptr[-1] > _LAZY * (v_ptr.size - 1)
     if prev is None or limited:
         prev = np.empty(0)
-    lazy = v_ptr[-1] > _LAZY * (v_ptr.size - 1)
     return _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim_a, limited,
                    np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH, _POPS, bool(lazy))
