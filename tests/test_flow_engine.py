@@ -611,3 +611,42 @@ def test_messages_frame_transport_columns_are_all_missing_integers():
         want[c] = pd.array([None] * len(got), dtype="Int64")
     assert set(TRANSPORT_COLUMNS) <= set(got.columns) and len(got)
     pd.testing.assert_frame_equal(got, want)
+
+
+def test_a_run_interrupted_inside_a_round_tells_the_recorder_its_releases(monkeypatch, tmp_path):
+    # Ctrl-C while a round's completions are handled (its releases not yet told to the recorder):
+    # the outcome still gives the recorder the releases of that round
+    import fabricsim.api as api
+    import fabricsim.engine.flow as flow_mod
+    from fabricsim.analysis.recorder import Recorder
+    made = []
+
+    class Kept(Recorder):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(api, "Recorder", Kept)
+    done, calls = flow_mod.FlowEngine._done, [0]
+
+    pending = []
+
+    def stop_at_the_sixtieth(self, i, at):
+        calls[0] += 1
+        if calls[0] == 60:
+            pending.append(self._released)
+            raise KeyboardInterrupt
+        return done(self, i, at)
+
+    monkeypatch.setattr(flow_mod.FlowEngine, "_done", stop_at_the_sixtieth)
+    # 128 messages, then 128 that each wait for one of them: grouped steps end many at once, and
+    # their dependents are released in the same round
+    rows = [{"id": i, "src": i % 16, "dst": (i * 7 + 3) % 16 if (i * 7 + 3) % 16 != i % 16 else (i + 1) % 16,
+             "size_bytes": 20_000 + 997 * i, "deps": str(i - 128) if i >= 128 else ""} for i in range(256)]
+    res = fabricsim.run(scenario(leaf_spine(n_per_leaf=8, leaves=2, spines=2), csv_traffic(tmp_path, rows),
+                                 engine="flow", flow={"group": 0.1, "releases": "grouped"}))
+    assert res.summary["run"]["status"] == "interrupted"
+    assert pending[0] is not None and pending[0][1] > pending[0][0]     # a round's releases not yet told
+    rel = res.messages["release_ps"].dropna().astype("int64")
+    rec = made[-1]
+    assert (rec.first_release, rec.last_release) == (int(rel.min()), int(rel.max()))

@@ -330,7 +330,6 @@ class FlowEngine:
         cls = self.ideal.pair_classes(t.src, t.dst)
         self._frame = self._frame_ids(cls)          # every unit's framing id (PXN pieces appended)
         self._tail = np.maximum(0.0, self._fct - self._alone_rows(t, cls))   # and its pipeline latency
-        self._fct_l, self._tail_l = self._fct.tolist(), self._tail.tolist()  # (per-row reads: _latency)
         self.replay = Replay(t, self.sim.scenario.simulation.compute)
         self.conns = Connections(t)
         self.recorder.stream_only()              # rows streamed; the table is handed over as columns
@@ -561,10 +560,10 @@ class FlowEngine:
         figures keep (the first release, and the last with what was delivered by then, which
         changes only between rounds)."""
         lo, hi = self._released
-        self._released = None
         self.recorder.on_release(None, lo)
         if hi != lo:
             self.recorder.on_release(None, hi)
+        self._released = None
 
     def _start(self, i: int, at: int):
         """Row ``i`` starts sending at ``at``: queued, and opened with the others starting at the
@@ -1011,8 +1010,8 @@ class FlowEngine:
         """(idle-fabric packet-train time, pipeline latency) of row ``i``: the pipeline latency is
         the packet-train time less the message's idle fluid transfer time, the time its last byte
         still needs once it has left the sender (and its first byte needs to arrive)."""
-        if i < len(self._fct_l):
-            return self._fct_l[i], self._tail_l[i]
+        if i < len(self._fct):
+            return int(self._fct[i]), float(self._tail[i])
         got = self._lat.get(i)
         if got is None:                      # a PXN piece
             m = self._piece_msg(i - len(self._fct))

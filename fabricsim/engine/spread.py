@@ -72,6 +72,17 @@ def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uk, inv
 
 
+def _by_id(ids: dict, known: list) -> list:
+    """The keys of ``ids`` (key -> 0, 1, 2, ... in order of numbering) listed by number: ``known``
+    if it lists them all already, else rebuilt."""
+    if len(known) == len(ids):
+        return known
+    out = [None] * len(ids)
+    for key, i in ids.items():
+        out[i] = key
+    return out
+
+
 class SpreadBuilder:
     """Segments and queue-pair rows for one run (see the module doc).
 
@@ -326,8 +337,9 @@ class SpreadBuilder:
     def rows(self, src, dst, uid, hashes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`row` of many queue pairs, as CSR pieces ``(counts, segments, weights)``: queue
         pair ``k`` has ``counts[k]`` entries, in order. A ``per_flow`` policy with a vectorised
-        choice (``flow_index``, e.g. ECMP) walks all of them level by level in numpy; the others
-        are assembled per queue pair from the shared segments."""
+        choice (``flow_index``, e.g. ECMP) walks all of them level by level in numpy; a shared
+        policy (spray, adaptive) looks its three segments up once per distinct key of the batch
+        (:meth:`_rows_shared`); other per-flow policies are assembled queue pair by queue pair."""
         n = len(src)
         if self.kind != "per_flow":
             return self._rows_shared(np.asarray(src, np.int64), np.asarray(dst, np.int64),
@@ -399,10 +411,7 @@ class SpreadBuilder:
 
     def _exits_list(self) -> list:
         """The exits tuples by id (:meth:`_rows_shared`)."""
-        if len(self._exits_by_id) != len(self._exits_id):
-            self._exits_by_id = [None] * len(self._exits_id)
-            for t, i in self._exits_id.items():
-                self._exits_by_id[i] = t
+        self._exits_by_id = _by_id(self._exits_id, self._exits_by_id)
         return self._exits_by_id
 
     def _rows_per_flow(self, src, dst, uid, hashes):
@@ -496,10 +505,7 @@ class SpreadBuilder:
 
     def _starts_list(self) -> list:
         """The ``starts`` tuples by id (:meth:`_up_rows`)."""
-        if len(self._starts_by_id) != len(self._starts_id):
-            self._starts_by_id = [None] * len(self._starts_id)
-            for t, i in self._starts_id.items():
-                self._starts_by_id[i] = t
+        self._starts_by_id = _by_id(self._starts_id, self._starts_by_id)
         return self._starts_by_id
 
     def _last_hops(self, dst, hashes, xq, xn, xw, hosts):

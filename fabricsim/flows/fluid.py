@@ -230,6 +230,35 @@ def _row_reduce(indptr: np.ndarray, values: np.ndarray, ufunc, empty: float) -> 
     return out
 
 
+def _merge_parallel_links(V, cap):
+    """``V`` (CSR, segments x links) with parallel links merged: of the links crossed by one
+    segment only (in all of ``V``) with the same coefficient in its row and the same capacity,
+    the first stands for all (they always have the same level and the same flows), the others'
+    entries are dropped.
+
+    >>> V = sp.csr_matrix(np.array([[0.5, 0.5, 0.25, 1.0], [0.0, 0.0, 0.0, 1.0]]))
+    >>> _merge_parallel_links(V, np.ones(4)).toarray().tolist()
+    [[0.5, 0.0, 0.25, 1.0], [0.0, 0.0, 0.0, 1.0]]
+    """
+    V = V.tocsr()
+    uses = np.bincount(V.indices, minlength=V.shape[1])
+    row = np.repeat(np.arange(V.shape[0]), np.diff(V.indptr))
+    private = np.flatnonzero(uses[V.indices] == 1)
+    keep = np.ones(V.nnz, dtype=bool)
+    if private.size:
+        key = np.stack([row[private], V.data[private].view(np.int64),
+                        cap[V.indices[private]].view(np.int64)], axis=1)
+        order = np.lexsort((private, key[:, 2], key[:, 1], key[:, 0]))
+        k = key[order]
+        twin = np.r_[False, (k[1:] == k[:-1]).all(axis=1)]      # not the group's first entry
+        keep[private[order][twin]] = False
+    if keep.all():
+        return V
+    ptr = np.zeros(V.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row[keep], minlength=V.shape[0]), out=ptr[1:])
+    return sp.csr_matrix((V.data[keep], V.indices[keep], ptr), shape=V.shape)
+
+
 class FluidProblem:
     """A max-min problem prepared for repeated solves.
 
@@ -289,9 +318,9 @@ class FluidProblem:
         ``V`` (:func:`fabricsim.flows.fluid_compiled.solve_rows`)."""
         got = self._maps_full.get("v")
         if got is None:
-            Vr, VTr = self._Vr, self._VTr
-            if not VTr.has_sorted_indices:
-                VTr = VTr.sorted_indices()
+            Vr = _merge_parallel_links(self._Vr, self._cap_r)
+            VTr = Vr.T.tocsr()
+            VTr.sort_indices()
             got = self._maps_full["v"] = (Vr.indptr.astype(np.int64), Vr.indices.astype(np.int64),
                                           np.ascontiguousarray(Vr.data, np.float64),
                                           VTr.indptr.astype(np.int64), VTr.indices.astype(np.int64),

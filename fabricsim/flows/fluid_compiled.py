@@ -58,7 +58,7 @@ _TIE = 1e-9
 _LAZY = 4.0
 #: with wide segments, the share of V's entries the used segments reach from which V is used as
 #: it is rather than renumbered (:func:`solve_rows`)
-_WHOLE = 0.5
+_WHOLE = 0.8
 
 
 @njit(cache=True, nogil=True)
@@ -294,7 +294,8 @@ def _freeze(f, r, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt):
 def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim, limited, prev,
             r_gone, tie, batch, pops, lazy):
     """Progressive filling of the flows of local CSR ``F`` over local ``V`` (:func:`solve_rows`),
-    every link finite and used. ``prev`` (empty, or one per flow): each flow's rate in an earlier
+    every link finite (in the whole-``V`` mode also links no active flow uses: they have no
+    unfrozen flows and never enter the heap). ``prev`` (empty, or one per flow): each flow's rate in an earlier
     solve of the same problem, ``-1`` for a flow new since; ``r_gone``: the lowest earlier rate of
     the flows gone since (``inf`` if none). See :func:`solve_rows` for the warm start.
 
