@@ -451,10 +451,9 @@ def test_warm_starts_and_both_solvers_give_the_same_run(routing, monkeypatch, tm
         assert (a["delivered_bytes"].to_numpy() == b["delivered_bytes"].to_numpy()).all()
 
 
-def test_releases_told_once_per_round_give_the_recorders_first_and_last_release(monkeypatch, tmp_path):
-    # the engine tells the recorder only the earliest and the latest release of each round (a
-    # grouped step lets many releases at different times wait for its end): its figures must be
-    # those of every release, the earliest and the latest release time of the messages table
+@pytest.fixture
+def kept_recorders(monkeypatch):
+    """The recorders ``fabricsim.run`` makes, kept in a list (to read their figures afterwards)."""
     import fabricsim.api as api
     from fabricsim.analysis.recorder import Recorder
     made = []
@@ -465,6 +464,14 @@ def test_releases_told_once_per_round_give_the_recorders_first_and_last_release(
             made.append(self)
 
     monkeypatch.setattr(api, "Recorder", Kept)
+    return made
+
+
+def test_releases_told_once_per_round_give_the_recorders_first_and_last_release(kept_recorders, tmp_path):
+    # the engine tells the recorder only the earliest and the latest release of each round (a
+    # grouped step lets many releases at different times wait for its end): its figures must be
+    # those of every release, the earliest and the latest release time of the messages table
+    made = kept_recorders
     rng = np.random.default_rng(3)
     rows = [{"id": i, "src": int(s), "dst": int(d), "size_bytes": int(rng.integers(4096, 300_000)),
              "start_ps": int(rng.integers(0, 30_000_000))}
@@ -613,20 +620,11 @@ def test_messages_frame_transport_columns_are_all_missing_integers():
     pd.testing.assert_frame_equal(got, want)
 
 
-def test_a_run_interrupted_inside_a_round_tells_the_recorder_its_releases(monkeypatch, tmp_path):
+def test_a_run_interrupted_inside_a_round_tells_the_recorder_its_releases(kept_recorders, monkeypatch, tmp_path):
     # Ctrl-C while a round's completions are handled (its releases not yet told to the recorder):
     # the outcome still gives the recorder the releases of that round
-    import fabricsim.api as api
     import fabricsim.engine.flow as flow_mod
-    from fabricsim.analysis.recorder import Recorder
-    made = []
-
-    class Kept(Recorder):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
-            made.append(self)
-
-    monkeypatch.setattr(api, "Recorder", Kept)
+    made = kept_recorders
     done, calls = flow_mod.FlowEngine._done, [0]
 
     pending = []
