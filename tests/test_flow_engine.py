@@ -486,8 +486,9 @@ def test_releases_told_once_per_round_give_the_recorders_first_and_last_release(
 
 def _open_flows_one_by_one(self, todo):
     """The flow engine's opening as it was before ConnectionTable.open_many: every row of the
-    batch asks ConnectionTable.open for its queue pairs in start order (the reference of
-    test_batch_opening_gives_the_run_of_opening_message_by_message)."""
+    batch asks ConnectionTable.open for its queue pairs in start order, and the flows are then
+    appended by the engine's own _add_flows (the reference of
+    test_batch_opening_gives_the_run_of_opening_message_by_message: only the opening differs)."""
     t = self.table
     src_l, dst_l, uid_l, h_l, size_l, row_l, t0_l = [], [], [], [], [], [], []
     firsts = []
@@ -521,40 +522,10 @@ def _open_flows_one_by_one(self, todo):
             row_l.append(i)
             t0_l.append(at)
     self._first_due.add(firsts)
-    k = len(src_l)
-    if not k:
-        return
-    counts, segs, ws = self.spread.rows(np.asarray(src_l, np.int64), np.asarray(dst_l, np.int64),
-                                        np.asarray(uid_l, np.int64), np.asarray(h_l, dtype=np.uint64))
-    need = self.nf + k
-    if need > len(self.f_rem):
-        grow = max(need, 2 * len(self.f_rem))
-        for name in ("f_rem", "f_alive", "f_row", "f_size", "f_t0", "f_tail", "f_payload", "f_good"):
-            a = getattr(self, name)
-            setattr(self, name, np.concatenate([a, np.zeros(grow - len(a), dtype=a.dtype)]))
-    sl = slice(self.nf, need)
-    self.f_t0[sl] = t0_l
-    rows = np.asarray(row_l, dtype=np.int64)
-    msg = rows < n
-    self.f_tail[sl] = [self._latency(i)[1] for i in row_l]
-    final = msg.copy()
-    final[~msg] = [self.u_final[i - n] for i in rows[~msg].tolist()]
-    payload = np.asarray(size_l, dtype=np.float64)
-    fluid = self._fluid_bytes(np.asarray(size_l, dtype=np.int64), self._frame[rows])
-    self.f_good[sl] = np.where(final, payload / fluid, 0.0)
-    self.f_payload[sl] = payload
-    self.f_rem[sl] = fluid
-    self.f_size[sl] = fluid
-    self.f_alive[sl] = True
-    self.f_row[sl] = row_l
-    self.f_counts.append(counts)
-    self.f_seg.append(segs)
-    self.f_w.append(ws)
-    self.nf = need
-    self.flows_opened += k
-    self._f_cache = None
-    self.f_version += 1
-    self._dirty = True
+    if src_l:
+        self._add_flows(np.asarray(src_l, np.int64), np.asarray(dst_l, np.int64), np.asarray(uid_l, np.int64),
+                        np.asarray(h_l, dtype=np.uint64), np.asarray(size_l, np.int64),
+                        np.asarray(row_l, np.int64), np.asarray(t0_l, np.int64))
 
 
 def _mixed_connections_trace(tmp_path):

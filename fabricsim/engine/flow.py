@@ -80,6 +80,9 @@ NOT_MODELLED = {
 }
 
 
+#: the per-flow columns (grown together, compacted together)
+_FLOW_COLUMNS = ("f_rem", "f_row", "f_size", "f_payload", "f_alive", "f_t0", "f_tail", "f_good")
+
 #: finished flows are dropped from the flow columns and ``F`` (:meth:`FlowEngine._compact`) once
 #: more than this many were opened and at most half are active
 COMPACT_MIN = 4096
@@ -616,27 +619,26 @@ class FlowEngine:
                     self._to_start.append((p, a))
             else:
                 self._fluid_done(i, float(a))
-        k = len(opened.uid)
-        if not k:
-            return
-        owner = opened.msg
-        src_l, dst_l, uid_l, h_l, size_l = src[owner], dst[owner], opened.uid, opened.hash, opened.size_bytes
-        row_l, t0_l = o_rows[owner], o_at[owner]
-        counts, segs, ws = self.spread.rows(src_l, dst_l, uid_l, h_l)
+        if len(opened.uid):
+            owner = opened.msg
+            self._add_flows(src[owner], dst[owner], opened.uid, opened.hash, opened.size_bytes,
+                            o_rows[owner], o_at[owner])
+
+    def _add_flows(self, src, dst, uid, hashes, size, rows, t0):
+        """Append queue pairs as fluid flows (int arrays, one entry each: hosts, uid, 5-tuple hash,
+        payload bytes, the unit they carry, start ps): their placement (rows of ``F``) and their
+        columns (size and remaining fluid bytes, pipeline latency, goodput share)."""
+        n = len(self.table)
+        k = len(uid)
+        counts, segs, ws = self.spread.rows(src, dst, uid, hashes)
         need = self.nf + k
         if need > len(self.f_rem):
             grow = max(need, 2 * len(self.f_rem))
-            self.f_rem = np.concatenate([self.f_rem, np.zeros(grow - len(self.f_rem))])
-            self.f_alive = np.concatenate([self.f_alive, np.zeros(grow - len(self.f_alive), dtype=bool)])
-            self.f_row = np.concatenate([self.f_row, np.zeros(grow - len(self.f_row), dtype=np.int64)])
-            self.f_size = np.concatenate([self.f_size, np.zeros(grow - len(self.f_size))])
-            self.f_t0 = np.concatenate([self.f_t0, np.zeros(grow - len(self.f_t0))])
-            self.f_tail = np.concatenate([self.f_tail, np.zeros(grow - len(self.f_tail))])
-            self.f_payload = np.concatenate([self.f_payload, np.zeros(grow - len(self.f_payload))])
-            self.f_good = np.concatenate([self.f_good, np.zeros(grow - len(self.f_good))])
+            for name in _FLOW_COLUMNS:
+                a = getattr(self, name)
+                setattr(self, name, np.concatenate([a, np.zeros(grow - len(a), dtype=a.dtype)]))
         sl = slice(self.nf, need)
-        self.f_t0[sl] = t0_l
-        rows = row_l
+        self.f_t0[sl] = t0
         msg = rows < n
         tail = np.empty(k)
         tail[msg] = self._tail[rows[msg]]                  # (as _latency)
@@ -644,14 +646,14 @@ class FlowEngine:
         self.f_tail[sl] = tail
         final = msg.copy()                                 # PXN first legs are not goodput
         final[~msg] = [self.u_final[i - n] for i in rows[~msg].tolist()]
-        payload = size_l.astype(np.float64)
-        fluid = self._fluid_bytes(size_l, self._frame[rows])
+        payload = size.astype(np.float64)
+        fluid = self._fluid_bytes(size, self._frame[rows])
         self.f_good[sl] = np.where(final, payload / fluid, 0.0)
         self.f_payload[sl] = payload
         self.f_rem[sl] = fluid
         self.f_size[sl] = fluid
         self.f_alive[sl] = True
-        self.f_row[sl] = row_l
+        self.f_row[sl] = rows
         self.f_counts.append(counts)
         self.f_seg.append(segs)
         self.f_w.append(ws)
@@ -966,7 +968,7 @@ class FlowEngine:
             earlier[inside] = self._earlier[keep[inside]]
             self._earlier = earlier
         m = len(keep)
-        for name in ("f_rem", "f_row", "f_size", "f_payload", "f_alive", "f_t0", "f_tail", "f_good"):
+        for name in _FLOW_COLUMNS:
             a = getattr(self, name)
             b = np.zeros_like(a)
             b[:m] = a[keep]
