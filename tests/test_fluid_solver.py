@@ -15,9 +15,10 @@ from fabricsim.flows.fluid import max_min_fair as _max_min_fair
 
 
 #: every test that does not depend on one solver's internals runs on both, the compiled one with
-#: its links' sums kept eagerly and lazily (fluid_compiled._LAZY: the choice a solve makes by the
-#: problem's segment widths, forced here)
+#: its links' sums kept eagerly, lazily, or directly on the flows' links (fluid_compiled._LAZY and
+#: _DIRECT: the choices a solve makes by the problem's segment widths, forced here)
 METHODS = pytest.mark.parametrize("method", [pytest.param("compiled", id="compiled-eager"),
+                                             pytest.param("compiled", id="compiled-direct"),
                                              pytest.param("compiled", id="compiled-lazy"),
                                              pytest.param("compiled", id="compiled-whole"), "vectorised"])
 
@@ -25,21 +26,24 @@ METHODS = pytest.mark.parametrize("method", [pytest.param("compiled", id="compil
 @pytest.fixture(autouse=True)
 def _link_sums(request, monkeypatch):
     """Force the compiled solver's eager or lazy link sums for the ``compiled-eager`` and
-    ``compiled-lazy`` cases of :data:`METHODS`, and lazy sums over the whole ``V`` (not
-    renumbered) for ``compiled-whole`` (others: the solver's own choice)."""
+    ``compiled-lazy`` cases of :data:`METHODS`, sums on the flows' links (``F @ V``) for
+    ``compiled-direct``, and lazy sums over the whole ``V`` (not renumbered) for
+    ``compiled-whole`` (others: the solver's own choice)."""
     spec = getattr(request.node, "callspec", None)
     ids = spec.id if spec is not None else ""
     sums = spec.params.get("link_sums") if spec is not None else None
     if sums is not None:
         ids = f"compiled-{sums}"
-    if "compiled-lazy" in ids or "compiled-eager" in ids or "compiled-whole" in ids:
+    if any(f"compiled-{m}" in ids for m in ("lazy", "eager", "whole", "direct")):
         from fabricsim.flows import fluid_compiled
-        monkeypatch.setattr(fluid_compiled, "_LAZY", float("inf") if "compiled-eager" in ids else -1.0)
+        eager = "compiled-eager" in ids or "compiled-direct" in ids
+        monkeypatch.setattr(fluid_compiled, "_LAZY", float("inf") if eager else -1.0)
+        monkeypatch.setattr(fluid_compiled, "_DIRECT", float("inf") if "compiled-direct" in ids else 0.0)
         monkeypatch.setattr(fluid_compiled, "_WHOLE", 0.0 if "compiled-whole" in ids else float("inf"))
 
 
 #: the compiled solver's own tests run with both ways of keeping the links' sums
-LINK_SUMS = pytest.mark.parametrize("link_sums", ["eager", "lazy", "whole"])
+LINK_SUMS = pytest.mark.parametrize("link_sums", ["eager", "direct", "lazy", "whole"])
 
 
 def test_doctests():
