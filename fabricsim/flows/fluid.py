@@ -315,16 +315,22 @@ class FluidProblem:
     def _full_v(self) -> tuple:
         """``V`` (solver links) and its transpose as int64 / float64 CSR arrays, built once per
         link side (shared by :meth:`with_flows` problems): the compiled solver's view of the whole
-        ``V`` (:func:`fabricsim.flows.fluid_compiled.solve_rows`)."""
+        ``V`` (:func:`fabricsim.flows.fluid_compiled.solve_rows`). Parallel links are merged
+        (:func:`_merge_parallel_links`) and the links left without entries dropped: the arrays
+        are over the links ``keep`` (ascending solver-link numbers), returned last."""
         got = self._maps_full.get("v")
         if got is None:
             Vr = _merge_parallel_links(self._Vr, self._cap_r)
+            keep = np.unique(Vr.indices)
+            renumber = np.zeros(Vr.shape[1], np.int64)
+            renumber[keep] = np.arange(keep.size)
+            Vr = sp.csr_matrix((Vr.data, renumber[Vr.indices], Vr.indptr), shape=(Vr.shape[0], keep.size))
             VTr = Vr.T.tocsr()
             VTr.sort_indices()
             got = self._maps_full["v"] = (Vr.indptr.astype(np.int64), Vr.indices.astype(np.int64),
                                           np.ascontiguousarray(Vr.data, np.float64),
                                           VTr.indptr.astype(np.int64), VTr.indices.astype(np.int64),
-                                          np.ascontiguousarray(VTr.data, np.float64))
+                                          np.ascontiguousarray(VTr.data, np.float64), keep.astype(np.int64))
         return got
 
     @property

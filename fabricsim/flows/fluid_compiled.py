@@ -656,9 +656,10 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
     keeps it, and the filling resumes from there.
 
     ``full``: a function returning ``Vr`` and its transpose as int64 / float64 CSR arrays
-    ``(v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat)`` (kept by the caller): with wide segments
+    ``(v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, keep)`` over the solver links ``keep`` (kept by
+    the caller, :meth:`FluidProblem._full_v`): with wide segments
     (more than ``_LAZY`` links each) whose rows are at least ``_WHOLE`` of ``Vr``'s entries, the
-    solve uses them as they are instead of renumbering them (no parallel links merged).
+    solve uses them as they are instead of renumbering them (parallel links merged once over the whole ``V``).
 
     Returns ``(rates of act, steps, kept)``: a step saturates the links of one level (within
     ``_BATCH``) or brings one flow to its limit; ``kept`` flows took their earlier rate.
@@ -674,8 +675,9 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
     if wide and full is not None and vnnz >= _WHOLE * Vr.nnz:
         # wide segments using most of V: V as it is (lazy sums read a link's segments, unused
         # ones holding nothing), not renumbered again
-        v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat = full()
+        v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, keep = full()
         f_ind = used_segs[f_ind]
+        cap = cap[keep]
         lazy = True
     else:
         v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, used = _localise_links(
