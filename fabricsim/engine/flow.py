@@ -236,6 +236,97 @@ class _Instants:
         return latest
 
 
+class _Agenda:
+    """The run's events ``(at, kind, row)`` in time order, ties in the order they were added (a
+    heap's ``(at, seq)`` order), added and taken in batches: a heap of sorted batches (one entry
+    per batch, not per event), and :meth:`pop_group` takes every event of the earliest time at
+    once as columns.
+
+    >>> a = _Agenda(); a.add([30, 10, 10], 0, [1, 2, 3]); a.add([10], 1, [4])
+    >>> a.next(), [x if type(x) is int else x.tolist() for x in a.pop_group(20)]
+    (10, [10, [0, 0, 1], [2, 3, 4]])
+    >>> a.pop_group(20), a.next(), len(a)
+    (None, 30, 1)
+    """
+
+    def __init__(self):
+        self._heap: list = []        # (head time, head seq, batch number)
+        self._batches: dict = {}     # batch number -> [times, seqs, kinds, rows, head index]
+        self._n = 0                  # batches made
+        self._seq = 0                # events added
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, at, kind, rows):
+        """Add events in this order: times ``at`` (int ps), one ``kind`` or one per event, rows."""
+        at = np.asarray(at, dtype=np.int64).ravel()
+        k = len(at)
+        if not k:
+            return
+        kinds = np.broadcast_to(np.asarray(kind, dtype=np.int8), (k,))
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        seq = np.arange(self._seq, self._seq + k, dtype=np.int64)
+        self._seq += k
+        if k > 1 and (at[1:] < at[:-1]).any():
+            o = np.argsort(at, kind="stable")
+            at, seq, kinds, rows = at[o], seq[o], kinds[o], rows[o]
+        else:
+            kinds = kinds.copy()
+        b = self._n
+        self._n += 1
+        self._batches[b] = [at, seq, kinds, rows, 0]
+        heapq.heappush(self._heap, (int(at[0]), int(seq[0]), b))
+        self._size += k
+
+    def next(self):
+        """The earliest event's time (int ps), or None."""
+        return self._heap[0][0] if self._heap else None
+
+    def pop_group(self, due):
+        """Take every event of the earliest time if it is ``<= due``: ``(at, kinds, rows)`` (arrays,
+        in order), or None."""
+        h = self._heap
+        if not h or h[0][0] > due:
+            return None
+        a = h[0][0]
+        parts = []
+        while h and h[0][0] == a:
+            _a, _s, b = heapq.heappop(h)
+            at, seq, kinds, rows, i = batch = self._batches[b]
+            j = int(np.searchsorted(at, a, side="right")) if at[-1] != a else len(at)
+            parts.append((seq[i:j], kinds[i:j], rows[i:j]))
+            if j < len(at):
+                batch[4] = j
+                heapq.heappush(h, (int(at[j]), int(seq[j]), b))
+            else:
+                del self._batches[b]
+        if len(parts) == 1:
+            _seq, kinds, rows = parts[0]
+        else:
+            seq = np.concatenate([p[0] for p in parts])
+            o = np.argsort(seq, kind="stable")
+            kinds = np.concatenate([p[1] for p in parts])[o]
+            rows = np.concatenate([p[2] for p in parts])[o]
+        self._size -= len(rows)
+        return a, kinds, rows
+
+    def before(self, end):
+        """The events earlier than ``end`` (not taken), in order: ``(times, kinds, rows)`` arrays."""
+        parts = []
+        for at, seq, kinds, rows, i in self._batches.values():
+            j = int(np.searchsorted(at, end, side="left"))
+            if j > i:
+                parts.append((at[i:j], seq[i:j], kinds[i:j], rows[i:j]))
+        if not parts:
+            e = np.zeros(0, dtype=np.int64)
+            return e, e.astype(np.int8), e
+        at, seq, kinds, rows = (np.concatenate([p[c] for p in parts]) for c in range(4))
+        o = np.lexsort((seq, at))
+        return at[o], kinds[o], rows[o]
+
+
 @ENGINES.register("flow")
 class FlowEngine:
     """Fluid max-min flow engine (see the module doc)."""
@@ -337,10 +428,9 @@ class FlowEngine:
         self.conns = Connections(t)
         self.recorder.stream_only()              # rows streamed; the table is handed over as columns
         self.recorder.delivered_by = self._delivered_by
-        self.heap: list = []
-        self.seq = 0
-        for at, i in self.replay.initial():
-            self._push(at, _RELEASE, i)
+        self.agenda = _Agenda()             # releases, completions, PXN pieces' arrivals
+        first = self.replay.initial()
+        self.agenda.add([at for at, _i in first], _RELEASE, [i for _at, i in first])
         # flows (queue pairs): growable columns, and F in CSR pieces
         # a flow's size and what remains of it are fluid bytes: its exact wire bytes (every
         # packet's header, short last packets included) x the payload share of its framing, the
@@ -414,15 +504,12 @@ class FlowEngine:
             due = self.now * (1 + 1e-15)
             last = None
             self._released = None
-            while self.heap and self.heap[0][0] <= due:
-                at, _s, kind, i = heapq.heappop(self.heap)
-                last = at
-                if kind == _RELEASE:
-                    self._release(i, at)
-                elif kind == _DONE:
-                    self._done(i, at)
-                else:
-                    self._piece_done(i, at)
+            while True:
+                group = self.agenda.pop_group(due)
+                if group is None:
+                    break
+                last = group[0]
+                self._events(*group)
             if self._released is not None:
                 self._record_releases()
             first = self._first_due.pop_through(due)
@@ -534,20 +621,38 @@ class FlowEngine:
 
     # ------------------------------------------------------------------ message lifecycle
     def _push(self, at: int, kind: int, row: int):
-        heapq.heappush(self.heap, (at, self.seq, kind, row))
-        self.seq += 1
+        self.agenda.add([at], kind, [row])
+
+    def _events(self, at: int, kinds: np.ndarray, rows: np.ndarray):
+        """The events of one time ``at`` (in the order they were added): each run of one kind taken
+        at once (:meth:`_release_many`, :meth:`_done_many`), as the events one by one would be."""
+        if kinds[0] == kinds[-1] and (len(kinds) < 3 or kinds.min() == kinds.max()):
+            cuts = [0, len(kinds)]
+        else:
+            cuts = [0, *(np.flatnonzero(kinds[1:] != kinds[:-1]) + 1).tolist(), len(kinds)]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            kind = kinds[a]
+            run = rows[a:b]
+            if kind == _RELEASE:
+                self._release_many(run, at)
+            elif kind == _DONE:
+                self._done_many(run, at)
+            else:
+                for p in run.tolist():
+                    self._piece_done(p, at)
 
     def _next_event(self):
         """The time of the next event or first arrival (int ps), or None."""
-        a = self.heap[0][0] if self.heap else None
+        a = self.agenda.next()
         b = self._first_due.next()
         if a is None or (b is not None and b < a):
             return b
         return a
 
-    def _release(self, i: int, at: int):
-        """Row ``i`` is posted at ``at``: start it, or queue it on its busy connection."""
-        self.rel[i] = at
+    def _release_many(self, rows: np.ndarray, at: int):
+        """Rows ``rows`` are posted at ``at`` (in this order): each starts, or queues on its busy
+        connection (:meth:`Connections.post_many`)."""
+        self.rel[rows] = at
         r = self._released
         if r is None:
             self._released = [at, at]
@@ -555,8 +660,8 @@ class FlowEngine:
             r[0] = at
         elif at > r[1]:
             r[1] = at
-        if self.conns.post(i) == "start":
-            self._start(i, at)
+        start = self.conns.post_many(rows)
+        self._to_start.extend((x, at) for x in rows[start].tolist())
 
     def _record_releases(self):
         """Tell the recorder of the round's releases: their earliest and latest time are all its
@@ -680,14 +785,12 @@ class FlowEngine:
             fct = np.array([x[0] for x in lat], dtype=np.int64)
             tail = np.array([x[1] for x in lat], dtype=np.float64)
         end = np.ceil(np.maximum(tf + tail, (self.rel[rows] + fct).astype(np.float64))).astype(np.int64)
-        conns, push, start = self.conns, self._push, self._start
-        for i, e, c in zip(rows.tolist(), end.tolist(), np.ceil(tf).astype(np.int64).tolist()):
-            if i >= n:
-                push(e, _PIECE, i)
-                continue
-            for nxt in conns.sent(i):
-                start(nxt, c)
-            push(e, _DONE, i)
+        sent = np.ceil(tf).astype(np.int64)
+        handed = self.conns.sent_many(rows[msg].tolist())
+        if handed:
+            at = dict(zip(rows.tolist(), sent.tolist()))
+            self._to_start.extend((nxt, at[i]) for i, nxt in handed)
+        self.agenda.add(end, np.where(msg, _DONE, _PIECE), rows)
 
     def _unit_columns(self, rows: np.ndarray) -> tuple:
         """(src, dst, size_bytes, qps, conn) of the units ``rows`` as int64 arrays: messages'
@@ -764,23 +867,26 @@ class FlowEngine:
         m.qps, m.start_ps, m.conn = self.u_qps[k], 0, self.u_conn[k]
         return m
 
-    def _done(self, i: int, at: int):
-        """Row ``i`` has all its bytes in at ``at``: it completes, with the rows deferred behind it
-        on its connection (in-order completion), and releases its dependents."""
-        start, finish, _flush = self.conns.done(i)
+    def _done_many(self, rows: np.ndarray, at: int):
+        """Rows ``rows`` have all their bytes in at ``at`` (in this order): each completes, with the
+        rows deferred behind it on its connection (in-order completion), and releases its
+        dependents: their connections (:meth:`Connections.done_many`), then the rows that finish
+        (columns), then their dependents' releases (one batch of events)."""
+        start, finish = self.conns.done_many(rows.tolist())
         for x in start:
             self._start(x, at)
-        size = self.table.size_bytes
-        for x in finish:
-            self.end[x] = at
-            self.done[x] = True
-            self.dlv[x] = size[x]
-            self.remaining -= 1
-            if at > self.last_end:
-                self.last_end = at
-            self._ended.append(x)
-            for rel, j in self.replay.completed(x, at):
-                self._push(rel, _RELEASE, j)
+        if not finish:
+            return
+        x = np.asarray(finish, dtype=np.int64)
+        self.end[x] = at
+        self.done[x] = True
+        self.dlv[x] = self.table.size_bytes[x]
+        self.remaining -= len(finish)
+        if at > self.last_end:
+            self.last_end = at
+        self._ended.extend(finish)
+        rel, dependents = self.replay.completed_many(x, at)
+        self.agenda.add(rel, _RELEASE, dependents)
 
     def _stream_ended(self):
         """Hand the rows that ended since the last call to the recorder (its figures, the
@@ -995,17 +1101,19 @@ class FlowEngine:
         """Shorten a grouped step so that no message released inside it waits longer than
         ``group`` x its own idle-fabric time for the step's end (short messages start at their
         release; long ones may wait, by a small share of their time)."""
-        popped = []
         end = self.now + horizon
-        while self.heap and self.heap[0][0] < end:
-            ev = heapq.heappop(self.heap)
-            popped.append(ev)
-            at, _s, kind, i = ev
-            if kind == _RELEASE and (end - at) > self.group * self._latency(i)[0]:
-                end = max(float(at), self.now)
-                break
-        for ev in popped:
-            heapq.heappush(self.heap, ev)
+        at, kinds, rows = self.agenda.before(end)
+        rel = np.flatnonzero(kinds == _RELEASE)
+        if not len(rel):
+            return end - self.now            # (not horizon: the same rounding as a shortened step)
+        at, rows = at[rel], rows[rel]
+        n = len(self._fct)
+        fct = self._fct[np.minimum(rows, n - 1)].astype(np.float64)
+        for k in np.flatnonzero(rows >= n).tolist():            # PXN pieces
+            fct[k] = self._latency(int(rows[k]))[0]
+        late = np.flatnonzero((end - at) > self.group * fct)
+        if len(late):
+            end = max(float(at[late[0]]), self.now)
         return end - self.now
 
     def _latency(self, i: int) -> tuple[float, float]:

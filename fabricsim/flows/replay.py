@@ -147,6 +147,43 @@ class Replay:
             out.append((rel if rel >= s else s, d))
         return out
 
+    def completed_many(self, rows, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`completed` of ``rows``, in this order, all at ``t``: the released dependents'
+        ``(release_ps, row)`` as two arrays, in the order the calls one by one give them (a
+        dependent is released by the row that completes its last dependency). Vectorised, but
+        for ``compute="gpu"`` or dependents listed twice (one by one)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.gpu or not self._distinct:
+            out = [x for r in rows.tolist() for x in self.completed(r, t)]
+            rel = np.fromiter((x[0] for x in out), dtype=np.int64, count=len(out))
+            return rel, np.fromiter((x[1] for x in out), dtype=np.int64, count=len(out))
+        self._status[rows] = _DONE
+        ptr = self._dep_ptr
+        lo, hi = ptr[rows], ptr[rows + 1]
+        lens = hi - lo
+        total = int(lens.sum())
+        if not total:
+            e = np.zeros(0, dtype=np.int64)
+            return e, e
+        # the dependents of every row, row after row: one gather from the CSR
+        first = np.cumsum(lens) - lens
+        deps = self._dependents[np.repeat(lo - first, lens) + np.arange(total)]
+        # the k-th decrement of a dependent (k = 1, 2, ...) in call order: it is released by the
+        # one that brings its pending count to 0
+        o = np.argsort(deps, kind="stable")
+        d = deps[o]
+        head = np.r_[True, d[1:] != d[:-1]]
+        starts = np.flatnonzero(head)
+        k = np.arange(total) - np.repeat(starts, np.diff(np.r_[starts, total])) + 1
+        occ = np.empty(total, dtype=np.int64)
+        occ[o] = k
+        pending = self._pending
+        ready = deps[occ == pending[deps]]
+        u = d[starts]
+        pending[u] -= np.diff(np.r_[starts, total])
+        rel = t + self.table.gap_ps[ready].astype(np.int64)
+        return np.maximum(rel, self.table.start_ps[ready].astype(np.int64)), ready
+
     def failed(self, row: int) -> list[int]:
         """``row`` failed: the rows that now fail with ``dependency_incomplete``, every row that
         depends on it directly or transitively and has not ended, depth first in listing order."""
@@ -208,7 +245,9 @@ class Connections:
     def __init__(self, messages):
         t = _table(messages)
         self._conn, self._src, self._dst = t.conn, t.src, t.dst
-        self._cid = _connection_numbers(t).tolist()     # (read row by row: a list is faster)
+        cid = _connection_numbers(t)
+        self._cid = cid.tolist()                        # (read row by row: a list is faster)
+        self._cid_a = cid                               # (read in batches)
         # connections below are their numbers in _cid; a busy connection with nobody waiting holds
         # () and one with a single open row holds that row, not a deque (a deque costs about
         # 600 bytes: a million persistent connections started at once)
@@ -247,6 +286,26 @@ class Connections:
         self._started(key, row)
         return "start"
 
+    def post_many(self, rows) -> np.ndarray:
+        """:meth:`post` of ``rows`` in this order: True where a row starts now. At once when no two
+        rows share a connection and none of theirs is busy, open or in error (rows with fresh
+        queue pairs always start); else row by row."""
+        rows = np.asarray(rows, dtype=np.int64)
+        start = np.ones(len(rows), dtype=bool)
+        cid = self._cid_a[rows]
+        keyed = np.flatnonzero(cid >= 0)
+        if not len(keyed):
+            return start
+        keys = cid[keyed].tolist()
+        mine = set(keys)
+        if len(mine) == len(keys) and not (mine & self._wait.keys()) and not (mine & self._open.keys()) \
+                and not (mine & self._err):
+            self._wait.update(dict.fromkeys(keys, ()))
+            self._open.update(zip(keys, rows[keyed].tolist()))
+            return start
+        start[keyed] = [self.post(r) == "start" for r in rows[keyed].tolist()]
+        return start
+
     def _started(self, key, row: int):
         q = self._open.get(key)
         if q is None:
@@ -279,6 +338,43 @@ class Connections:
             return [nxt]
         del self._wait[key]
         return []
+
+    def sent_many(self, rows) -> list[tuple[int, int]]:
+        """:meth:`sent` of ``rows`` in this order: ``(row, started)`` for each row to start now, in
+        order, with the row that handed its connection on."""
+        out = []
+        cid, handed, wait = self._cid, self._handed, self._wait
+        for r in rows:
+            key = cid[r]
+            if key < 0 or handed[r]:
+                continue
+            waiting = wait.get(key)
+            if waiting == ():                # nobody behind it: the connection is free
+                handed[r] = 1
+                del wait[key]
+            else:
+                out += [(r, x) for x in self.sent(r)]
+        return out
+
+    def done_many(self, rows) -> tuple[list[int], list[int]]:
+        """:meth:`done` of ``rows`` (not failed) in this order: ``(start, finish)``, each the
+        calls' lists one after the other."""
+        start, finish = [], []
+        cid, handed, opened = self._cid, self._handed, self._open
+        for r in rows:
+            key = cid[r]
+            if key < 0:
+                finish.append(r)
+                continue
+            q = opened.get(key)
+            if handed[r] and type(q) is int and q == r:
+                del opened[key]              # its connection's only open row
+                finish.append(r)
+                continue
+            s, f, _ = self.done(r)
+            start += s
+            finish += f
+        return start, finish
 
     def done(self, row: int, failed: bool = False) -> tuple[list[int], list[int], list[int]]:
         """``row`` (started) has all its bytes in, or ``failed``: ``(start, finish, flush)``.
