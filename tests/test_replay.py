@@ -143,6 +143,19 @@ def test_a_failure_flushes_a_deferred_row():
     assert c.sent(1) == []
 
 
+def one_released(replay, row, released):
+    """The released ``(release_ps, dependent)`` pairs among ``released`` that ``row`` released
+    (dependents of ``row``)."""
+    ptr, deps = replay._dep_ptr, replay._dependents
+    mine = set(deps[ptr[row]:ptr[row + 1]].tolist())
+    return [x for x in released if x[1] in mine]
+
+
+def test_min_gap_is_the_smallest_gap_among_a_rows_dependents():
+    r = Replay([M(0), M(1, deps=(0,), gap_ps=7), M(2, deps=(0, 1), gap_ps=3), M(3)])
+    assert r.min_gap().tolist() == [3, 3, 2**62, 2**62]
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_completed_many_gives_what_completed_gives_row_by_row(data):
@@ -160,9 +173,12 @@ def test_completed_many_gives_what_completed_gives_row_by_row(data):
     while ready:
         k = data.draw(st.integers(1, len(ready)))
         batch, ready = ready[:k], ready[k:]
-        t += data.draw(st.integers(0, 5))
-        want = [x for r in batch for x in one.completed(r, t)]
-        rel, rows = many.completed_many(batch, t)
+        ts = sorted(t + data.draw(st.integers(0, 5)) for _ in batch)   # one time per row, in order
+        t = max(ts)
+        want = [x for r, tr in zip(batch, ts) for x in one.completed(r, tr)]
+        rel, rows = many.completed_many(batch, ts[0] if len(set(ts)) == 1 else ts)
+        gap = many.min_gap()
+        assert all(rr >= tr + gap[r] for r, tr in zip(batch, ts) for rr, _d in one_released(one, r, want))
         assert list(zip(rel.tolist(), rows.tolist())) == want
         assert many._pending.tolist() == one._pending.tolist()
         ready += rows.tolist()
@@ -202,11 +218,24 @@ def test_batched_connection_calls_equal_the_calls_one_by_one(data):
             sent += batch
         else:
             want_s, want_f = [], []
-            for r in batch:
+            for k, r in enumerate(batch):
                 s, f, _ = one.done(r)
-                want_s += s
-                want_f += f
+                want_s += [(k, x) for x in s]
+                want_f += [(k, x) for x in f]
             assert many.done_many(batch) == (want_s, want_f)
+            want_s = [x for _k, x in want_s]
             sent[:] = [r for r in sent if r not in batch]
             started[:] = [r for r in started if r not in want_s] + want_s
         assert state(many) == state(one)
+
+
+def test_finishes_alone_says_when_done_gives_only_the_row():
+    c = Connections([M(0, conn=1), M(1, conn=1), M(2)])
+    assert c.post(0) == "start" and c.post(1) == "wait" and c.post(2) == "start"
+    assert c.finishes_alone(2)                    # a fresh queue pair
+    assert not c.finishes_alone(0)                # not yet handed on: done would start row 1
+    assert c.sent(0) == [1]
+    assert not c.finishes_alone(0) and not c.finishes_alone(1)    # two rows open on the connection
+    assert c.done(1) == ([], [], [])              # deferred behind row 0
+    assert not c.finishes_alone(0)                # would complete row 1 with it
+    assert c.done(0) == ([], [0, 1], [])

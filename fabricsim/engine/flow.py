@@ -67,6 +67,7 @@ PS_PER_S = 10**12
 #: rows opened per placement pass (:meth:`FlowEngine._flush_starts`)
 FLUSH_CHUNK = 16384
 _RELEASE, _DONE, _PIECE = 0, 1, 2
+_NEVER = 2**62
 
 #: what the flow engine does not produce, and why (summary["not_modelled"])
 NOT_MODELLED = {
@@ -239,14 +240,17 @@ class _Instants:
 class _Agenda:
     """The run's events ``(at, kind, row)`` in time order, ties in the order they were added (a
     heap's ``(at, seq)`` order), added and taken in batches: a heap of sorted batches (one entry
-    per batch, not per event), and :meth:`pop_group` takes every event of the earliest time at
-    once as columns.
+    per batch, not per event), and :meth:`pop_through` takes every event up to a time at once as
+    columns.
 
-    >>> a = _Agenda(); a.add([30, 10, 10], 0, [1, 2, 3]); a.add([10], 1, [4])
-    >>> a.next(), [x if type(x) is int else x.tolist() for x in a.pop_group(20)]
-    (10, [10, [0, 0, 1], [2, 3, 4]])
-    >>> a.pop_group(20), a.next(), len(a)
-    (None, 30, 1)
+    >>> a = _Agenda(); a.add([30, 10, 10], 0, [1, 2, 3]); a.add([10, 20], 1, [4, 5])
+    >>> at, seq, kinds, rows = a.pop_through(20)
+    >>> at.tolist(), kinds.tolist(), rows.tolist()
+    ([10, 10, 10, 20], [0, 0, 1, 1], [2, 3, 4, 5])
+    >>> a.restore(at[3:], seq[3:], kinds[3:], rows[3:]); a.next(), len(a)
+    (20, 2)
+    >>> a.pop_through(15), a.pop_through(25)[3].tolist(), a.next()
+    (None, [5], 30)
     """
 
     def __init__(self):
@@ -284,33 +288,41 @@ class _Agenda:
         """The earliest event's time (int ps), or None."""
         return self._heap[0][0] if self._heap else None
 
-    def pop_group(self, due):
-        """Take every event of the earliest time if it is ``<= due``: ``(at, kinds, rows)`` (arrays,
-        in order), or None."""
+    def pop_through(self, due):
+        """Take every event at or before ``due``: ``(times, seqs, kinds, rows)`` arrays in order, or
+        None."""
         h = self._heap
         if not h or h[0][0] > due:
             return None
-        a = h[0][0]
         parts = []
-        while h and h[0][0] == a:
+        while h and h[0][0] <= due:
             _a, _s, b = heapq.heappop(h)
             at, seq, kinds, rows, i = batch = self._batches[b]
-            j = int(np.searchsorted(at, a, side="right")) if at[-1] != a else len(at)
-            parts.append((seq[i:j], kinds[i:j], rows[i:j]))
+            j = int(np.searchsorted(at, due, side="right")) if at[-1] > due else len(at)
+            parts.append((at[i:j], seq[i:j], kinds[i:j], rows[i:j]))
             if j < len(at):
                 batch[4] = j
                 heapq.heappush(h, (int(at[j]), int(seq[j]), b))
             else:
                 del self._batches[b]
         if len(parts) == 1:
-            _seq, kinds, rows = parts[0]
+            at, seq, kinds, rows = parts[0]
         else:
-            seq = np.concatenate([p[0] for p in parts])
-            o = np.argsort(seq, kind="stable")
-            kinds = np.concatenate([p[1] for p in parts])[o]
-            rows = np.concatenate([p[2] for p in parts])[o]
+            at, seq, kinds, rows = (np.concatenate([p[c] for p in parts]) for c in range(4))
+            o = np.lexsort((seq, at))
+            at, seq, kinds, rows = at[o], seq[o], kinds[o], rows[o]
         self._size -= len(rows)
-        return a, kinds, rows
+        return at, seq, kinds, rows
+
+    def restore(self, at, seq, kinds, rows):
+        """Put back events taken by :meth:`pop_through` (a tail of what it gave, in order), with
+        their places in the order."""
+        if len(at):
+            b = self._n
+            self._n += 1
+            self._batches[b] = [at, seq, kinds, rows, 0]
+            heapq.heappush(self._heap, (int(at[0]), int(seq[0]), b))
+            self._size += len(at)
 
     def before(self, end):
         """The events earlier than ``end`` (not taken), in order: ``(times, kinds, rows)`` arrays."""
@@ -429,6 +441,7 @@ class FlowEngine:
         self.recorder.stream_only()              # rows streamed; the table is handed over as columns
         self.recorder.delivered_by = self._delivered_by
         self.agenda = _Agenda()             # releases, completions, PXN pieces' arrivals
+        self._min_gap = self.replay.min_gap()
         first = self.replay.initial()
         self.agenda.add([at for at, _i in first], _RELEASE, [i for _at, i in first])
         # flows (queue pairs): growable columns, and F in CSR pieces
@@ -505,11 +518,13 @@ class FlowEngine:
             last = None
             self._released = None
             while True:
-                group = self.agenda.pop_group(due)
-                if group is None:
+                got = self.agenda.pop_through(due)
+                if got is None:
                     break
-                last = group[0]
-                self._events(*group)
+                at, seq, kinds, rows = got
+                k = self._events(at, kinds, rows)
+                last = int(at[k - 1])
+                self.agenda.restore(at[k:], seq[k:], kinds[k:], rows[k:])
             if self._released is not None:
                 self._record_releases()
             first = self._first_due.pop_through(due)
@@ -623,23 +638,58 @@ class FlowEngine:
     def _push(self, at: int, kind: int, row: int):
         self.agenda.add([at], kind, [row])
 
-    def _events(self, at: int, kinds: np.ndarray, rows: np.ndarray):
-        """The events of one time ``at`` (in the order they were added): each run of one kind taken
-        at once (:meth:`_release_many`, :meth:`_done_many`), as the events one by one would be."""
-        if kinds[0] == kinds[-1] and (len(kinds) < 3 or kinds.min() == kinds.max()):
-            cuts = [0, len(kinds)]
-        else:
-            cuts = [0, *(np.flatnonzero(kinds[1:] != kinds[:-1]) + 1).tolist(), len(kinds)]
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            kind = kinds[a]
-            run = rows[a:b]
+    def _events(self, at: np.ndarray, kinds: np.ndarray, rows: np.ndarray) -> int:
+        """Handle the events ``(at, kinds, rows)`` (in time order) as they would be one by one, as
+        many as can be at once: returns how many were (the rest go back to the agenda).
+
+        They are taken up to the first event later than the earliest event one of those before it
+        can make (a completion's dependents are released a compute gap after it at the earliest,
+        :meth:`Replay.min_gap`; a PXN piece's arrival makes its next stage at once): up to there,
+        the events made come after all of them, as one by one. Those are then handled as two
+        batches, the releases (:meth:`_release_many`) and the completions
+        (:meth:`_done_many`), when that changes nothing: no PXN piece, no connection both posted to
+        and completing, every completion finishing alone (:meth:`Connections.finishes_alone`);
+        else one by one, up to a completion that does not (rows deferred behind it complete with
+        it, and their dependents may come sooner)."""
+        n = len(at)
+        if n > 1:
+            done = kinds == _DONE
+            made = np.full(n, _NEVER, dtype=np.int64)       # the earliest event each can make
+            made[done] = at[done] + self._min_gap[rows[done]]
+            piece = kinds == _PIECE
+            made[piece] = at[piece]
+            first = np.minimum.accumulate(made)
+            late = np.flatnonzero(at[1:] > first[:-1])
+            if len(late):
+                n = int(late[0]) + 1
+                at, kinds, rows = at[:n], kinds[:n], rows[:n]
+        rel = kinds == _RELEASE
+        done = kinds == _DONE
+        if not (kinds == _PIECE).any():
+            conns = self.conns
+            r_rows, d_rows = rows[rel], rows[done]
+            cid = conns._cid_a
+            posted = set(cid[r_rows].tolist())
+            finishing = d_rows.tolist()
+            alone = conns.finishes_alone
+            if not (posted & set(cid[d_rows].tolist()) - {-1}) and all(alone(r) for r in finishing):
+                if len(r_rows):
+                    self._release_many(r_rows, at[rel])
+                if len(d_rows):
+                    self._done_many(d_rows, at[done])
+                return n
+        for k in range(n):
+            kind, row, a = int(kinds[k]), rows[k:k + 1], at[k:k + 1]
             if kind == _RELEASE:
-                self._release_many(run, at)
+                self._release_many(row, a)
             elif kind == _DONE:
-                self._done_many(run, at)
+                alone = self.conns.finishes_alone(int(row[0]))
+                self._done_many(row, a)
+                if not alone:             # rows deferred behind it complete too (or it starts one)
+                    return k + 1
             else:
-                for p in run.tolist():
-                    self._piece_done(p, at)
+                self._piece_done(int(row[0]), int(a[0]))
+        return n
 
     def _next_event(self):
         """The time of the next event or first arrival (int ps), or None."""
@@ -649,19 +699,18 @@ class FlowEngine:
             return b
         return a
 
-    def _release_many(self, rows: np.ndarray, at: int):
+    def _release_many(self, rows: np.ndarray, at: np.ndarray):
         """Rows ``rows`` are posted at ``at`` (in this order): each starts, or queues on its busy
         connection (:meth:`Connections.post_many`)."""
         self.rel[rows] = at
+        lo, hi = int(at.min()), int(at.max())
         r = self._released
         if r is None:
-            self._released = [at, at]
-        elif at < r[0]:
-            r[0] = at
-        elif at > r[1]:
-            r[1] = at
+            self._released = [lo, hi]
+        else:
+            r[0], r[1] = min(r[0], lo), max(r[1], hi)
         start = self.conns.post_many(rows)
-        self._to_start.extend((x, at) for x in rows[start].tolist())
+        self._to_start.extend(zip(rows[start].tolist(), at[start].tolist()))
 
     def _record_releases(self):
         """Tell the recorder of the round's releases: their earliest and latest time are all its
@@ -867,25 +916,27 @@ class FlowEngine:
         m.qps, m.start_ps, m.conn = self.u_qps[k], 0, self.u_conn[k]
         return m
 
-    def _done_many(self, rows: np.ndarray, at: int):
+    def _done_many(self, rows: np.ndarray, at: np.ndarray):
         """Rows ``rows`` have all their bytes in at ``at`` (in this order): each completes, with the
         rows deferred behind it on its connection (in-order completion), and releases its
         dependents: their connections (:meth:`Connections.done_many`), then the rows that finish
         (columns), then their dependents' releases (one batch of events)."""
         start, finish = self.conns.done_many(rows.tolist())
-        for x in start:
-            self._start(x, at)
+        times = at.tolist()
+        for k, x in start:
+            self._start(x, times[k])
         if not finish:
             return
-        x = np.asarray(finish, dtype=np.int64)
-        self.end[x] = at
+        k = np.fromiter((k for k, _x in finish), dtype=np.int64, count=len(finish))
+        x = np.fromiter((x for _k, x in finish), dtype=np.int64, count=len(finish))
+        t = at[k]
+        self.end[x] = t
         self.done[x] = True
         self.dlv[x] = self.table.size_bytes[x]
         self.remaining -= len(finish)
-        if at > self.last_end:
-            self.last_end = at
-        self._ended.extend(finish)
-        rel, dependents = self.replay.completed_many(x, at)
+        self.last_end = max(self.last_end, int(t.max()))
+        self._ended.extend(x.tolist())
+        rel, dependents = self.replay.completed_many(x, t)
         self.agenda.add(rel, _RELEASE, dependents)
 
     def _stream_ended(self):

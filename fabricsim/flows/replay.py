@@ -147,14 +147,15 @@ class Replay:
             out.append((rel if rel >= s else s, d))
         return out
 
-    def completed_many(self, rows, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`completed` of ``rows``, in this order, all at ``t``: the released dependents'
-        ``(release_ps, row)`` as two arrays, in the order the calls one by one give them (a
-        dependent is released by the row that completes its last dependency). Vectorised, but
-        for ``compute="gpu"`` or dependents listed twice (one by one)."""
+    def completed_many(self, rows, t) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`completed` of ``rows``, in this order, at ``t`` (one time, or one per row): the
+        released dependents' ``(release_ps, row)`` as two arrays, in the order the calls one by one
+        give them (a dependent is released by the row that completes its last dependency).
+        Vectorised, but for ``compute="gpu"`` or dependents listed twice (one by one)."""
         rows = np.asarray(rows, dtype=np.int64)
+        ts = np.broadcast_to(np.asarray(t, dtype=np.int64), rows.shape)
         if self.gpu or not self._distinct:
-            out = [x for r in rows.tolist() for x in self.completed(r, t)]
+            out = [x for r, tr in zip(rows.tolist(), ts.tolist()) for x in self.completed(r, tr)]
             rel = np.fromiter((x[0] for x in out), dtype=np.int64, count=len(out))
             return rel, np.fromiter((x[1] for x in out), dtype=np.int64, count=len(out))
         self._status[rows] = _DONE
@@ -178,11 +179,29 @@ class Replay:
         occ = np.empty(total, dtype=np.int64)
         occ[o] = k
         pending = self._pending
-        ready = deps[occ == pending[deps]]
+        now = occ == pending[deps]
+        ready = deps[now]
         u = d[starts]
         pending[u] -= np.diff(np.r_[starts, total])
-        rel = t + self.table.gap_ps[ready].astype(np.int64)
+        by = np.repeat(ts, lens)[now]                  # the time of the row that released each
+        rel = by + self.table.gap_ps[ready].astype(np.int64)
         return np.maximum(rel, self.table.start_ps[ready].astype(np.int64)), ready
+
+    def min_gap(self) -> np.ndarray:
+        """Per row, the smallest compute gap among its dependents (int64, ``2**62`` if it has none):
+        a row completed at ``t`` releases nothing before ``t + min_gap`` (a GPU job starts at ``t``
+        or later)."""
+        got = getattr(self, "_min_gap", None)
+        if got is None:
+            n = len(self.table)
+            got = np.full(n, 2**62, dtype=np.int64)
+            ptr, deps = self._dep_ptr, self._dependents
+            has = np.flatnonzero(ptr[1:] > ptr[:-1])
+            if len(has):
+                gap = np.asarray(self.table.gap_ps, dtype=np.int64)[deps]
+                got[has] = np.minimum.reduceat(gap, ptr[has])
+            self._min_gap = got
+        return got
 
     def failed(self, row: int) -> list[int]:
         """``row`` failed: the rows that now fail with ``dependency_incomplete``, every row that
@@ -356,25 +375,35 @@ class Connections:
                 out += [(r, x) for x in self.sent(r)]
         return out
 
-    def done_many(self, rows) -> tuple[list[int], list[int]]:
-        """:meth:`done` of ``rows`` (not failed) in this order: ``(start, finish)``, each the
-        calls' lists one after the other."""
+    def done_many(self, rows) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """:meth:`done` of ``rows`` (not failed) in this order: ``(start, finish)``, the calls'
+        lists one after the other as ``(k, row)`` pairs, ``k`` the position in ``rows`` of the
+        call that gave the row."""
         start, finish = [], []
         cid, handed, opened = self._cid, self._handed, self._open
-        for r in rows:
+        for k, r in enumerate(rows):
             key = cid[r]
             if key < 0:
-                finish.append(r)
+                finish.append((k, r))
                 continue
             q = opened.get(key)
             if handed[r] and type(q) is int and q == r:
                 del opened[key]              # its connection's only open row
-                finish.append(r)
+                finish.append((k, r))
                 continue
             s, f, _ = self.done(r)
-            start += s
-            finish += f
+            start += [(k, x) for x in s]
+            finish += [(k, x) for x in f]
         return start, finish
+
+    def finishes_alone(self, row: int) -> bool:
+        """True if :meth:`done` of ``row`` (started) would now give ``([], [row], [])``: it starts
+        nothing and completes no row deferred behind it."""
+        key = self._cid[row]
+        if key < 0:
+            return True
+        q = self._open.get(key)
+        return bool(self._handed[row]) and type(q) is int and q == row
 
     def done(self, row: int, failed: bool = False) -> tuple[list[int], list[int], list[int]]:
         """``row`` (started) has all its bytes in, or ``failed``: ``(start, finish, flush)``.
