@@ -187,9 +187,24 @@ class SpreadBuilder:
         if self.kind == "uniform":
             return np.full(n, 1.0 / n)
         # balanced: in proportion to each port's capacity towards dst
-        caps = np.array([min(self._rate[p], self._capacity_to(int(self.links.dst[p]), dst)) for p in ports])
+        caps = np.array(self._port_capacities(ports, dst))
         total = caps.sum()
         return caps / total if total > 0 else np.full(n, 1.0 / n)
+
+    def _port_capacities(self, ports, dst: int) -> list:
+        """Per port (links out of one switch towards ``dst``), min(its rate, the line rate beyond
+        it, :meth:`_capacity_to`): its rate where it reaches one of ``dst``'s attachment switches."""
+        attach = self.paths.attachments(dst)
+        ports = np.asarray(ports, dtype=np.int64)
+        caps = self._rate[ports].tolist()
+        memo = self._cap_to
+        for k, nxt in enumerate(self.links.dst[ports].tolist()):
+            if nxt not in attach:
+                beyond = memo.get((nxt, attach))
+                if beyond is None:
+                    beyond = self._capacity_to(nxt, dst)
+                caps[k] = min(caps[k], beyond)
+        return caps
 
     def _capacity_to(self, node: int, dst: int) -> float:
         """Line rate from switch ``node`` to the destination's attachment switches along equal-cost
@@ -202,8 +217,7 @@ class SpreadBuilder:
         v = self._cap_to.get(key)
         if v is None:
             ports = self.links.ports_towards(node, self.paths.next_hops(node, dst))
-            v = float(sum(min(self._rate[p], self._capacity_to(int(self.links.dst[p]), dst)) for p in ports))
-            self._cap_to[key] = v
+            v = self._cap_to[key] = float(sum(self._port_capacities(ports, dst)))
         return v
 
     def _walk(self, starts: dict, dst: int, qp) -> tuple[dict, dict]:

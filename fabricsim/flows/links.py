@@ -69,6 +69,7 @@ class LinkTable:
         self._by_pair = np.argsort(pair, kind="stable")
         self._pairs = pair[self._by_pair]
         self._between_np: dict[tuple[int, int], np.ndarray] = {}
+        self._towards: dict[tuple, np.ndarray] = {}   # (node, next nodes) -> ports_towards
 
     def __len__(self) -> int:
         return len(self.src)
@@ -92,5 +93,9 @@ class LinkTable:
         """The equal-cost egress links of ``node`` towards ``next_nodes`` (neighbour ids, sorted),
         in the order a switch lists its candidate ports: by neighbour id, parallel links in link
         order (the order :func:`~fabricsim.routing.ecmp.ecmp_index` indexes)."""
-        parts = [self.between(node, b) for b in next_nodes]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        key = (node, tuple(next_nodes))
+        out = self._towards.get(key)
+        if out is None:
+            parts = [self.between(node, b) for b in key[1]]
+            out = self._towards[key] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return out
