@@ -252,13 +252,8 @@ class LowerBound:
         v = self._sides.get(key)
         if v is None:
             model = self.model
-            a, b = model.representative(c_ab)
-            b2, a2 = model.representative(c_ba)
-            g = model.topo.graph
-            out_ports, n_out, out_rate = model.ports(a, b)
-            in_ports, n_in, in_rate = model.ports(b2, a2)
-            reach = sorted((self._receiver_links(s, b) for s in out_ports for _ in g.get_edge_data(a, s)),
-                           reverse=True)
+            a, b, hops, n_out, out_rate, top_out, reach = self._sending(c_ab)
+            n_in, in_rate, top_in = self._receiving(c_ba)
 
             def k_out(qps, n_out=n_out):
                 return model.split.parallel(qps, n_out)
@@ -268,12 +263,40 @@ class LowerBound:
                 # (a plane split limits the sender, not the receiver: a dual-homed receiver can
                 # take one queue pair over both its links)
                 return max(1, min(n_in, sum(reach[:k_out(qps)])))
-            # the fastest single port of each side (hosts with ports of unequal rates)
+            self.__dict__.setdefault("_sig", {})[key] = (n_out, n_in, reach)
+            v = self._sides[key] = (hops, (out_rate, top_out, k_out), (in_rate, top_in, k_in), (a, b))
+        return v
+
+    def _sending(self, c_ab: int) -> tuple:
+        """The sending side of a leg of pair class ``c_ab`` (on its representative ``a -> b``):
+        ``(a, b, fastest hops, ports, their rate, the fastest port's rate, the receiver's links
+        each port reaches, largest first)``; kept per class."""
+        memo = self.__dict__.setdefault("_sending_memo", {})
+        v = memo.get(c_ab)
+        if v is None:
+            model = self.model
+            a, b = model.representative(c_ab)
+            g = model.topo.graph
+            out_ports, n_out, out_rate = model.ports(a, b)
+            reach = tuple(sorted((self._receiver_links(s, b) for s in out_ports for _ in g.get_edge_data(a, s)),
+                                 reverse=True))
+            # the fastest single port (hosts with ports of unequal rates)
             top_out = max(e["rate_bps"] for s in out_ports for e in g.get_edge_data(a, s).values())
+            v = memo[c_ab] = (a, b, model.fastest_hops(a, b), n_out, out_rate, top_out, reach)
+        return v
+
+    def _receiving(self, c_ba: int) -> tuple:
+        """The receiving side of a leg whose reverse has pair class ``c_ba`` (its representative
+        ``b -> a`` read from ``b``): ``(ports, their rate, the fastest port's rate)``; kept per class."""
+        memo = self.__dict__.setdefault("_receiving_memo", {})
+        v = memo.get(c_ba)
+        if v is None:
+            model = self.model
+            b2, a2 = model.representative(c_ba)
+            g = model.topo.graph
+            in_ports, n_in, in_rate = model.ports(b2, a2)
             top_in = max(e["rate_bps"] for s in in_ports for e in g.get_edge_data(b2, s).values())
-            self.__dict__.setdefault("_sig", {})[key] = (n_out, n_in, tuple(reach))
-            v = self._sides[key] = (model.fastest_hops(a, b), (out_rate, top_out, k_out),
-                                    (in_rate, top_in, k_in), (a, b))
+            v = memo[c_ba] = (n_in, in_rate, top_in)
         return v
 
     def _receiver_links(self, s, b):
