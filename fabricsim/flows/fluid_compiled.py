@@ -351,10 +351,12 @@ def _freeze(f, r, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt):
 
 
 @njit(cache=True, nogil=True)
-def _freeze_direct(f, r, rates, free, f_ptr, f_ind, f_dat, lk, hk, hl, pos, size):
+def _freeze_direct(f, r, rates, free, f_ptr, f_ind, f_dat, lk, gone, ng):
     """:func:`_freeze` when the segments are the links (direct mode, :func:`_kernel`): flow ``f``'s
-    load, coefficient and count taken out of its links' sums at once, a link left without
-    unfrozen flows leaving the heap; returns the heap's new size."""
+    load, coefficient and count taken out of its links' sums at once; a link left without
+    unfrozen flows is appended to ``gone`` (of which ``ng`` are used: they leave the heap after
+    the step); returns the new ``ng``. (No heap call in here: a call with arrays inside a
+    per-flow function costs their reference counts on every call.)"""
     rates[f] = r
     free[f] = False
     for e in range(f_ptr[f], f_ptr[f + 1]):
@@ -363,10 +365,11 @@ def _freeze_direct(f, r, rates, free, f_ptr, f_ind, f_dat, lk, hk, hl, pos, size
         lk[l, 1] += a * r
         lk[l, 2] -= a
         lk[l, 3] -= 1.0
-        if lk[l, 3] <= 0.0 and pos[l] >= 0:
+        if lk[l, 3] <= 0.0:
             lk[l, 2] = 0.0
-            size = _remove(hk, hl, pos, l, size)
-    return size
+            gone[ng] = l
+            ng += 1
+    return ng
 
 
 @njit(cache=True, nogil=True)
@@ -504,6 +507,7 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
     lp = 0
     nlim = lim_order.size
     tsegs = np.empty(n_seg, np.int64)
+    gone = np.empty(L if direct else 0, np.int64)   # (direct) links emptied in a step
     bl = np.empty(L, np.int64)            # a step's links and their levels
     bt = np.empty(L)
     steps = 0
@@ -530,11 +534,12 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
             break
         steps += 1
         nt = 0
+        ng = 0
         if lp < nlim and (l < 0 or lim[lim_order[lp]] < t):
             # a flow's own limit binds first
             f = lim_order[lp]
             if direct:
-                size = _freeze_direct(f, lim[f], rates, free, f_ptr, f_ind, f_dat, lk, hk, hl, pos, size)
+                ng = _freeze_direct(f, lim[f], rates, free, f_ptr, f_ind, f_dat, lk, gone, ng)
             else:
                 nt = _freeze(f, lim[f], rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt)
         else:
@@ -602,10 +607,14 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
                         if not free[f]:
                             continue
                         if direct:
-                            size = _freeze_direct(f, tb, rates, free, f_ptr, f_ind, f_dat, lk, hk, hl, pos, size)
+                            ng = _freeze_direct(f, tb, rates, free, f_ptr, f_ind, f_dat, lk, gone, ng)
                         else:
                             nt = _freeze(f, tb, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt)
                     seg_end[s0] = seg_ptr[s0]
+        # direct: the links left without unfrozen flows leave the heap
+        for i in range(ng):
+            if pos[gone[i]] >= 0:
+                size = _remove(hk, hl, pos, gone[i], size)
         # take the frozen flows out of their links
         for i in range(nt):
             s = tsegs[i]
