@@ -269,7 +269,7 @@ class LowerBound:
 
     def _sending(self, c_ab: int) -> tuple:
         """The sending side of a leg of pair class ``c_ab`` (on its representative ``a -> b``):
-        ``(a, b, fastest hops, ports, their rate, the fastest port's rate, the receiver's links
+        ``(a, b, fastest hops, number of ports, their rate, the fastest port's rate, the receiver's links
         each port reaches, largest first)``; kept per class."""
         memo = self.__dict__.setdefault("_sending_memo", {})
         v = memo.get(c_ab)
@@ -280,23 +280,25 @@ class LowerBound:
             out_ports, n_out, out_rate = model.ports(a, b)
             reach = tuple(sorted((self._receiver_links(s, b) for s in out_ports for _ in g.get_edge_data(a, s)),
                                  reverse=True))
-            # the fastest single port (hosts with ports of unequal rates)
-            top_out = max(e["rate_bps"] for s in out_ports for e in g.get_edge_data(a, s).values())
-            v = memo[c_ab] = (a, b, model.fastest_hops(a, b), n_out, out_rate, top_out, reach)
+            v = memo[c_ab] = (a, b, model.fastest_hops(a, b), n_out, out_rate, self._fastest_port(a, out_ports),
+                              reach)
         return v
+
+    def _fastest_port(self, host: int, switches) -> int:
+        """The rate of ``host``'s fastest single port to ``switches`` (hosts with ports of unequal
+        rates)."""
+        g = self.model.topo.graph
+        return max(e["rate_bps"] for s in switches for e in g.get_edge_data(host, s).values())
 
     def _receiving(self, c_ba: int) -> tuple:
         """The receiving side of a leg whose reverse has pair class ``c_ba`` (its representative
-        ``b -> a`` read from ``b``): ``(ports, their rate, the fastest port's rate)``; kept per class."""
+        ``b -> a`` read from ``b``): ``(number of ports, their rate, the fastest port's rate)``; kept per class."""
         memo = self.__dict__.setdefault("_receiving_memo", {})
         v = memo.get(c_ba)
         if v is None:
-            model = self.model
-            b2, a2 = model.representative(c_ba)
-            g = model.topo.graph
-            in_ports, n_in, in_rate = model.ports(b2, a2)
-            top_in = max(e["rate_bps"] for s in in_ports for e in g.get_edge_data(b2, s).values())
-            v = memo[c_ba] = (n_in, in_rate, top_in)
+            b2, a2 = self.model.representative(c_ba)
+            in_ports, n_in, in_rate = self.model.ports(b2, a2)
+            v = memo[c_ba] = (n_in, in_rate, self._fastest_port(b2, in_ports))
         return v
 
     def _receiver_links(self, s, b):
