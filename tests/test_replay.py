@@ -239,3 +239,15 @@ def test_finishes_alone_says_when_done_gives_only_the_row():
     assert c.done(1) == ([], [], [])              # deferred behind row 0
     assert not c.finishes_alone(0)                # would complete row 1 with it
     assert c.done(0) == ([], [0, 1], [])
+
+
+def test_separable_when_no_connection_is_posted_to_and_completing():
+    c = Connections([M(0, conn=1), M(1, conn=1), M(2, conn=2), M(3, conn=3), M(4)])
+    assert [c.post(i) for i in (0, 2)] == ["start", "start"]
+    assert c.sent(0) == [] and c.sent(2) == []
+    assert c.separable([3, 4], [0, 2])            # other connections, a fresh queue pair
+    assert not c.separable([1], [0])              # row 1 posts on row 0's connection
+    assert c.post(4) == "start"
+    assert c.separable([], [4])                   # conn < 0 finishes alone
+    assert c.post(3) == "start"
+    assert not c.separable([], [3])               # not handed on yet: done would hand it

@@ -247,8 +247,8 @@ class _Agenda:
     >>> at, seq, kinds, rows = a.pop_through(20)
     >>> at.tolist(), kinds.tolist(), rows.tolist()
     ([10, 10, 10, 20], [0, 0, 1, 1], [2, 3, 4, 5])
-    >>> a.restore(at[3:], seq[3:], kinds[3:], rows[3:]); a.next(), len(a)
-    (20, 2)
+    >>> a.restore(at[3:], seq[3:], kinds[3:], rows[3:]); a.next()
+    20
     >>> a.pop_through(15), a.pop_through(25)[3].tolist(), a.next()
     (None, [5], 30)
     """
@@ -258,10 +258,6 @@ class _Agenda:
         self._batches: dict = {}     # batch number -> [times, seqs, kinds, rows, head index]
         self._n = 0                  # batches made
         self._seq = 0                # events added
-        self._size = 0
-
-    def __len__(self) -> int:
-        return self._size
 
     def add(self, at, kind, rows):
         """Add events in this order: times ``at`` (int ps), one ``kind`` or one per event, rows."""
@@ -282,7 +278,6 @@ class _Agenda:
         self._n += 1
         self._batches[b] = [at, seq, kinds, rows, 0]
         heapq.heappush(self._heap, (int(at[0]), int(seq[0]), b))
-        self._size += k
 
     def next(self):
         """The earliest event's time (int ps), or None."""
@@ -311,7 +306,6 @@ class _Agenda:
             at, seq, kinds, rows = (np.concatenate([p[c] for p in parts]) for c in range(4))
             o = np.lexsort((seq, at))
             at, seq, kinds, rows = at[o], seq[o], kinds[o], rows[o]
-        self._size -= len(rows)
         return at, seq, kinds, rows
 
     def restore(self, at, seq, kinds, rows):
@@ -322,7 +316,6 @@ class _Agenda:
             self._n += 1
             self._batches[b] = [at, seq, kinds, rows, 0]
             heapq.heappush(self._heap, (int(at[0]), int(seq[0]), b))
-            self._size += len(at)
 
     def before(self, end):
         """The events earlier than ``end`` (not taken), in order: ``(times, kinds, rows)`` arrays."""
@@ -647,8 +640,8 @@ class FlowEngine:
         :meth:`Replay.min_gap`; a PXN piece's arrival makes its next stage at once): up to there,
         the events made come after all of them, as one by one. Those are then handled as two
         batches, the releases (:meth:`_release_many`) and the completions
-        (:meth:`_done_many`), when that changes nothing: no PXN piece, no connection both posted to
-        and completing, every completion finishing alone (:meth:`Connections.finishes_alone`);
+        (:meth:`_done_many`), when that changes nothing: no PXN piece, and the posts and
+        completions separable (:meth:`Connections.separable`);
         else one by one, up to a completion that does not (rows deferred behind it complete with
         it, and their dependents may come sooner)."""
         n = len(at)
@@ -666,13 +659,8 @@ class FlowEngine:
         rel = kinds == _RELEASE
         done = kinds == _DONE
         if not (kinds == _PIECE).any():
-            conns = self.conns
             r_rows, d_rows = rows[rel], rows[done]
-            cid = conns._cid_a
-            posted = set(cid[r_rows].tolist())
-            finishing = d_rows.tolist()
-            alone = conns.finishes_alone
-            if not (posted & set(cid[d_rows].tolist()) - {-1}) and all(alone(r) for r in finishing):
+            if self.conns.separable(r_rows, d_rows):
                 if len(r_rows):
                     self._release_many(r_rows, at[rel])
                 if len(d_rows):
@@ -821,9 +809,9 @@ class FlowEngine:
         """Every byte of the units ``rows`` (message rows or PXN pieces, in the order their last
         queue pair finished, at their ``fluid_end``) has left its sender: each completes after its
         path's pipeline latency, never before its release plus its idle-fabric time (the times of
-        all at once, exact in float64 below 2**53 ps); then, row by row in that order, a message's
-        connection may start its next message, and its completion (a piece's: its next stage) is
-        scheduled."""
+        all at once, exact in float64 below 2**53 ps); then, in that order, each message's
+        connection may start its next message (:meth:`Connections.sent_many`), and the completions
+        (a piece's: its next stage) are scheduled as one batch of events."""
         n = len(self.table)
         tf = self.fluid_end[rows]
         msg = rows < n

@@ -396,6 +396,20 @@ class Connections:
             finish += [(k, x) for x in f]
         return start, finish
 
+    def separable(self, posted, finishing) -> bool:
+        """True if posting the rows ``posted`` and completing the started rows ``finishing``
+        (:meth:`done`, not failed) give the same answers and state in any interleaving as all the
+        posts and then all the completions: no connection is both posted to and completing, and
+        every completion finishes alone (:meth:`finishes_alone`)."""
+        posted = np.asarray(posted, dtype=np.int64)
+        finishing = np.asarray(finishing, dtype=np.int64)
+        keys = set(self._cid_a[finishing].tolist())
+        keys.discard(-1)
+        if keys & set(self._cid_a[posted].tolist()):
+            return False
+        alone = self.finishes_alone
+        return all(alone(r) for r in finishing.tolist())
+
     def finishes_alone(self, row: int) -> bool:
         """True if :meth:`done` of ``row`` (started) would now give ``([], [row], [])``: it starts
         nothing and completes no row deferred behind it."""
