@@ -84,6 +84,61 @@ NOT_MODELLED = {
 #: the per-flow columns (grown together, compacted together)
 _FLOW_COLUMNS = ("f_rem", "f_row", "f_size", "f_payload", "f_alive", "f_t0", "f_tail", "f_good")
 
+class _FlowRows:
+    """``F``'s rows (segments and weights of each flow) as CSR arrays that grow in place:
+    appending a batch of flows costs the batch, and :meth:`matrix` is a view of the rows so far,
+    not a copy (a copy per rate recomputation is tens of MB at cluster scale). Indices are int32,
+    as scipy keeps them for a matrix of this size, while they fit (int64 beyond)."""
+
+    __slots__ = ("ptr", "ind", "dat", "n", "nnz")
+
+    def __init__(self):
+        self.ptr = np.zeros(1025, np.int32)
+        self.ind = np.zeros(1024, np.int32)
+        self.dat = np.zeros(1024)
+        self.n = 0
+        self.nnz = 0
+
+    def append(self, counts: np.ndarray, segs: np.ndarray, ws: np.ndarray):
+        """Rows of ``counts[i]`` entries each, their segments ``segs`` and weights ``ws`` in row
+        order. They are kept in canonical form (a row's segments ascending, duplicates summed,
+        zeros dropped: what :class:`~fabricsim.flows.fluid.FluidProblem` would make of them), so
+        that the matrix can be handed over as it is."""
+        k = len(counts)
+        ptr = np.zeros(k + 1, np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        batch = sp.csr_matrix((np.asarray(ws, np.float64), segs, ptr),
+                              shape=(k, int(segs.max()) + 1 if len(segs) else 1))
+        batch.sum_duplicates()
+        batch.eliminate_zeros()
+        counts, segs, ws = np.diff(batch.indptr), batch.indices, batch.data
+        m = len(segs)
+        n, nnz = self.n + k, self.nnz + m
+        wide = nnz > np.iinfo(np.int32).max or (m and int(segs.max()) > np.iinfo(np.int32).max)
+        if wide and self.ind.dtype != np.int64:
+            self.ptr, self.ind = self.ptr.astype(np.int64), self.ind.astype(np.int64)
+        if n + 1 > len(self.ptr):
+            self.ptr = np.concatenate([self.ptr, np.zeros(max(n + 1, 2 * len(self.ptr)) - len(self.ptr),
+                                                          self.ptr.dtype)])
+        if nnz > len(self.ind):
+            grow = max(nnz, 2 * len(self.ind)) - len(self.ind)
+            self.ind = np.concatenate([self.ind, np.zeros(grow, self.ind.dtype)])
+            self.dat = np.concatenate([self.dat, np.zeros(grow)])
+        self.ind[self.nnz:nnz] = segs
+        self.dat[self.nnz:nnz] = ws
+        np.cumsum(counts, out=self.ptr[self.n + 1:n + 1])
+        self.ptr[self.n + 1:n + 1] += self.nnz
+        self.n, self.nnz = n, nnz
+
+    def matrix(self, n_seg: int) -> sp.csr_matrix:
+        """The rows so far as a CSR matrix of ``n_seg`` columns (views of the arrays; appending
+        later writes past its end)."""
+        m = sp.csr_matrix((self.dat[:self.nnz], self.ind[:self.nnz], self.ptr[:self.n + 1]),
+                          shape=(self.n, n_seg))
+        m.has_canonical_format = True
+        return m
+
+
 #: finished flows are dropped from the flow columns and ``F`` (:meth:`FlowEngine._compact`) once
 #: more than this many were opened and at most half are active
 COMPACT_MIN = 4096
@@ -455,9 +510,7 @@ class FlowEngine:
         self.link_fluid = np.zeros(len(self.links))   # fluid bytes of flows compacted away, per link
         self.nf = 0
         self._dirty = False
-        self.f_counts: list = []     # F in chunks: entries per flow, segments, weights
-        self.f_seg: list = []
-        self.f_w: list = []
+        self.f_rows = _FlowRows()      # F's rows
         self._f_cache = None
         self._to_start: list = []
         # units that open queue pairs: the n messages, then PXN pieces (each chunk of a relayed
@@ -552,7 +605,7 @@ class FlowEngine:
                     problem = FluidProblem(self._f_matrix(), self._v_matrix(), self.cap)
                     built_segments, built_flows = self.spread.segments, self.f_version
                 elif self.f_version != built_flows:
-                    problem = problem.with_flows(self._f_matrix())
+                    problem = problem.with_flows(self._f_matrix(), canonical=True)
                     built_flows = self.f_version
                 sol = problem.solve(active=self.f_alive[:self.nf], method=self.solver,
                                     warm=(self._earlier, self._r_gone) if self.warm_start else None)
@@ -796,9 +849,7 @@ class FlowEngine:
         self.f_size[sl] = fluid
         self.f_alive[sl] = True
         self.f_row[sl] = rows
-        self.f_counts.append(counts)
-        self.f_seg.append(segs)
-        self.f_w.append(ws)
+        self.f_rows.append(counts, segs, ws)
         self.nf = need
         self.flows_opened += k
         self._f_cache = None
@@ -1106,7 +1157,8 @@ class FlowEngine:
         sent = (self.f_size[:n] - self.f_rem[:n]) * gone
         self.link_fluid += self._v_matrix().T @ (F.T @ sent)
         Fk = F[keep]
-        self.f_counts, self.f_seg, self.f_w = [np.diff(Fk.indptr)], [Fk.indices.astype(np.int64)], [Fk.data]
+        self.f_rows = _FlowRows()
+        self.f_rows.append(np.diff(Fk.indptr), Fk.indices, Fk.data)
         if self._earlier.size:                   # the warm start follows the renumbering
             earlier = np.full(len(keep), np.nan)
             inside = keep < self._earlier.size
@@ -1127,13 +1179,7 @@ class FlowEngine:
         nseg = max(self.spread.segments, 1)
         c = self._f_cache
         if c is None or c.shape != (self.nf, nseg):
-            counts = np.concatenate(self.f_counts) if self.f_counts else np.zeros(0, np.int64)
-            ptr = np.zeros(self.nf + 1, dtype=np.int64)
-            np.cumsum(counts, out=ptr[1:])
-            seg = np.concatenate(self.f_seg) if self.f_seg else np.zeros(0, np.int64)
-            w = np.concatenate(self.f_w) if self.f_w else np.zeros(0)
-            self.f_counts, self.f_seg, self.f_w = [counts], [seg], [w]
-            c = self._f_cache = sp.csr_matrix((w, seg, ptr), shape=(self.nf, nseg))
+            c = self._f_cache = self.f_rows.matrix(nseg)
         return c
 
     def _release_horizon(self, horizon: float) -> float:

@@ -279,8 +279,8 @@ class FluidProblem:
         Link capacities, ``>= 0``; ``inf`` for an unconstrained link.
     """
 
-    def __init__(self, F, V, cap, *, _prepared_links=None):
-        self.F = _as_csr(F, "F")
+    def __init__(self, F, V, cap, *, _prepared_links=None, _canonical=False):
+        self.F = F if _canonical else _as_csr(F, "F")
         if _prepared_links is None:
             self.V = _as_csr(V, "V")
             self.cap = np.asarray(cap, dtype=np.float64).ravel()
@@ -299,11 +299,12 @@ class FluidProblem:
                                             self._VTr.indptr), shape=self._VTr.shape)
             self._cap_r = self.cap[self.links]
             self._Vr_ptr = self._Vr.indptr.astype(np.int64)
-            # the compiled solver's segment and link renumbering maps (all -1 between solves)
-            # and a per-link count of the used segments crossing it (parallel links are merged)
-            self._maps = (np.full(self._Vr.shape[0], -1, np.int64),
+            # the compiled solver's segment and link renumbering maps (all -1 between solves),
+            # a per-link count of the used segments crossing it (parallel links are merged) and
+            # its buffers (fluid_compiled.Workspace, created on the first compiled solve)
+            self._maps = [np.full(self._Vr.shape[0], -1, np.int64),
                           np.full(self._Vr.shape[1], -1, np.int64),
-                          np.zeros(self._Vr.shape[1], np.int64))
+                          np.zeros(self._Vr.shape[1], np.int64), None]
             self._maps_full: dict = {}           # (:meth:`_full_v`)
         else:
             (self.V, self.cap, self.links, self._Vr, self._VTr,
@@ -337,11 +338,19 @@ class FluidProblem:
     def n_flows(self) -> int:
         return self.F.shape[0]
 
-    def with_flows(self, F) -> "FluidProblem":
-        """The same links and segments with another flow matrix ``F`` (V-side work reused)."""
+    def with_flows(self, F, *, canonical: bool = False) -> "FluidProblem":
+        """The same links and segments with another flow matrix ``F`` (V-side work reused).
+
+        ``canonical``: ``F`` is a float64 CSR matrix already in canonical form (each row's
+        segments ascending, no duplicates or zeros, every entry finite and positive), as the flow
+        engine keeps it: it is used as it is, not copied and checked again (at cluster scale that
+        copy, per rate recomputation, is tens of MB)."""
+        if canonical and not (sp.isspmatrix_csr(F) and F.dtype == np.float64 and F.has_canonical_format):
+            raise ValueError("canonical=True needs a float64 CSR matrix in canonical form")
         return FluidProblem(F, None, None, _prepared_links=(self.V, self.cap, self.links, self._Vr,
                                                            self._VTr, self._VTr_ones, self._cap_r,
-                                                           self._Vr_ptr, self._maps, self._maps_full))
+                                                           self._Vr_ptr, self._maps, self._maps_full),
+                            _canonical=canonical)
 
     def solve(self, *, active=None, limit=None, rtol: float = 1e-9,
               method: str = "auto", warm=None) -> FluidRates:
@@ -409,6 +418,8 @@ class FluidProblem:
                 inside = act < earlier.size
                 e = earlier[act[inside]]
                 prev[inside] = np.where(np.isfinite(e), e, -1.0)
+            if self._maps[3] is None:
+                self._maps[3] = fluid_compiled.Workspace()
             local, it, kept = fluid_compiled.solve_rows(act, self.F, self._Vr, self._cap_r, lim,
                                                         self._maps, prev, float(r_gone), self._full_v)
         else:

@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["solve_rows"]
+__all__ = ["Workspace", "solve_rows"]
 
 #: links whose levels are within this (relative) of a step's lowest saturate in that step
 _BATCH = 1e-12
@@ -68,6 +68,28 @@ _DIRECT = 1.0
 #: with wide segments, the share of V's entries the used segments reach from which V is used as
 #: it is rather than renumbered (:func:`solve_rows`)
 _WHOLE = 0.8
+
+
+class Workspace:
+    """Buffers a solve's largest arrays (one entry per entry of the active rows of ``F``) live in,
+    kept between solves (in the ``maps`` of :func:`solve_rows`). A fresh array of that size (tens
+    of MB at cluster scale) is new memory from the system each time, and its page faults and
+    zeroing cost as much as the renumbering that fills it (measured: a solve of 458k flows that
+    keeps almost every earlier rate went from 88 to 51 ms, benchmarks/README.md).
+    A buffer grows by half again when it is too short; its contents are not kept."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self):
+        self._buf: dict = {}
+
+    def take(self, name: str, size: int, dtype) -> np.ndarray:
+        """A buffer of at least ``size`` entries of ``dtype`` (contents undefined)."""
+        b = self._buf.get(name)
+        if b is None or b.size < size:
+            b = np.empty(max(int(size), int(1.5 * b.size) if b is not None else 0, 16), dtype)
+            self._buf[name] = b
+        return b
 
 
 @njit(cache=True, nogil=True)
@@ -168,17 +190,19 @@ def _remove(hk, hl, pos, l, size):
 
 
 @njit(cache=True, nogil=True)
-def _localise_rows(act, f_ptr, f_ind, f_dat, v_ptr, seg_map):
+def _localise_rows(act, f_ptr, f_ind, f_dat, v_ptr, seg_map, ind_buf, dat_buf):
     """The active rows of ``F`` renumbered to the segments they use (in order of first use):
-    local CSR ``F`` (flows x used segments), the global numbers of the used segments, and how many
-    entries of ``V`` they have. ``seg_map`` is all ``-1`` on entry, and is left so."""
+    local CSR ``F`` (flows x used segments; its indices and data are views of ``ind_buf`` and
+    ``dat_buf``, kept between solves, at least as long as the rows' entries), the global numbers
+    of the used segments, and how many entries of ``V`` they have. ``seg_map`` is all ``-1`` on
+    entry, and is left so."""
     n = act.size
     nnz = 0
     for k in range(n):
         nnz += f_ptr[act[k] + 1] - f_ptr[act[k]]
     lf_ptr = np.empty(n + 1, np.int64)
-    lf_ind = np.empty(nnz, np.int64)
-    lf_dat = np.empty(nnz)
+    lf_ind = ind_buf[:nnz]
+    lf_dat = dat_buf[:nnz]
     used_segs = np.empty(min(nnz, seg_map.size), np.int64)
     ns = 0
     j = 0
@@ -282,13 +306,15 @@ def _localise_links(used_segs, v_ptr, v_ind, v_dat, cap, uses, link_map):
 
 
 @njit(cache=True, nogil=True)
-def _direct_rows(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, n_links, most):
+def _direct_rows(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, n_links, most, ind_buf, dat_buf):
     """Local ``F`` times local ``V``: each flow's coefficient on each link (CSR rows over the links,
     a link's coefficients summed over the flow's segments crossing it), for the direct mode of
-    :func:`_kernel`; ``(False, ...)`` (nothing built) if that would take more than ``most``
-    entries. When every segment is one link, numbered as the segment (the renumbering of
-    :func:`_localise_links` does so when no two segments share a link), the rows are ``F``'s with
-    each weight times its link's coefficient."""
+    :func:`_kernel`, as views of ``ind_buf`` and ``dat_buf`` (kept between solves); the last
+    value returned is the number of entries the rows can take at most. Nothing is built
+    (``False, ...``) if that is more than ``most``, or than the buffers hold (the caller then
+    calls again with buffers that long). When every segment is one link, numbered as the segment
+    (the renumbering of :func:`_localise_links` does so when no two segments share a link), the
+    rows are ``F``'s with each weight times its link's coefficient."""
     n = f_ptr.size - 1
     n_seg = v_ptr.size - 1
     same = v_ptr[n_seg] == n_seg and n_links == n_seg
@@ -298,19 +324,21 @@ def _direct_rows(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, n_links, most):
                 same = False
                 break
     if same:
-        a_dat = np.empty(f_dat.size)
+        if dat_buf.size < f_dat.size:
+            return False, f_ptr, f_ind, f_dat, f_dat.size
+        a_dat = dat_buf[:f_dat.size]
         for e in range(f_dat.size):
             a_dat[e] = f_dat[e] * v_dat[f_ind[e]]
-        return True, f_ptr, f_ind, a_dat
+        return True, f_ptr, f_ind, a_dat, f_dat.size
     bound = 0
     for e in range(f_ind.size):
         s = f_ind[e]
         bound += v_ptr[s + 1] - v_ptr[s]
-    if bound > most:
-        return False, f_ptr, f_ind, f_dat
+    if bound > most or bound > ind_buf.size or bound > dat_buf.size:
+        return False, f_ptr, f_ind, f_dat, bound
     a_ptr = np.empty(n + 1, np.int64)
-    a_ind = np.empty(bound, np.int64)
-    a_dat = np.empty(bound)
+    a_ind = ind_buf[:bound]
+    a_dat = dat_buf[:bound]
     at = np.full(n_links, -1, np.int64)            # a link's entry in the row being built
     j = 0
     a_ptr[0] = 0
@@ -329,7 +357,7 @@ def _direct_rows(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, n_links, most):
                     a_dat[j] = w * v_dat[q]
                     j += 1
         a_ptr[k + 1] = j
-    return True, a_ptr, a_ind[:j], a_dat[:j]
+    return True, a_ptr, a_ind[:j], a_dat[:j], bound
 
 
 @njit(cache=True, nogil=True)
@@ -372,9 +400,15 @@ def _freeze_direct(f, r, rates, free, f_ptr, f_ind, f_dat, lk, gone, ng):
     return ng
 
 
+def _work_sizes(n: int, n_seg: int, n_links: int) -> tuple[int, int, int]:
+    """Entries of the float64, int64 and bool working buffers :func:`_kernel` needs for ``n``
+    flows, ``n_seg`` segments and ``n_links`` links (at most: every mode)."""
+    return n + 6 * n_seg + 10 * n_links, 3 * n_seg + 5 * n_links + 1, n
+
+
 @njit(cache=True, nogil=True)
 def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim, limited, prev,
-            r_gone, tie, batch, pops, lazy, direct):
+            r_gone, tie, batch, pops, lazy, direct, fl_buf, fws, iws, bws):
     """Progressive filling of the flows of local CSR ``F`` over local ``V`` (:func:`solve_rows`),
     every link finite (in the whole-``V`` mode also links no active flow uses: they have no
     unfrozen flows and never enter the heap). ``prev`` (empty, or one per flow): each flow's rate in an earlier
@@ -388,15 +422,27 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
 
     ``direct``: ``F``'s columns are the links themselves (``V`` the identity, :func:`_direct_rows`):
     a frozen flow is taken out of its links' sums as it freezes (:func:`_freeze_direct`), with no
-    per-segment sums in between."""
+    per-segment sums in between.
+
+    ``fl_buf`` (at least as long as ``f_ind``) holds the segments' lists of unfrozen flows,
+    ``fws``, ``iws`` and ``bws`` (float64, int64 and bool, at least :func:`_work_sizes`) the other
+    working arrays: buffers kept between solves (:class:`Workspace`). The rates returned are a view
+    of ``fws``, valid until the next solve."""
     n = f_ptr.size - 1
     n_seg = v_ptr.size - 1
     L = cap.size
-    rates = np.zeros(n)
-    free = np.ones(n, np.bool_)
+    fo = 0                                    # next free entries of fws, iws
+    io = 0
+    rates = fws[fo:fo + n]
+    fo += n
+    rates[:] = 0.0
+    free = bws[:n]
+    free[:] = True
     # per segment: removed share, removed load, removed flows (of the flows frozen in one step);
     # first used for the warm start's sums, then for the unfrozen flows' share and kept load
-    sg = np.zeros((n_seg, 3))
+    sg = fws[fo:fo + 3 * n_seg].reshape((n_seg, 3))
+    fo += 3 * n_seg
+    sg[:] = 0.0
     kept = 0
     if prev.size == n and n > 0:
         # warm start: the level t_star below which nothing differs from the earlier solve
@@ -409,7 +455,8 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
                     sg[s, 1] += f_dat[e] * r
                 else:
                     sg[s, 2] += f_dat[e]
-        lw = np.zeros((L, 3))
+        lw = fws[fo:fo + 3 * L].reshape((L, 3))
+        lw[:] = 0.0
         for s in range(n_seg):
             for e in range(v_ptr[s], v_ptr[s + 1]):
                 l = v_ind[e]
@@ -439,7 +486,9 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
                 free[k] = False
                 kept += 1
     # segment -> unfrozen flow lists (counting sort), emptied as links saturate
-    seg_ptr = np.zeros(n_seg + 1, np.int64)
+    seg_ptr = iws[io:io + n_seg + 1]
+    io += n_seg + 1
+    seg_ptr[:] = 0
     for k in range(n):
         if free[k]:
             for e in range(f_ptr[k], f_ptr[k + 1]):
@@ -451,8 +500,10 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
                 sg[f_ind[e], 1] += f_dat[e] * rates[k]
     for s in range(n_seg):
         seg_ptr[s + 1] += seg_ptr[s]
-    seg_end = seg_ptr[:-1].copy()
-    seg_fl = np.empty(seg_ptr[n_seg], np.int64)
+    seg_end = iws[io:io + n_seg]
+    io += n_seg
+    seg_end[:] = seg_ptr[:-1]
+    seg_fl = fl_buf[:seg_ptr[n_seg]]
     for k in range(n):
         if free[k]:
             for e in range(f_ptr[k], f_ptr[k + 1]):
@@ -462,8 +513,14 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
     # per link, in one row: capacity, load of frozen flows, sum of A[f, l] over unfrozen flows,
     # (unfrozen flow, segment) incidences
     # (lazy: per segment, in ss: unfrozen share, frozen load, unfrozen flows)
-    lk = np.zeros((L, 4))
-    ss = np.zeros((n_seg if lazy else 0, 3))
+    fo += 3 * L                               # (lw, done with)
+    lk = fws[fo:fo + 4 * L].reshape((L, 4))
+    fo += 4 * L
+    lk[:] = 0.0
+    n_ss = n_seg if lazy else 0
+    ss = fws[fo:fo + 3 * n_ss].reshape((n_ss, 3))
+    fo += 3 * n_ss
+    ss[:] = 0.0
     for l in range(L):
         lk[l, 0] = cap[l]
     for s in range(n_seg):
@@ -485,9 +542,13 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
     # 4-ary heap of the links by a lower bound of their fill level: levels only rise, so a key is
     # refreshed only when its link reaches the top; a link leaves when its last flow freezes
     # (lazy: when it is met without unfrozen flows)
-    hk = np.empty(L)
-    hl = np.empty(L, np.int64)
-    pos = np.full(L, -1, np.int64)
+    hk = fws[fo:fo + L]
+    fo += L
+    hl = iws[io:io + L]
+    io += L
+    pos = iws[io:io + L]
+    io += L
+    pos[:] = -1
     size = 0
     for l in range(L):
         t0, c0 = _link_level(l, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
@@ -506,10 +567,14 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
         lim_order = np.empty(0, np.int64)
     lp = 0
     nlim = lim_order.size
-    tsegs = np.empty(n_seg, np.int64)
-    gone = np.empty(L if direct else 0, np.int64)   # (direct) links emptied in a step
-    bl = np.empty(L, np.int64)            # a step's links and their levels
-    bt = np.empty(L)
+    tsegs = iws[io:io + n_seg]
+    io += n_seg
+    gone = iws[io:io + L]                 # (direct) links emptied in a step
+    io += L
+    bl = iws[io:io + L]                   # a step's links and their levels
+    io += L
+    bt = fws[fo:fo + L]
+    fo += L
     steps = 0
     while True:
         while lp < nlim and not free[lim_order[lp]]:
@@ -650,8 +715,8 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
     ``Vr`` (segments x solver links, CSR) is the prepared link side of
     :class:`fabricsim.flows.fluid.FluidProblem`, ``cap_r`` its links' capacities, ``lim`` the
     limits of the flows ``act`` or ``None``; ``maps``: two int64 arrays of ``-1`` (one per
-    segment, one per link) and one of zeros (per link), kept between solves so that a solve costs
-    what its flows use.
+    segment, one per link), one of zeros (per link) and a :class:`Workspace`, kept between solves
+    so that a solve costs what its flows use.
 
     Warm start (``prev``, without limits): each flow's rate in an earlier solve of the same flows
     (same rows of ``F``, same links), ``-1`` for a flow that has started since; ``r_gone`` the
@@ -675,17 +740,21 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
     """
     limited = lim is not None
     lim_a = np.ascontiguousarray(lim, np.float64) if limited else np.empty(0)
-    seg_map, link_map, uses = maps
+    seg_map, link_map, uses, work = maps
     cap = np.ascontiguousarray(cap_r, np.float64)
-    f_ptr, f_ind, f_dat, used_segs, vnnz = _localise_rows(np.ascontiguousarray(act, np.int64), F.indptr,
-                                                          F.indices, F.data, Vr.indptr, seg_map)
+    most_e = F.nnz                          # the active rows have at most this many entries
+    f_ptr, f_ind, f_dat, used_segs, vnnz = _localise_rows(
+        np.ascontiguousarray(act, np.int64), F.indptr, F.indices, F.data, Vr.indptr, seg_map,
+        work.take("f_ind", most_e, np.int64), work.take("f_dat", most_e, np.float64))
     wide = vnnz > _LAZY * used_segs.size
     direct = False
     if wide and full is not None and vnnz >= _WHOLE * Vr.nnz:
         # wide segments using most of V: V as it is (lazy sums read a link's segments, unused
         # ones holding nothing), not renumbered again
         v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, keep = full()
-        f_ind = used_segs[f_ind]
+        g_ind = work.take("a_ind", f_ind.size, np.int64)[:f_ind.size]
+        np.take(used_segs, f_ind, out=g_ind)
+        f_ind = g_ind
         cap = cap[keep]
         lazy = True
     else:
@@ -694,9 +763,14 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
         cap = cap[used]
         lazy = v_ptr[-1] > _LAZY * (v_ptr.size - 1)
         if not lazy and _DIRECT > 0:
-            most = _DIRECT * f_ind.size if f_ind.size else 0.0
-            ok, a_ptr, a_ind, a_dat = _direct_rows(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap.size,
-                                                   int(min(most, 2 ** 62)))
+            most = int(min(_DIRECT * f_ind.size, 2 ** 62)) if f_ind.size else 0
+            size = min(most, f_ind.size)
+            for _ in range(2):                # (again with longer buffers if the rows need them)
+                ok, a_ptr, a_ind, a_dat, size = _direct_rows(
+                    f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, cap.size, most,
+                    work.take("a_ind", size, np.int64), work.take("a_dat", size, np.float64))
+                if ok or size > most:
+                    break
             if ok:
                 # the flows' rows over the links, V the identity
                 f_ptr, f_ind, f_dat, direct = a_ptr, a_ind, a_dat, True
@@ -705,5 +779,8 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
                 v_dat = vt_dat = np.ones(cap.size)
     if prev is None or limited:
         prev = np.empty(0)
+    nf, ni, nb = _work_sizes(f_ptr.size - 1, v_ptr.size - 1, cap.size)
     return _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim_a, limited,
-                   np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH, _POPS, bool(lazy), direct)
+                   np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH, _POPS, bool(lazy), direct,
+                   work.take("seg_fl", f_ind.size, np.int64), work.take("fws", nf, np.float64),
+                   work.take("iws", ni, np.int64), work.take("bws", nb, np.bool_))
