@@ -545,3 +545,109 @@ def test_large_tie_rechecks_stale_keys(link_sums):
     for method in ("compiled", "vectorised"):
         r = max_min_fair(F, V, cap, method=method).rates
         np.testing.assert_allclose(r, np.tile([1.0, 1.0, 1.45, 1.3], 64), rtol=1e-12)
+
+
+def ported_instance(seed, n_flows=2000, hosts=32, leaves=4, spines=4, ports=4):
+    """ECMP-like rows as the flow engine writes them: each flow's host-up and host-down segments
+    cross its hosts' ``ports`` parallel ports (coefficient 1/ports each, the ports private to
+    the segment: merged by the solver), and one link per hop up and down the fabric (a segment
+    per link). Returns F, V, cap and the links of each host's up segment."""
+    rng = np.random.default_rng(seed)
+    per_leaf = hosts // leaves
+    up = lambda h, k: h * ports + k                                   # noqa: E731
+    down = lambda h, k: hosts * ports + h * ports + k                 # noqa: E731
+    fabric0 = 2 * hosts * ports
+    n_links = fabric0 + 2 * leaves * spines
+    segs: dict = {}
+    rows, cols, vals = [], [], []
+    for f in range(n_flows):
+        src, dst = rng.choice(hosts, 2, replace=False)
+        pieces = [tuple(up(src, k) for k in range(ports)), tuple(down(dst, k) for k in range(ports))]
+        if src // per_leaf != dst // per_leaf:
+            s = int(rng.integers(spines))
+            pieces += [(fabric0 + (src // per_leaf) * spines + s,),
+                       (fabric0 + leaves * spines + (dst // per_leaf) * spines + s,)]
+        for piece in pieces:
+            rows.append(f)
+            cols.append(segs.setdefault(piece, len(segs)))
+            vals.append(1.0)
+    vr, vc, vv = [], [], []
+    for piece, sid in segs.items():
+        for link in piece:
+            vr.append(sid)
+            vc.append(link)
+            vv.append(1.0 / len(piece))
+    F = sp.csr_matrix((vals, (rows, cols)), shape=(n_flows, len(segs)))
+    V = sp.csr_matrix((vv, (vr, vc)), shape=(len(segs), n_links))
+    cap = np.ones(n_links)
+    cap[fabric0:] = rng.choice([0.5, 1.0, 2.0], n_links - fabric0)
+    return F, V, cap, [tuple(up(h, k) for k in range(ports)) for h in range(hosts)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_direct_image_through_appended_rows(seed, monkeypatch):
+    # an engine-like run: rows appended in batches (with_flows(extends=True)), flows ending, warm
+    # starts: the kept view of the rows (DirectImage) gives the rates a solve that renumbers its
+    # active rows gives, and those of the vectorised solver
+    from fabricsim.flows import fluid_compiled
+    F, V, cap, _ = ported_instance(seed)
+    n = F.shape[0]
+    rng = np.random.default_rng(seed)
+    cuts = np.sort(rng.choice(np.arange(100, n), 5, replace=False)).tolist() + [n]
+    rows = cuts[0]
+    prob = FluidProblem(F[:rows], V, cap)
+    active = np.ones(rows, bool)
+    earlier, r_gone = None, np.inf
+    used = 0
+    for step in range(12):
+        if step % 2 and len(cuts) > 1:
+            cuts.pop(0)
+            new = cuts[0]
+            prob = prob.with_flows(F[:new], extends=True)
+            active = np.concatenate([active, np.ones(new - rows, bool)])
+            rows = new
+        warm = None if earlier is None else (earlier, r_gone)
+        sol = prob.solve(active=active, method="compiled", warm=warm)
+        used += isinstance(prob._image, fluid_compiled.DirectImage)
+        monkeypatch.setattr(fluid_compiled, "_IMAGE", False)
+        per_solve = FluidProblem(F[:rows], V, cap).solve(active=active, method="compiled")
+        monkeypatch.setattr(fluid_compiled, "_IMAGE", True)
+        vec = FluidProblem(F[:rows], V, cap).solve(active=active, method="vectorised")
+        np.testing.assert_allclose(sol.rates, per_solve.rates, rtol=1e-12)
+        np.testing.assert_allclose(sol.rates, vec.rates, rtol=1e-9)
+        assert check_max_min(F[:rows][active], V, cap, sol.rates[active]) == []
+        alive = np.flatnonzero(active)
+        end = rng.choice(alive, max(1, alive.size // 10), replace=False)
+        earlier = np.where(active, sol.rates, np.nan)
+        r_gone = float(earlier[end].min())
+        active[end] = False
+    assert used >= 10                        # the image served every solve after the first
+    assert prob._image.rebuilds == 0
+
+
+def test_direct_image_built_again_when_a_merged_link_is_shared(monkeypatch):
+    # hosts' parallel ports are merged while private to their segment; a row appended later
+    # whose segment crosses one port alone makes the merge wrong: the image is built again, and
+    # the rates are those of a fresh problem (direct mode allowed for rows that grow, as host
+    # 0's rows do once its ports are apart)
+    from fabricsim.flows import fluid_compiled
+    monkeypatch.setattr(fluid_compiled, "_DIRECT", 2.0)
+    F, V, cap, up_links = ported_instance(0, n_flows=300)
+    extra_seg = V.shape[0]
+    V2 = sp.vstack([V, sp.csr_matrix(([1.0], ([0], [up_links[0][1]])), shape=(1, V.shape[1]))]).tocsr()
+    F2 = sp.vstack([sp.hstack([F, sp.csr_matrix((F.shape[0], 1))]),
+                    sp.csr_matrix(([1.0], ([0], [extra_seg])), shape=(1, extra_seg + 1))]).tocsr()
+    n = F.shape[0]
+    prob = FluidProblem(F2[:n], V2, cap)
+    for _ in range(2):                       # the second solve builds the image
+        prob.solve(method="compiled")
+    image = prob._image
+    assert isinstance(image, fluid_compiled.DirectImage) and image.rebuilds == 0
+    prob = prob.with_flows(F2, extends=True)
+    sol = prob.solve(method="compiled")
+    assert prob._image is image and image.rebuilds == 1
+    vec = FluidProblem(F2, V2, cap).solve(method="vectorised")
+    np.testing.assert_allclose(sol.rates, vec.rates, rtol=1e-9)
+    # the flow alone on one of host 0's ports shares it with host 0's flows: it is no longer
+    # the level of the others' merged ports
+    assert check_max_min(F2, V2, cap, sol.rates) == []

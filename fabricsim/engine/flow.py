@@ -506,6 +506,7 @@ class FlowEngine:
         self.f_good = np.zeros(1024)          # payload per fluid byte reaching the message's destination
                                               # (goodput; 0 for PXN first legs)
         self.f_version = 0                    # bumped whenever F changes
+        self.compactions = 0                  # bumped whenever F's rows are renumbered
         self.flows_opened = 0
         self.link_fluid = np.zeros(len(self.links))   # fluid bytes of flows compacted away, per link
         self.nf = 0
@@ -541,7 +542,7 @@ class FlowEngine:
         self.last_end = 0
         self.now = 0.0
         problem = None
-        built_flows = built_segments = -1
+        built_flows = built_segments = built_compactions = -1
         self.stats = {"solves": 0, "iterations": 0, "steps": 0, "peak": 0, "kept": 0}
         # the last solve's rates (nan: flow not active in it) and the lowest of them among flows
         # finished since: the warm start of the next solve (FluidProblem.solve)
@@ -605,8 +606,11 @@ class FlowEngine:
                     problem = FluidProblem(self._f_matrix(), self._v_matrix(), self.cap)
                     built_segments, built_flows = self.spread.segments, self.f_version
                 elif self.f_version != built_flows:
-                    problem = problem.with_flows(self._f_matrix(), canonical=True)
+                    # rows appended since (no compaction): the solver's view of them is extended
+                    problem = problem.with_flows(self._f_matrix(), canonical=True,
+                                                 extends=self.compactions == built_compactions)
                     built_flows = self.f_version
+                built_compactions = self.compactions
                 sol = problem.solve(active=self.f_alive[:self.nf], method=self.solver,
                                     warm=(self._earlier, self._r_gone) if self.warm_start else None)
                 rates = sol.rates
@@ -1173,6 +1177,7 @@ class FlowEngine:
         self.nf = m
         self._f_cache = None
         self.f_version += 1
+        self.compactions += 1
 
     def _f_matrix(self):
         """``F``: one row per flow opened so far (segments and weights), at the current segment count."""

@@ -279,8 +279,11 @@ class FluidProblem:
         Link capacities, ``>= 0``; ``inf`` for an unconstrained link.
     """
 
-    def __init__(self, F, V, cap, *, _prepared_links=None, _canonical=False):
+    def __init__(self, F, V, cap, *, _prepared_links=None, _canonical=False, _image=None):
         self.F = F if _canonical else _as_csr(F, "F")
+        # the compiled solver's direct image of F (fluid_compiled.DirectImage): None until a solve
+        # goes direct, False if its rows are not for the direct mode
+        self._image = _image
         if _prepared_links is None:
             self.V = _as_csr(V, "V")
             self.cap = np.asarray(cap, dtype=np.float64).ravel()
@@ -338,19 +341,24 @@ class FluidProblem:
     def n_flows(self) -> int:
         return self.F.shape[0]
 
-    def with_flows(self, F, *, canonical: bool = False) -> "FluidProblem":
+    def with_flows(self, F, *, canonical: bool = False, extends: bool = False) -> "FluidProblem":
         """The same links and segments with another flow matrix ``F`` (V-side work reused).
 
         ``canonical``: ``F`` is a float64 CSR matrix already in canonical form (each row's
         segments ascending, no duplicates or zeros, every entry finite and positive), as the flow
         engine keeps it: it is used as it is, not copied and checked again (at cluster scale that
-        copy, per rate recomputation, is tens of MB)."""
+        copy, per rate recomputation, is tens of MB).
+
+        ``extends``: ``F``'s first rows are this problem's (the same flows, in the same order),
+        others appended: the compiled solver's direct image of the rows
+        (:class:`~fabricsim.flows.fluid_compiled.DirectImage`) is handed on and extended by the
+        new rows instead of being built again."""
         if canonical and not (sp.isspmatrix_csr(F) and F.dtype == np.float64 and F.has_canonical_format):
             raise ValueError("canonical=True needs a float64 CSR matrix in canonical form")
         return FluidProblem(F, None, None, _prepared_links=(self.V, self.cap, self.links, self._Vr,
                                                            self._VTr, self._VTr_ones, self._cap_r,
                                                            self._Vr_ptr, self._maps, self._maps_full),
-                            _canonical=canonical)
+                            _canonical=canonical, _image=self._image if extends else None)
 
     def solve(self, *, active=None, limit=None, rtol: float = 1e-9,
               method: str = "auto", warm=None) -> FluidRates:
@@ -420,8 +428,18 @@ class FluidProblem:
                 prev[inside] = np.where(np.isfinite(e), e, -1.0)
             if self._maps[3] is None:
                 self._maps[3] = fluid_compiled.Workspace()
-            local, it, kept = fluid_compiled.solve_rows(act, self.F, self._Vr, self._cap_r, lim,
-                                                        self._maps, prev, float(r_gone), self._full_v)
+            image = self._image if lim is None and fluid_compiled._IMAGE else False
+            if image and not image.cover(self.F, self._Vr, self._cap_r):
+                image = self._image = False
+            if image:
+                # the rows as the direct mode sees them, kept between solves
+                local, it, kept = image.solve(act, n, prev, float(r_gone), self._maps[3])
+            else:
+                local, it, kept, direct = fluid_compiled.solve_rows(act, self.F, self._Vr, self._cap_r, lim,
+                                                                    self._maps, prev, float(r_gone), self._full_v)
+                if direct and image is None:
+                    # direct: the next solves of these rows (and of rows appended) keep their view
+                    self._image = fluid_compiled.DirectImage(*self._Vr.shape)
         else:
             local, it = self._solve_rows(act, lim, rtol)
             kept = 0

@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["Workspace", "solve_rows"]
+__all__ = ["DirectImage", "Workspace", "solve_rows"]
 
 #: links whose levels are within this (relative) of a step's lowest saturate in that step
 _BATCH = 1e-12
@@ -65,6 +65,9 @@ _LAZY = 4.0
 #: when that takes at most this many entries per entry of ``F`` (1: only when no row grows, as
 #: when every used segment crosses one link: ECMP paths written on the links, merged host ports)
 _DIRECT = 1.0
+#: direct solves of a problem after its first keep its rows' view between solves
+#: (:class:`DirectImage`; off: each solve renumbers its active rows, :func:`solve_rows`)
+_IMAGE = True
 #: with wide segments, the share of V's entries the used segments reach from which V is used as
 #: it is rather than renumbered (:func:`solve_rows`)
 _WHOLE = 0.8
@@ -82,6 +85,21 @@ class Workspace:
 
     def __init__(self):
         self._buf: dict = {}
+
+    def iota(self, n: int) -> np.ndarray:
+        """``np.arange(n)`` (int64), kept."""
+        b = self._buf.get("iota")
+        if b is None or b.size < n:
+            b = self._buf["iota"] = np.arange(max(n, int(1.5 * b.size) if b is not None else 0, 16),
+                                              dtype=np.int64)
+        return b[:n]
+
+    def ones(self, n: int) -> np.ndarray:
+        """``np.ones(n)``, kept."""
+        b = self._buf.get("ones")
+        if b is None or b.size < n:
+            b = self._buf["ones"] = np.ones(max(n, int(1.5 * b.size) if b is not None else 0, 16))
+        return b[:n]
 
     def take(self, name: str, size: int, dtype) -> np.ndarray:
         """A buffer of at least ``size`` entries of ``dtype`` (contents undefined)."""
@@ -407,9 +425,11 @@ def _work_sizes(n: int, n_seg: int, n_links: int) -> tuple[int, int, int]:
 
 
 @njit(cache=True, nogil=True)
-def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim, limited, prev,
+def _kernel(f_ptr, f_ind, f_dat, act, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim, limited, prev,
             r_gone, tie, batch, pops, lazy, direct, fl_buf, fws, iws, bws):
-    """Progressive filling of the flows of local CSR ``F`` over local ``V`` (:func:`solve_rows`),
+    """Progressive filling of the flows ``act`` (rows of CSR ``F``, ascending) over local ``V``
+    (:func:`solve_rows`; with a :class:`DirectImage`, rows of all of ``F``, else the active rows
+    renumbered, ``act`` all of them),
     every link finite (in the whole-``V`` mode also links no active flow uses: they have no
     unfrozen flows and never enter the heap). ``prev`` (empty, or one per flow): each flow's rate in an earlier
     solve of the same problem, ``-1`` for a flow new since; ``r_gone``: the lowest earlier rate of
@@ -426,9 +446,10 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
 
     ``fl_buf`` (at least as long as ``f_ind``) holds the segments' lists of unfrozen flows,
     ``fws``, ``iws`` and ``bws`` (float64, int64 and bool, at least :func:`_work_sizes`) the other
-    working arrays: buffers kept between solves (:class:`Workspace`). The rates returned are a view
-    of ``fws``, valid until the next solve."""
+    working arrays: buffers kept between solves (:class:`Workspace`). The rates returned (one per
+    row of ``F``, those of ``act`` set) are a view of ``fws``, valid until the next solve."""
     n = f_ptr.size - 1
+    na = act.size
     n_seg = v_ptr.size - 1
     L = cap.size
     fo = 0                                    # next free entries of fws, iws
@@ -437,17 +458,20 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
     fo += n
     rates[:] = 0.0
     free = bws[:n]
-    free[:] = True
+    free[:] = False
+    for i in range(na):
+        free[act[i]] = True
     # per segment: removed share, removed load, removed flows (of the flows frozen in one step);
     # first used for the warm start's sums, then for the unfrozen flows' share and kept load
     sg = fws[fo:fo + 3 * n_seg].reshape((n_seg, 3))
     fo += 3 * n_seg
     sg[:] = 0.0
     kept = 0
-    if prev.size == n and n > 0:
+    if prev.size == na and na > 0:
         # warm start: the level t_star below which nothing differs from the earlier solve
-        for k in range(n):
-            r = prev[k]
+        for i in range(na):
+            k = act[i]
+            r = prev[i]
             for e in range(f_ptr[k], f_ptr[k + 1]):
                 s = f_ind[e]
                 if r >= 0.0:
@@ -480,16 +504,18 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
         # (rates of one level differ by rounding: a flow within `tie` of t_star may share the
         # level of an ended flow, so it is filled again)
         t_keep = t_star * (1.0 - tie)
-        for k in range(n):
-            if prev[k] >= 0.0 and prev[k] < t_keep:
-                rates[k] = prev[k]
+        for i in range(na):
+            if prev[i] >= 0.0 and prev[i] < t_keep:
+                k = act[i]
+                rates[k] = prev[i]
                 free[k] = False
                 kept += 1
     # segment -> unfrozen flow lists (counting sort), emptied as links saturate
     seg_ptr = iws[io:io + n_seg + 1]
     io += n_seg + 1
     seg_ptr[:] = 0
-    for k in range(n):
+    for i in range(na):
+        k = act[i]
         if free[k]:
             for e in range(f_ptr[k], f_ptr[k + 1]):
                 s = f_ind[e]
@@ -504,7 +530,8 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
     io += n_seg
     seg_end[:] = seg_ptr[:-1]
     seg_fl = fl_buf[:seg_ptr[n_seg]]
-    for k in range(n):
+    for i in range(na):
+        k = act[i]
         if free[k]:
             for e in range(f_ptr[k], f_ptr[k + 1]):
                 s = f_ind[e]
@@ -703,7 +730,8 @@ def _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ca
                 if lk[l2, 3] <= 0.0 and pos[l2] >= 0:
                     lk[l2, 2] = 0.0
                     size = _remove(hk, hl, pos, l2, size)
-    for k in range(n):
+    for i in range(na):
+        k = act[i]
         if free[k]:
             rates[k] = lim[k] if limited else np.inf
     return rates, steps, kept
@@ -780,7 +808,188 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
     if prev is None or limited:
         prev = np.empty(0)
     nf, ni, nb = _work_sizes(f_ptr.size - 1, v_ptr.size - 1, cap.size)
-    return _kernel(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim_a, limited,
-                   np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH, _POPS, bool(lazy), direct,
-                   work.take("seg_fl", f_ind.size, np.int64), work.take("fws", nf, np.float64),
-                   work.take("iws", ni, np.int64), work.take("bws", nb, np.bool_))
+    rates, steps, kept = _kernel(
+        f_ptr, f_ind, f_dat, work.iota(f_ptr.size - 1), v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim_a,
+        limited, np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH, _POPS, bool(lazy), direct,
+        work.take("seg_fl", f_ind.size, np.int64), work.take("fws", nf, np.float64),
+        work.take("iws", ni, np.int64), work.take("bws", nb, np.bool_))
+    return rates, steps, kept, direct
+
+
+# ---------------------------------------------------------------------------- direct image
+class DirectImage:
+    """Every row of ``F`` as the direct mode of :func:`_kernel` sees it (each flow's coefficient
+    on each link, parallel links merged), kept between solves and extended as rows are appended,
+    so that a direct solve costs the filling, not a renumbering of its flows (at 8,192 GPUs that
+    renumbering was a third of an ECMP solve).
+
+    It differs from :func:`solve_rows`'s per-solve view in two ways that change no rate beyond
+    rounding: links are numbered in order of first use over all rows covered (finished flows'
+    rows too), not over the active ones, and parallel links (:func:`_localise_links`'s rule) are
+    merged when private to one segment among all those rows' segments. A row appended later
+    whose new segment crosses a link merged that way (no longer private) makes the image be
+    built again from its first row. Built by :class:`fabricsim.flows.fluid.FluidProblem` for a
+    problem whose solves go direct, and handed on by ``with_flows(..., extends=True)``."""
+
+    def __init__(self, n_seg: int, n_links: int):
+        self.n_seg, self.n_links = n_seg, n_links
+        self.rebuilds = 0
+        self._reset()
+
+    def _reset(self):
+        self.seg_loc = np.full(self.n_seg, -1, np.int64)      # segment -> its local row (-1 none)
+        self.link_loc = np.full(self.n_links, -1, np.int64)   # link -> local link (-2 merged away)
+        self.uses = np.zeros(self.n_links, np.int64)          # segments covered crossing a link
+        self.twinned = np.zeros(self.n_links, np.bool_)       # a link standing for merged ones
+        self.sv_ptr = np.zeros(17, np.int64)                  # local segments' rows (local links)
+        self.sv_ind = np.zeros(16, np.int64)
+        self.sv_dat = np.zeros(16)
+        self.cap = np.zeros(16)                               # per local link
+        self.glink = np.zeros(16, np.int64)
+        self.mark = np.full(16, -1, np.int64)
+        self.a_ptr = np.zeros(17, np.int64)                   # the rows over the local links
+        self.a_ind = np.zeros(16, np.int64)
+        self.a_dat = np.zeros(16)
+        self.pend = np.zeros(16, np.int64)
+        self.ns = self.snnz = self.nl = self.rows = self.annz = self.f_nnz = 0
+
+    @staticmethod
+    def _room(a: np.ndarray, need: int, fill=0) -> np.ndarray:
+        if a.size >= need:
+            return a
+        b = np.full(max(need, 2 * a.size), fill, a.dtype)
+        b[:a.size] = a
+        return b
+
+    def cover(self, F, Vr, cap_r) -> bool:
+        """Extend the image to every row of ``F`` (CSR, its first rows those covered so far) over
+        the solver links ``Vr`` (segments x links) of capacities ``cap_r``. False if the rows are
+        not for the direct mode (more links per used segment than ``_LAZY``, or more entries
+        than ``_DIRECT`` x ``F``'s): the image is then of no use."""
+        R = F.shape[0]
+        if R > self.rows:
+            if not self._extend(F, Vr, cap_r):
+                self.rebuilds += 1
+                self._reset()
+                if not self._extend(F, Vr, cap_r):
+                    raise AssertionError("a direct image built from scratch cannot break a merge")
+        return self.snnz <= _LAZY * self.ns and self.annz <= _DIRECT * self.f_nnz
+
+    def _extend(self, F, Vr, cap_r) -> bool:
+        R = F.shape[0]
+        e0, e1 = int(F.indptr[self.rows]), int(F.indptr[R])
+        seg_len = np.diff(Vr.indptr)
+        bound = int(seg_len[F.indices[e0:e1]].sum())          # V entries the new rows reach
+        self.sv_ptr = self._room(self.sv_ptr, self.ns + (e1 - e0) + 1)
+        self.sv_ind = self._room(self.sv_ind, self.snnz + bound)
+        self.sv_dat = self._room(self.sv_dat, self.snnz + bound)
+        self.cap = self._room(self.cap, self.nl + bound)
+        self.glink = self._room(self.glink, self.nl + bound)
+        self.mark = self._room(self.mark, self.nl + bound, -1)
+        self.a_ptr = self._room(self.a_ptr, R + 1)
+        self.a_ind = self._room(self.a_ind, self.annz + bound)
+        self.a_dat = self._room(self.a_dat, self.annz + bound)
+        self.pend = self._room(self.pend, e1 - e0)
+        ok, ns, snnz, nl, annz = _image_extend(
+            F.indptr, F.indices, F.data, self.rows, R, Vr.indptr, Vr.indices, Vr.data,
+            np.ascontiguousarray(cap_r, np.float64), self.seg_loc, self.link_loc, self.uses, self.twinned,
+            self.sv_ptr, self.sv_ind, self.sv_dat, self.ns, self.snnz, self.cap, self.glink, self.mark,
+            self.nl, self.a_ptr, self.a_ind, self.a_dat, self.annz, self.pend)
+        if not ok:
+            return False
+        self.ns, self.snnz, self.nl, self.annz, self.rows = ns, snnz, nl, annz, R
+        self.f_nnz = e1
+        return True
+
+    def solve(self, act, n_rows: int, prev, r_gone: float, work: "Workspace"):
+        """Max-min rates of the rows ``act`` (ascending, all below ``n_rows`` <= the rows
+        covered) as :func:`solve_rows`: ``(rates of act, steps, kept)``."""
+        nl = self.nl
+        end = int(self.a_ptr[n_rows])
+        f_ptr = self.a_ptr[:n_rows + 1]
+        ident_ptr = work.iota(nl + 1)
+        ident = ident_ptr[:nl]
+        ones = work.ones(nl)
+        nf, ni, nb = _work_sizes(n_rows, nl, nl)
+        if prev is None:
+            prev = np.empty(0)
+        rates, steps, kept = _kernel(
+            f_ptr, self.a_ind[:end], self.a_dat[:end], np.ascontiguousarray(act, np.int64), ident_ptr, ident,
+            ones, ident_ptr, ident, ones, self.cap[:nl], np.empty(0), False,
+            np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH, _POPS, False, True,
+            work.take("seg_fl", end, np.int64), work.take("fws", nf, np.float64),
+            work.take("iws", ni, np.int64), work.take("bws", nb, np.bool_))
+        return rates[act], steps, kept
+
+
+@njit(cache=True, nogil=True)
+def _image_extend(f_ptr, f_ind, f_dat, r0, r1, v_ptr, v_ind, v_dat, cap, seg_loc, link_loc, uses, twinned,
+                  sv_ptr, sv_ind, sv_dat, ns, snnz, lcap, glink, mark, nl, a_ptr, a_ind, a_dat, annz, pend):
+    """:meth:`DirectImage._extend` of rows ``r0 .. r1 - 1``: their new segments' links counted
+    (``False`` if one of them was merged, private, and now is not: the image must be built
+    again), then row by row, each new segment placed at its first use (its private links
+    merged as :func:`_localise_links` does) and the row's entries over the local links summed
+    (as :func:`_direct_rows`). Returns ``(ok, ns, snnz, nl, annz)``."""
+    npend = 0
+    broken = False
+    for e in range(f_ptr[r0], f_ptr[r1]):
+        s = f_ind[e]
+        if seg_loc[s] == -1:
+            seg_loc[s] = -3                   # new, placed in the second pass
+            pend[npend] = s
+            npend += 1
+            for q in range(v_ptr[s], v_ptr[s + 1]):
+                l = v_ind[q]
+                uses[l] += 1
+                if uses[l] == 2 and (link_loc[l] == -2 or twinned[l]):
+                    broken = True
+    if broken:
+        return False, ns, snnz, nl, annz
+    for r in range(r0, r1):
+        row = annz
+        for e in range(f_ptr[r], f_ptr[r + 1]):
+            s = f_ind[e]
+            w = f_dat[e]
+            ls = seg_loc[s]
+            if ls == -3:
+                ls = ns
+                seg_loc[s] = ls
+                start = snnz
+                for q in range(v_ptr[s], v_ptr[s + 1]):
+                    l = v_ind[q]
+                    c = v_dat[q]
+                    if uses[l] == 1:
+                        twin = False
+                        for j in range(start, snnz):
+                            g = glink[sv_ind[j]]
+                            if sv_dat[j] == c and uses[g] == 1 and cap[g] == cap[l]:
+                                twin = True
+                                twinned[g] = True
+                                break
+                        if twin:
+                            link_loc[l] = -2
+                            continue
+                    m = link_loc[l]
+                    if m < 0:
+                        m = nl
+                        link_loc[l] = m
+                        glink[m] = l
+                        lcap[m] = cap[l]
+                        mark[m] = -1
+                        nl += 1
+                    sv_ind[snnz] = m
+                    sv_dat[snnz] = c
+                    snnz += 1
+                ns += 1
+                sv_ptr[ns] = snnz
+            for q in range(sv_ptr[ls], sv_ptr[ls + 1]):
+                m = sv_ind[q]
+                if mark[m] >= row:
+                    a_dat[mark[m]] += w * sv_dat[q]
+                else:
+                    mark[m] = annz
+                    a_ind[annz] = m
+                    a_dat[annz] = w * sv_dat[q]
+                    annz += 1
+        a_ptr[r + 1] = annz
+    return True, ns, snnz, nl, annz
