@@ -651,3 +651,20 @@ def test_direct_image_built_again_when_a_merged_link_is_shared(monkeypatch):
     # the flow alone on one of host 0's ports shares it with host 0's flows: it is no longer
     # the level of the others' merged ports
     assert check_max_min(F2, V2, cap, sol.rates) == []
+
+
+def test_direct_image_is_handed_on_not_shared():
+    # two problems extending one problem with different rows: each gets rates of its own rows
+    # (an image shared between them would serve the second one the first one's rows)
+    F, V, cap, _ = ported_instance(0, n_flows=600)
+    base = FluidProblem(F[:300], V, cap)
+    for _ in range(2):                                   # the second solve builds the image
+        base.solve(method="compiled")
+    rows_a = sp.vstack([F[:300], F[300:450]]).tocsr()
+    rows_b = sp.vstack([F[:300], F[450:600]]).tocsr()
+    pa = base.with_flows(rows_a, extends=True)
+    pb = base.with_flows(rows_b, extends=True)
+    ra, rb = pa.solve(method="compiled"), pb.solve(method="compiled")
+    for rows, r in ((rows_a, ra), (rows_b, rb)):
+        vec = FluidProblem(rows, V, cap).solve(method="vectorised")
+        np.testing.assert_allclose(r.rates, vec.rates, rtol=1e-9)

@@ -107,7 +107,7 @@ class _FlowRows:
         k = len(counts)
         ptr = np.zeros(k + 1, np.int64)
         np.cumsum(counts, out=ptr[1:])
-        batch = sp.csr_matrix((np.asarray(ws, np.float64), segs, ptr),
+        batch = sp.csr_matrix((np.array(ws, np.float64), np.array(segs), ptr),     # (copies: sorted in place)
                               shape=(k, int(segs.max()) + 1 if len(segs) else 1))
         batch.sum_duplicates()
         batch.eliminate_zeros()

@@ -351,14 +351,20 @@ class FluidProblem:
 
         ``extends``: ``F``'s first rows are this problem's (the same flows, in the same order),
         others appended: the compiled solver's direct image of the rows
-        (:class:`~fabricsim.flows.fluid_compiled.DirectImage`) is handed on and extended by the
-        new rows instead of being built again."""
-        if canonical and not (sp.isspmatrix_csr(F) and F.dtype == np.float64 and F.has_canonical_format):
+        (:class:`~fabricsim.flows.fluid_compiled.DirectImage`) is handed on (this problem no
+        longer has it) and extended by the new rows instead of being built again."""
+        if canonical and not (sp.issparse(F) and F.format == "csr" and F.dtype == np.float64
+                              and F.has_canonical_format):
             raise ValueError("canonical=True needs a float64 CSR matrix in canonical form")
+        image = None
+        if extends:
+            # handed on, not shared: a second problem extending this one would extend the
+            # image with other rows (this problem builds a new one if it solves again)
+            image, self._image = self._image, None
         return FluidProblem(F, None, None, _prepared_links=(self.V, self.cap, self.links, self._Vr,
                                                            self._VTr, self._VTr_ones, self._cap_r,
                                                            self._Vr_ptr, self._maps, self._maps_full),
-                            _canonical=canonical, _image=self._image if extends else None)
+                            _canonical=canonical, _image=image)
 
     def solve(self, *, active=None, limit=None, rtol: float = 1e-9,
               method: str = "auto", warm=None) -> FluidRates:

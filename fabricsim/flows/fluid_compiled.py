@@ -31,6 +31,14 @@ Gallager 6.5.2), computed the sequential way, which compiled code makes cheap:
   *parallel* links: links crossed by a single used segment, with the same coefficient in it and
   the same capacity, always have the same level and flows (a GPU's 18 NVLink ports under a
   spray, a NIC's ports on 4 planes), so one stands for all;
+* **kept between solves**: a problem whose solves go direct keeps that view of all its rows
+  (:class:`DirectImage`), extended as flows are added, so such a solve no longer renumbers its
+  rows; the large working arrays live in buffers kept between solves (:class:`Workspace`:
+  fresh ones cost page faults and zeroing on every solve);
+* **helpers without reference counting**: the heap and freeze helpers the kernel calls per link
+  and per flow take arrays and allocate nothing, so they are compiled without numba's reference
+  counting (``_nrt=False``): with it, every call counts each array argument in and out with
+  atomic operations, measured at about a third of a setup-bound solve;
 * **warm starts** (:func:`solve_rows`): a recomputation after some flows ended and others started
   keeps every continuing flow whose earlier rate lies below the level at which the two fillings
   can first differ, and refills only the rest.
@@ -110,7 +118,7 @@ class Workspace:
         return b
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _level(lk, l):
     """Fill level of link ``l``: the common rate of its unfrozen flows at which it saturates."""
     x = lk[l, 0] - lk[l, 1]
@@ -119,7 +127,7 @@ def _level(lk, l):
     return x / lk[l, 2]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _link_level(l, lazy, lk, vt_ptr, vt_ind, vt_dat, ss):
     """(fill level, unfrozen incidences) of link ``l``: from its own sums ``lk[l]`` (eager), or
     (``lazy``) summed over its segments' state ``ss[s]`` = (unfrozen share, frozen load, unfrozen
@@ -145,7 +153,7 @@ def _link_level(l, lazy, lk, vt_ptr, vt_ind, vt_dat, ss):
     return x / w, c
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _sift_down(hk, hl, pos, i, size):
     """Move entry ``i`` of the 4-ary min-heap (keys ``hk``, links ``hl``) down to its place."""
     k = hk[i]
@@ -172,7 +180,7 @@ def _sift_down(hk, hl, pos, i, size):
     pos[l] = i
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _sift_up(hk, hl, pos, i):
     k = hk[i]
     l = hl[i]
@@ -189,7 +197,7 @@ def _sift_up(hk, hl, pos, i):
     pos[l] = i
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _remove(hk, hl, pos, l, size):
     """Take link ``l`` out of the heap of ``size`` entries; returns the new size."""
     i = pos[l]
@@ -378,7 +386,7 @@ def _direct_rows(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, n_links, most, ind_bu
     return True, a_ptr, a_ind[:j], a_dat[:j], bound
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _freeze(f, r, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt):
     """Freeze flow ``f`` at rate ``r``: its share, load and count added to its segments' removal
     sums ``sg`` (segments met for the first time in this step appended to ``tsegs``, of which
@@ -396,7 +404,7 @@ def _freeze(f, r, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt):
     return nt
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _freeze_direct(f, r, rates, free, f_ptr, f_ind, f_dat, lk, gone, ng):
     """:func:`_freeze` when the segments are the links (direct mode, :func:`_kernel`): flow ``f``'s
     load, coefficient and count taken out of its links' sums at once; a link left without
@@ -443,6 +451,9 @@ def _kernel(f_ptr, f_ind, f_dat, act, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_da
     ``direct``: ``F``'s columns are the links themselves (``V`` the identity, :func:`_direct_rows`):
     a frozen flow is taken out of its links' sums as it freezes (:func:`_freeze_direct`), with no
     per-segment sums in between.
+
+    ``lim`` (with ``limited``): one limit per row, for ``act`` every row (:func:`solve_rows`;
+    a :class:`DirectImage` solves without limits).
 
     ``fl_buf`` (at least as long as ``f_ind``) holds the segments' lists of unfrozen flows,
     ``fws``, ``iws`` and ``bws`` (float64, int64 and bool, at least :func:`_work_sizes`) the other
