@@ -227,3 +227,18 @@ def test_level_walk_sums_in_order_of_first_arrival():
     assert got == _dict_walk(sb, dict(starts), 1)
     (leaf1, w), = got[1].items()
     assert w == 0.1 + 0.2 + 0.7 != 0.2 + 0.7 + 0.1            # (what the other order would give)
+
+
+def test_parallel_links_into_a_host_are_placed_as_the_per_queue_pair_walk():
+    # gpu1 has two links from leaf0: its last hop is a choice (no shared last-hop segment), which
+    # the vectorised placement must find for it alone
+    nodes = [{"name": f"gpu{i}", "type": "host"} for i in range(4)] + \
+        [{"name": f"leaf{i}", "type": "switch", "tier": 1} for i in range(2)] + \
+        [{"name": f"spine{i}", "type": "switch", "tier": 2} for i in range(2)]
+    link = lambda a, b: {"a": a, "b": b, "rate": "400Gbps", "delay": "500ns"}   # noqa: E731
+    links = [link("gpu0", "leaf0"), link("gpu1", "leaf0"), link("gpu1", "leaf0"), link("gpu2", "leaf1"),
+             link("gpu3", "leaf1")] + [link(f"leaf{i}", f"spine{j}") for i in range(2) for j in range(2)]
+    sim, sb = builder({"kind": "explicit", "nodes": nodes, "links": links}, "ecmp")
+    src, dst, uid, h = pairs(sim, n=100)
+    assert_rows_equal_row(sb, src, dst, uid, h)
+    assert sb._multi_into.tolist() == [False, True, False, False]

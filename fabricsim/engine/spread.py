@@ -484,10 +484,13 @@ class SpreadBuilder:
         destination's attachments) and the segment found per (switches entered, destination)."""
         if self._multi_into is None:
             # hosts with parallel links from one of their attachment switches
+            # (a link into host h comes from one of its attachments: h has parallel links from one
+            # of them when a (source, h) pair repeats among the links)
             L = self.links
+            into = L.dst < hosts
+            pair, count = np.unique(L.src[into] * hosts + L.dst[into], return_counts=True)
             self._multi_into = np.zeros(hosts, dtype=bool)
-            for h in self.links.topology.hosts:
-                self._multi_into[h] = any(len(L.between(x, h)) > 1 for x in self.paths.attachments(h))
+            self._multi_into[pair[count > 1] % hosts] = True
         starts_of = self._starts_list()
         # the verdict depends on the destination through its attachment switches only
         att = self._attach_ids(dst)

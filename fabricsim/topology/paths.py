@@ -20,7 +20,10 @@ class EqualCostPaths:
         g = topo.graph
         self._nvlink = {n for n in topo.switches if g.nodes[n].get("domain") == "nvlink"}
         self._host_nbrs = {h: sorted(set(g.neighbors(h))) for h in topo.hosts}
-        self._first_hops: dict[tuple[int, int], list[int]] = {}
+        # hosts with the same neighbours (the GPUs of a rack on one rail) share first hops
+        classes: dict[tuple, int] = {}
+        self._nbr_class = {h: classes.setdefault(tuple(n), len(classes)) for h, n in self._host_nbrs.items()}
+        self._first_hops: dict[tuple[int, frozenset], list[int]] = {}
         self._next_hops: dict[tuple[int, frozenset], list[int]] = {}
         self._switch_nbrs = {n: sorted({m for m in g.neighbors(n) if g.nodes[m]["type"] == "switch"})
                              for n in topo.switches}
@@ -66,7 +69,7 @@ class EqualCostPaths:
         A GPU reaches a GPU of its own NVLink domain over NVLink, never through its NIC. The answer
         depends on ``dst`` only through :meth:`attachments` (the distances are to those switches),
         so callers may share it between destinations with the same attachments."""
-        key = (src, dst)
+        key = (self._nbr_class[src], self._attach[dst])     # (kept per neighbours and attachments)
         hops = self._first_hops.get(key)
         if hops is None:
             d = self._distances(self._attach[dst])
