@@ -118,10 +118,10 @@ class _FlowRows:
         if wide and self.ind.dtype != np.int64:
             self.ptr, self.ind = self.ptr.astype(np.int64), self.ind.astype(np.int64)
         if n + 1 > len(self.ptr):
-            self.ptr = np.concatenate([self.ptr, np.zeros(max(n + 1, 2 * len(self.ptr)) - len(self.ptr),
+            self.ptr = np.concatenate([self.ptr, np.zeros(max(n + 1, len(self.ptr) * 3 // 2) - len(self.ptr),
                                                           self.ptr.dtype)])
         if nnz > len(self.ind):
-            grow = max(nnz, 2 * len(self.ind)) - len(self.ind)
+            grow = max(nnz, len(self.ind) * 3 // 2) - len(self.ind)     # (by half again: memory)
             self.ind = np.concatenate([self.ind, np.zeros(grow, self.ind.dtype)])
             self.dat = np.concatenate([self.dat, np.zeros(grow)])
         self.ind[self.nnz:nnz] = segs

@@ -111,6 +111,11 @@ class Workspace:
             b = self._buf["ones"] = np.ones(max(n, int(1.5 * b.size) if b is not None else 0, 16))
         return b[:n]
 
+    def release(self, *names: str):
+        """Let the buffers ``names`` go (a solve that no longer needs them)."""
+        for name in names:
+            self._buf.pop(name, None)
+
     def take(self, name: str, size: int, dtype) -> np.ndarray:
         """A buffer of at least ``size`` entries of ``dtype`` (contents undefined)."""
         b = self._buf.get(name)
@@ -783,9 +788,10 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
     lim_a = np.ascontiguousarray(lim, np.float64) if limited else np.empty(0)
     seg_map, link_map, uses, work = maps
     cap = np.ascontiguousarray(cap_r, np.float64)
-    most_e = F.nnz                          # the active rows have at most this many entries
+    act = np.ascontiguousarray(act, np.int64)
+    most_e = int((F.indptr[act + 1] - F.indptr[act]).sum())       # the active rows' entries
     f_ptr, f_ind, f_dat, used_segs, vnnz = _localise_rows(
-        np.ascontiguousarray(act, np.int64), F.indptr, F.indices, F.data, Vr.indptr, seg_map,
+        act, F.indptr, F.indices, F.data, Vr.indptr, seg_map,
         work.take("f_ind", most_e, np.int64), work.take("f_dat", most_e, np.float64))
     wide = vnnz > _LAZY * used_segs.size
     direct = False
@@ -870,7 +876,7 @@ class DirectImage:
     def _room(a: np.ndarray, need: int, fill=0) -> np.ndarray:
         if a.size >= need:
             return a
-        b = np.full(max(need, 2 * a.size), fill, a.dtype)
+        b = np.full(max(need, a.size + a.size // 2), fill, a.dtype)
         b[:a.size] = a
         return b
 
@@ -893,23 +899,26 @@ class DirectImage:
         e0, e1 = int(F.indptr[self.rows]), int(F.indptr[R])
         seg_len = np.diff(Vr.indptr)
         bound = int(seg_len[F.indices[e0:e1]].sum())          # V entries the new rows reach
-        self.sv_ptr = self._room(self.sv_ptr, self.ns + (e1 - e0) + 1)
-        self.sv_ind = self._room(self.sv_ind, self.snnz + bound)
-        self.sv_dat = self._room(self.sv_dat, self.snnz + bound)
-        self.cap = self._room(self.cap, self.nl + bound)
-        self.glink = self._room(self.glink, self.nl + bound)
-        self.mark = self._room(self.mark, self.nl + bound, -1)
+        self.pend = self._room(self.pend, e1 - e0)
+        ok, npend, vnew = _image_scan(F.indptr, F.indices, self.rows, R, Vr.indptr, Vr.indices,
+                                      self.seg_loc, self.link_loc, self.uses, self.twinned, self.pend)
+        if not ok:
+            return False
+        new_links = min(vnew, self.n_links - self.nl)
+        self.sv_ptr = self._room(self.sv_ptr, self.ns + npend + 1)
+        self.sv_ind = self._room(self.sv_ind, self.snnz + vnew)
+        self.sv_dat = self._room(self.sv_dat, self.snnz + vnew)
+        self.cap = self._room(self.cap, self.nl + new_links)
+        self.glink = self._room(self.glink, self.nl + new_links)
+        self.mark = self._room(self.mark, self.nl + new_links, -1)
         self.a_ptr = self._room(self.a_ptr, R + 1)
         self.a_ind = self._room(self.a_ind, self.annz + bound)
         self.a_dat = self._room(self.a_dat, self.annz + bound)
-        self.pend = self._room(self.pend, e1 - e0)
-        ok, ns, snnz, nl, annz = _image_extend(
+        ns, snnz, nl, annz = _image_place(
             F.indptr, F.indices, F.data, self.rows, R, Vr.indptr, Vr.indices, Vr.data,
             np.ascontiguousarray(cap_r, np.float64), self.seg_loc, self.link_loc, self.uses, self.twinned,
             self.sv_ptr, self.sv_ind, self.sv_dat, self.ns, self.snnz, self.cap, self.glink, self.mark,
-            self.nl, self.a_ptr, self.a_ind, self.a_dat, self.annz, self.pend)
-        if not ok:
-            return False
+            self.nl, self.a_ptr, self.a_ind, self.a_dat, self.annz)
         self.ns, self.snnz, self.nl, self.annz, self.rows = ns, snnz, nl, annz, R
         self.f_nnz = e1
         return True
@@ -918,8 +927,12 @@ class DirectImage:
         """Max-min rates of the rows ``act`` (ascending, all below ``n_rows`` <= the rows
         covered) as :func:`solve_rows`: ``(rates of act, steps, kept)``."""
         nl = self.nl
+        act = np.ascontiguousarray(act, np.int64)
         end = int(self.a_ptr[n_rows])
         f_ptr = self.a_ptr[:n_rows + 1]
+        # (the renumbering's buffers are not needed; the flow lists hold the active rows' entries)
+        work.release("f_ind", "f_dat", "a_ind", "a_dat")
+        n_act = int((f_ptr[act + 1] - f_ptr[act]).sum())
         ident_ptr = work.iota(nl + 1)
         ident = ident_ptr[:nl]
         ones = work.ones(nl)
@@ -927,23 +940,22 @@ class DirectImage:
         if prev is None:
             prev = np.empty(0)
         rates, steps, kept = _kernel(
-            f_ptr, self.a_ind[:end], self.a_dat[:end], np.ascontiguousarray(act, np.int64), ident_ptr, ident,
+            f_ptr, self.a_ind[:end], self.a_dat[:end], act, ident_ptr, ident,
             ones, ident_ptr, ident, ones, self.cap[:nl], np.empty(0), False,
             np.ascontiguousarray(prev, np.float64), float(r_gone), _TIE, _BATCH, _POPS, False, True,
-            work.take("seg_fl", end, np.int64), work.take("fws", nf, np.float64),
+            work.take("seg_fl", n_act, np.int64), work.take("fws", nf, np.float64),
             work.take("iws", ni, np.int64), work.take("bws", nb, np.bool_))
         return rates[act], steps, kept
 
 
 @njit(cache=True, nogil=True)
-def _image_extend(f_ptr, f_ind, f_dat, r0, r1, v_ptr, v_ind, v_dat, cap, seg_loc, link_loc, uses, twinned,
-                  sv_ptr, sv_ind, sv_dat, ns, snnz, lcap, glink, mark, nl, a_ptr, a_ind, a_dat, annz, pend):
-    """:meth:`DirectImage._extend` of rows ``r0 .. r1 - 1``: their new segments' links counted
-    (``False`` if one of them was merged, private, and now is not: the image must be built
-    again), then row by row, each new segment placed at its first use (its private links
-    merged as :func:`_localise_links` does) and the row's entries over the local links summed
-    (as :func:`_direct_rows`). Returns ``(ok, ns, snnz, nl, annz)``."""
+def _image_scan(f_ptr, f_ind, r0, r1, v_ptr, v_ind, seg_loc, link_loc, uses, twinned, pend):
+    """First half of :meth:`DirectImage._extend` of rows ``r0 .. r1 - 1``: their new segments
+    (marked ``-3`` in ``seg_loc``, listed in ``pend``) and their links counted in ``uses``.
+    Returns ``(ok, new segments, their entries of V)``; not ``ok`` if a link merged while private
+    is now crossed by a new segment too (the image must be built again)."""
     npend = 0
+    vnew = 0
     broken = False
     for e in range(f_ptr[r0], f_ptr[r1]):
         s = f_ind[e]
@@ -951,13 +963,22 @@ def _image_extend(f_ptr, f_ind, f_dat, r0, r1, v_ptr, v_ind, v_dat, cap, seg_loc
             seg_loc[s] = -3                   # new, placed in the second pass
             pend[npend] = s
             npend += 1
+            vnew += v_ptr[s + 1] - v_ptr[s]
             for q in range(v_ptr[s], v_ptr[s + 1]):
                 l = v_ind[q]
                 uses[l] += 1
                 if uses[l] == 2 and (link_loc[l] == -2 or twinned[l]):
                     broken = True
-    if broken:
-        return False, ns, snnz, nl, annz
+    return not broken, npend, vnew
+
+
+@njit(cache=True, nogil=True)
+def _image_place(f_ptr, f_ind, f_dat, r0, r1, v_ptr, v_ind, v_dat, cap, seg_loc, link_loc, uses, twinned,
+                 sv_ptr, sv_ind, sv_dat, ns, snnz, lcap, glink, mark, nl, a_ptr, a_ind, a_dat, annz):
+    """Second half of :meth:`DirectImage._extend` (after :func:`_image_scan`): row by row, each
+    new segment placed at its first use (its private links merged as :func:`_localise_links`
+    does) and the row's entries over the local links summed (as :func:`_direct_rows`). Returns
+    ``(ns, snnz, nl, annz)``."""
     for r in range(r0, r1):
         row = annz
         for e in range(f_ptr[r], f_ptr[r + 1]):
@@ -1005,4 +1026,4 @@ def _image_extend(f_ptr, f_ind, f_dat, r0, r1, v_ptr, v_ind, v_dat, cap, seg_loc
                     a_dat[annz] = w * sv_dat[q]
                     annz += 1
         a_ptr[r + 1] = annz
-    return True, ns, snnz, nl, annz
+    return ns, snnz, nl, annz
