@@ -222,6 +222,37 @@ def _remove(hk, hl, pos, l, size):
     return size
 
 
+@njit(cache=True, nogil=True, _nrt=False)
+def _twin(start, end, ind, dat, glob, uses, cap, l, c):
+    """Position among ``start .. end - 1`` of the row being built (local links ``ind``, global
+    ``glob[ind]``, coefficients ``dat``) of a link private to its segment (``uses`` 1) with
+    coefficient ``c`` and link ``l``'s capacity, which would stand for ``l`` (parallel links,
+    :func:`_localise_links`); -1 if none."""
+    for q in range(start, end):
+        g = glob[ind[q]]
+        if dat[q] == c and uses[g] == 1 and cap[g] == cap[l]:
+            return q
+    return -1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _row_add(w, lo, hi, ind, dat, mark, row, a_ind, a_dat, j):
+    """Add ``w`` times entries ``lo .. hi - 1`` of a CSR row (``ind``, ``dat``) to the row being
+    built from position ``row`` (``a_ind``, ``a_dat``, ``j`` entries so far; ``mark[x]``: where
+    column ``x`` is, if at least ``row``); returns the new ``j``. (F times V, row by row:
+    :func:`_direct_rows`, :func:`_image_place`.)"""
+    for q in range(lo, hi):
+        x = ind[q]
+        if mark[x] >= row:
+            a_dat[mark[x]] += w * dat[q]
+        else:
+            mark[x] = j
+            a_ind[j] = x
+            a_dat[j] = w * dat[q]
+            j += 1
+    return j
+
+
 @njit(cache=True, nogil=True)
 def _localise_rows(act, f_ptr, f_ind, f_dat, v_ptr, seg_map, ind_buf, dat_buf):
     """The active rows of ``F`` renumbered to the segments they use (in order of first use):
@@ -293,15 +324,8 @@ def _localise_links(used_segs, v_ptr, v_ind, v_dat, cap, uses, link_map):
         for e in range(v_ptr[s], v_ptr[s + 1]):
             l = v_ind[e]
             c = v_dat[e]
-            if uses[l] == 1:
-                twin = False
-                for q in range(row, j):
-                    if lv_dat[q] == c and uses[used_links[lv_ind[q]]] == 1 and \
-                            cap[used_links[lv_ind[q]]] == cap[l]:
-                        twin = True
-                        break
-                if twin:
-                    continue
+            if uses[l] == 1 and _twin(row, j, lv_ind, lv_dat, used_links, uses, cap, l, c) >= 0:
+                continue
             m = link_map[l]
             if m < 0:
                 m = nl
@@ -379,16 +403,7 @@ def _direct_rows(f_ptr, f_ind, f_dat, v_ptr, v_ind, v_dat, n_links, most, ind_bu
         row = j
         for e in range(f_ptr[k], f_ptr[k + 1]):
             s = f_ind[e]
-            w = f_dat[e]
-            for q in range(v_ptr[s], v_ptr[s + 1]):
-                l = v_ind[q]
-                if at[l] >= row:
-                    a_dat[at[l]] += w * v_dat[q]
-                else:
-                    at[l] = j
-                    a_ind[j] = l
-                    a_dat[j] = w * v_dat[q]
-                    j += 1
+            j = _row_add(f_dat[e], v_ptr[s], v_ptr[s + 1], v_ind, v_dat, at, row, a_ind, a_dat, j)
         a_ptr[k + 1] = j
     return True, a_ptr, a_ind[:j], a_dat[:j], bound
 
@@ -993,14 +1008,9 @@ def _image_place(f_ptr, f_ind, f_dat, r0, r1, v_ptr, v_ind, v_dat, cap, seg_loc,
                     l = v_ind[q]
                     c = v_dat[q]
                     if uses[l] == 1:
-                        twin = False
-                        for j in range(start, snnz):
-                            g = glink[sv_ind[j]]
-                            if sv_dat[j] == c and uses[g] == 1 and cap[g] == cap[l]:
-                                twin = True
-                                twinned[g] = True
-                                break
-                        if twin:
+                        t = _twin(start, snnz, sv_ind, sv_dat, glink, uses, cap, l, c)
+                        if t >= 0:
+                            twinned[glink[sv_ind[t]]] = True
                             link_loc[l] = -2
                             continue
                     m = link_loc[l]
@@ -1016,14 +1026,6 @@ def _image_place(f_ptr, f_ind, f_dat, r0, r1, v_ptr, v_ind, v_dat, cap, seg_loc,
                     snnz += 1
                 ns += 1
                 sv_ptr[ns] = snnz
-            for q in range(sv_ptr[ls], sv_ptr[ls + 1]):
-                m = sv_ind[q]
-                if mark[m] >= row:
-                    a_dat[mark[m]] += w * sv_dat[q]
-                else:
-                    mark[m] = annz
-                    a_ind[annz] = m
-                    a_dat[annz] = w * sv_dat[q]
-                    annz += 1
+            annz = _row_add(w, sv_ptr[ls], sv_ptr[ls + 1], sv_ind, sv_dat, mark, row, a_ind, a_dat, annz)
         a_ptr[r + 1] = annz
     return ns, snnz, nl, annz
