@@ -668,3 +668,19 @@ def test_direct_image_is_handed_on_not_shared():
     for rows, r in ((rows_a, ra), (rows_b, rb)):
         vec = FluidProblem(rows, V, cap).solve(method="vectorised")
         np.testing.assert_allclose(r.rates, vec.rates, rtol=1e-9)
+
+
+def test_workspace_buffers_grow_and_keep_their_dtype():
+    from fabricsim.flows.fluid_compiled import Workspace
+    w = Workspace()
+    a = w.take("x", 100, np.int64)
+    assert a.dtype == np.int64 and a.size >= 100
+    assert w.take("x", 50, np.int64) is a                  # long enough: the same buffer
+    b = w.take("x", 50, np.float64)                         # another dtype: a new one
+    assert b.dtype == np.float64 and b.size >= 50
+    c = w.take("x", 1000, np.float64)
+    assert c.size >= 1000
+    np.testing.assert_array_equal(w.iota(40), np.arange(40))
+    np.testing.assert_array_equal(w.ones(30), np.ones(30))
+    w.release("x")
+    assert w.take("x", 10, np.float64) is not c

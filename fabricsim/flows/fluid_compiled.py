@@ -88,7 +88,7 @@ class Workspace:
     kept between solves (in the ``maps`` of :func:`solve_rows`). A fresh array of that size (tens
     of MB at cluster scale) is new memory from the system each time, and its page faults and
     zeroing cost as much as the renumbering that fills it (measured: a solve of 458k flows that
-    keeps almost every earlier rate went from 88 to 51 ms, benchmarks/README.md).
+    keeps almost every earlier rate went from 88 to 52 ms, benchmarks/README.md).
     A buffer grows by half again when it is too short; its contents are not kept."""
 
     __slots__ = ("_buf",)
@@ -96,20 +96,23 @@ class Workspace:
     def __init__(self):
         self._buf: dict = {}
 
+    def _kept(self, name: str, size: int, dtype, make) -> np.ndarray:
+        """Buffer ``name`` of at least ``size`` entries of ``dtype``, made anew by ``make(length,
+        dtype)`` (half again as long as the old one, at least) when it is shorter or of another
+        dtype."""
+        b = self._buf.get(name)
+        if b is None or b.size < size or b.dtype != dtype:
+            grown = int(1.5 * b.size) if b is not None else 0
+            b = self._buf[name] = make(max(int(size), grown, 16), dtype)
+        return b
+
     def iota(self, n: int) -> np.ndarray:
         """``np.arange(n)`` (int64), kept."""
-        b = self._buf.get("iota")
-        if b is None or b.size < n:
-            b = self._buf["iota"] = np.arange(max(n, int(1.5 * b.size) if b is not None else 0, 16),
-                                              dtype=np.int64)
-        return b[:n]
+        return self._kept("iota", n, np.int64, lambda m, t: np.arange(m, dtype=t))[:n]
 
     def ones(self, n: int) -> np.ndarray:
         """``np.ones(n)``, kept."""
-        b = self._buf.get("ones")
-        if b is None or b.size < n:
-            b = self._buf["ones"] = np.ones(max(n, int(1.5 * b.size) if b is not None else 0, 16))
-        return b[:n]
+        return self._kept("ones", n, np.float64, np.ones)[:n]
 
     def release(self, *names: str):
         """Let the buffers ``names`` go (a solve that no longer needs them)."""
@@ -118,11 +121,7 @@ class Workspace:
 
     def take(self, name: str, size: int, dtype) -> np.ndarray:
         """A buffer of at least ``size`` entries of ``dtype`` (contents undefined)."""
-        b = self._buf.get(name)
-        if b is None or b.size < size:
-            b = np.empty(max(int(size), int(1.5 * b.size) if b is not None else 0, 16), dtype)
-            self._buf[name] = b
-        return b
+        return self._kept(name, size, np.dtype(dtype), np.empty)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -446,6 +445,11 @@ def _freeze_direct(f, r, rates, free, f_ptr, f_ind, f_dat, lk, gone, ng):
             gone[ng] = l
             ng += 1
     return ng
+
+
+def _lazy(v_entries: int, n_segments: int) -> bool:
+    """Links' sums kept lazily: the segments are wide (more than ``_LAZY`` links each on average)."""
+    return v_entries > _LAZY * n_segments
 
 
 def _work_sizes(n: int, n_seg: int, n_links: int) -> tuple[int, int, int]:
@@ -808,7 +812,7 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
     f_ptr, f_ind, f_dat, used_segs, vnnz = _localise_rows(
         act, F.indptr, F.indices, F.data, Vr.indptr, seg_map,
         work.take("f_ind", most_e, np.int64), work.take("f_dat", most_e, np.float64))
-    wide = vnnz > _LAZY * used_segs.size
+    wide = _lazy(vnnz, used_segs.size)
     direct = False
     if wide and full is not None and vnnz >= _WHOLE * Vr.nnz:
         # wide segments using most of V: V as it is (lazy sums read a link's segments, unused
@@ -823,7 +827,7 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
         v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, used = _localise_links(
             used_segs, Vr.indptr, Vr.indices, Vr.data, cap, uses, link_map)
         cap = cap[used]
-        lazy = v_ptr[-1] > _LAZY * (v_ptr.size - 1)
+        lazy = _lazy(v_ptr[-1], v_ptr.size - 1)
         if not lazy and _DIRECT > 0:
             most = int(min(_DIRECT * f_ind.size, 2 ** 62)) if f_ind.size else 0
             size = min(most, f_ind.size)
@@ -907,7 +911,7 @@ class DirectImage:
                 self._reset()
                 if not self._extend(F, Vr, cap_r):
                     raise AssertionError("a direct image built from scratch cannot break a merge")
-        return self.snnz <= _LAZY * self.ns and self.annz <= _DIRECT * self.f_nnz
+        return not _lazy(self.snnz, self.ns) and self.annz <= _DIRECT * self.f_nnz
 
     def _extend(self, F, Vr, cap_r) -> bool:
         R = F.shape[0]
