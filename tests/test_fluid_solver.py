@@ -623,6 +623,70 @@ def test_direct_image_through_appended_rows(seed, monkeypatch):
         active[end] = False
     assert used >= 10                        # the image served every solve after the first
     assert prob._image.rebuilds == 0
+    assert prob._image.layouts >= 1          # and laid its rows out in the solves' order
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_direct_image_laid_out_again_every_solve(seed, monkeypatch):
+    # the image's rows laid out after every solve in the order it set their rates (_FAR 0),
+    # rows appended after a layout, and rows ended and active again (placed after the solved
+    # ones): every solve gives the rates of a fresh problem, and the image's rows are F's rows
+    # over its links, each exactly once
+    from fabricsim.flows import fluid_compiled
+    monkeypatch.setattr(fluid_compiled, "_FAR", 0.0)
+    F, V, cap, _ = ported_instance(seed, n_flows=1200)
+    n = F.shape[0]
+    rng = np.random.default_rng(seed)
+    rows = 600
+    prob = FluidProblem(F[:rows], V, cap)
+    active = np.ones(rows, bool)
+    for step in range(10):
+        if step in (3, 6):
+            new = rows + 300
+            prob = prob.with_flows(F[:new], extends=True)
+            active = np.concatenate([active, np.ones(new - rows, bool)])
+            rows = new
+        sol = prob.solve(active=active, method="compiled")
+        vec = FluidProblem(F[:rows], V, cap).solve(active=active, method="vectorised")
+        np.testing.assert_allclose(sol.rates, vec.rates, rtol=1e-9)
+        # about a third of the rows change state: ended ones come back
+        flip = rng.random(rows) < 0.3
+        active = np.where(flip, ~active, active)
+        if not active.any():
+            active[0] = True
+    image = prob._image
+    assert image.layouts >= 8
+    slots = image.slot_row[:image.rows]
+    np.testing.assert_array_equal(np.sort(slots), np.arange(image.rows))
+    np.testing.assert_array_equal(image.row_slot[slots], np.arange(image.rows))
+    # slot k holds row slot_row[k]: the same entries as a fresh image of F, whose slots are rows
+    fresh = fluid_compiled.DirectImage(*prob._Vr.shape)
+    assert fresh.cover(prob.F, prob._Vr, prob._cap_r)
+    for k in range(0, image.rows, 7):
+        r = slots[k]
+        a = slice(image.a_ptr[k], image.a_ptr[k + 1])
+        b = slice(fresh.a_ptr[r], fresh.a_ptr[r + 1])
+        np.testing.assert_array_equal(image.glink[image.a_ind[a]], fresh.glink[fresh.a_ind[b]])
+        np.testing.assert_array_equal(image.a_dat[a], fresh.a_dat[b])
+
+
+def test_image_layout_puts_the_walk_first():
+    from fabricsim.flows.fluid_compiled import _far_jumps, _image_layout
+    # three rows of 2, 1 and 3 entries; the walk visits slot 2 then slot 0
+    a_ptr = np.array([0, 2, 3, 6])
+    a_ind = np.array([10, 11, 20, 30, 31, 32])
+    a_dat = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    slot_row = np.array([5, 6, 7])
+    b_ptr, b_ind, b_dat, b_row = (np.zeros(4, np.int64), np.zeros(6, np.int64), np.zeros(6),
+                                  np.zeros(3, np.int64))
+    _image_layout(np.array([2, 0]), 2, 3, a_ptr, a_ind, a_dat, slot_row, b_ptr, b_ind, b_dat, b_row,
+                  np.zeros(3, np.bool_))
+    np.testing.assert_array_equal(b_ptr, [0, 3, 5, 6])
+    np.testing.assert_array_equal(b_ind, [30, 31, 32, 10, 11, 20])
+    np.testing.assert_array_equal(b_dat, [4.0, 5.0, 6.0, 1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(b_row, [7, 5, 6])
+    assert _far_jumps(np.array([0, 1, 2, 3]), 4) == 0
+    assert _far_jumps(np.array([0, 9, 10, 2]), 4) == 2      # forward by 9, and back
 
 
 def test_direct_image_built_again_when_a_merged_link_is_shared(monkeypatch):
