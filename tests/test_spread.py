@@ -242,3 +242,46 @@ def test_parallel_links_into_a_host_are_placed_as_the_per_queue_pair_walk():
     src, dst, uid, h = pairs(sim, n=100)
     assert_rows_equal_row(sb, src, dst, uid, h)
     assert sb._multi_into.tolist() == [False, True, False, False]
+
+
+NVL72 = {"kind": "cluster", "domain": "nvl72", "racks": 2, "nic": {"ports": 2, "rate": "400Gbps"}}
+
+
+@pytest.mark.parametrize("routing", ["ecmp", "adaptive"])
+def test_placement_in_batches_uses_what_earlier_batches_found(routing):
+    # rows() in batches that meet pairs, first-hop sets and last hops seen before (the sorted key
+    # memos of eligible sets, direct last hops and candidates) gives each queue pair the segments
+    # of the per-queue-pair row, and the eligible ids of the scalar lookup
+    # (the link shares of a separate builder's per-queue-pair rows: its segments are its own)
+    sim, sb = builder(NVL72, routing)
+    _sim, one_by_one = builder(NVL72, routing)
+    src, dst, uid, h = pairs(sim, n=600, seed=5)
+    for a, b in ((0, 250), (150, 450), (0, 600)):
+        counts, segs, ws = sb.rows(src[a:b], dst[a:b], uid[a:b], h[a:b])
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        for k in range(b - a):
+            fast = sorted(zip(segs[ptr[k]:ptr[k + 1]].tolist(), ws[ptr[k]:ptr[k + 1]].tolist()))
+            q = a + k
+            slow = sorted(sb.row(int(src[q]), int(dst[q]), int(uid[q]), int(h[q])))
+            assert [s for s, _w in fast] == [s for s, _w in slow]
+            np.testing.assert_allclose([w for _s, w in fast], [w for _s, w in slow], rtol=1e-12)
+            alone = one_by_one.usage(one_by_one.row(int(src[q]), int(dst[q]), int(uid[q]), int(h[q])))
+            got = sb.usage(fast)
+            assert got.keys() == alone.keys()
+            assert all(abs(got[x] - alone[x]) < 1e-12 for x in got)
+    eids = sb._eligible_ids(src, dst)
+    assert eids.tolist() == [sb._eligible_id(int(s), int(d)) for s, d in zip(src, dst)]
+    if routing == "ecmp":                # pairs inside a rack took the direct last hop (NVLink)
+        assert sb._direct_seg.keys.size > 0
+
+
+def test_key_memo_looks_up_batches():
+    from fabricsim.engine.spread import _KeyMemo
+    m = _KeyMemo()
+    vals, known = m.lookup(np.array([5, 1]))
+    assert not known.any()
+    m.add(np.array([5, 1]), np.array([50, 10]))
+    m.add(np.array([3]), np.array([30]))
+    vals, known = m.lookup(np.array([1, 2, 3, 5, 9]))
+    assert known.tolist() == [True, False, True, True, False]
+    assert vals[known].tolist() == [10, 30, 50]

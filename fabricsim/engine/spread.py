@@ -72,6 +72,29 @@ def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uk, inv
 
 
+class _KeyMemo:
+    """int64 keys -> int64 values, kept as sorted arrays: a batch of keys is looked up with one
+    ``searchsorted`` (no Python per key)."""
+
+    def __init__(self):
+        self.keys = np.zeros(0, dtype=np.int64)
+        self.vals = np.zeros(0, dtype=np.int64)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, known)``: each key's value where ``known``."""
+        pos = np.searchsorted(self.keys, keys)
+        known = pos < len(self.keys)
+        pos = np.minimum(pos, max(len(self.keys) - 1, 0))
+        known &= self.keys[pos] == keys if len(self.keys) else False
+        return (self.vals[pos] if len(self.keys) else np.zeros(len(keys), np.int64)), known
+
+    def add(self, keys: np.ndarray, vals: np.ndarray):
+        """Add new (distinct, absent) keys."""
+        k = np.concatenate([self.keys, keys])
+        order = np.argsort(k, kind="stable")
+        self.keys, self.vals = k[order], np.concatenate([self.vals, vals])[order]
+
+
 def _by_id(ids: dict, known: list) -> list:
     """The keys of ``ids`` (key -> 0, 1, 2, ... in order of numbering) listed by number: ``known``
     if it lists them all already, else rebuilt."""
@@ -113,6 +136,11 @@ class SpreadBuilder:
         self._cap_to: dict = {}
         self._spread: dict = {}           # (switch, attachments) -> its spread (:meth:`_spread_at`)
         self._first: dict = {}
+        self._fh_memo = _KeyMemo()        # (neighbour class of src, attachments of dst) -> first-hop set id
+        self._fh_ids: dict = {}           # first-hop switches (tuple) -> their id
+        self._fh_by_id: list = []
+        self._eid_memo = _KeyMemo()       # (src, first-hop set id) -> _eligible_id
+        self._nbr_cls = None
         self._elig: list[np.ndarray] = []     # eligible port sets, by _eligible_id
         self._elig_src: list[int] = []
         self._elig_n: list[int] = []          # their sizes
@@ -120,7 +148,8 @@ class SpreadBuilder:
         self._cand_keys = np.zeros(0, dtype=np.int64)
         self._cand_off = np.zeros(0, dtype=np.int64)
         self._cand_cnt = np.zeros(0, dtype=np.int64)
-        self._cand_flat = np.zeros(0, dtype=np.int64)
+        self._cand_flat = np.zeros(0, dtype=np.int64)      # (its first _cand_len entries used)
+        self._cand_len = 0
         self._attach_id = None
         self._attach_keys = None
         self._switch_stub: dict = {}
@@ -129,7 +158,7 @@ class SpreadBuilder:
         self._exits_id: dict = {}          # exits tuple (attachment switches reached, weights) -> id
         self._exits_by_id: list = []
         self._direct_ok: dict = {}         # (starts id, attachment id) -> last hop without a walk?
-        self._direct_seg: dict = {}        # (starts id, destination) -> its last-hop segment
+        self._direct_seg = _KeyMemo()      # (starts id, destination) -> its last-hop segment
         self._multi_into = None
         rate = links.rate_bps.astype(np.float64)
         self._rate = rate
@@ -174,6 +203,53 @@ class SpreadBuilder:
             self._elig_src.append(src)
             self._elig_n.append(len(self._elig[-1]))
         return got
+
+    def _eligible_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """:meth:`_eligible_id` of many (source, destination) pairs, new sets numbered in the
+        order of the pairs (as one by one). The first hops depend on the pair only through the
+        source's neighbour class and the destination's attachments
+        (:meth:`EqualCostPaths.first_hops`), and the eligible set on (source, first hops): both
+        are looked up in sorted key arrays, :meth:`EqualCostPaths.first_hops` called once per new
+        (class, attachments)."""
+        if self._nbr_cls is None:
+            self._nbr_cls = np.asarray(self.paths.neighbour_classes(), dtype=np.int64)
+        att = self._attach_ids(dst)
+        A = int(self._attach_id.max()) + 1
+        k1 = self._nbr_cls[src] * A + att
+        u1, f1, inv1 = np.unique(k1, return_index=True, return_inverse=True)
+        fh, known = self._fh_memo.lookup(u1)
+        if not known.all():
+            new = np.flatnonzero(~known)
+            for u in new.tolist():
+                j = int(f1[u])
+                first = tuple(self.paths.first_hops(int(src[j]), int(dst[j])))
+                if not first:
+                    raise ValueError(f"host {int(src[j])} has no port towards host {int(dst[j])}")
+                got = self._fh_ids.get(first)
+                if got is None:
+                    got = self._fh_ids[first] = len(self._fh_by_id)
+                    self._fh_by_id.append(first)
+                fh[u] = got
+            self._fh_memo.add(u1[new], fh[new])
+        fh = fh[inv1.ravel()]
+        k2 = src * (1 << 24) + fh
+        u2, f2, inv2 = np.unique(k2, return_index=True, return_inverse=True)
+        eid, known = self._eid_memo.lookup(u2)
+        if not known.all():
+            new = np.flatnonzero(~known)
+            for u in new[np.argsort(f2[new], kind="stable")].tolist():     # in the pairs' order
+                j = int(f2[u])
+                s_ = int(src[j])
+                key = (s_, self._fh_by_id[int(fh[j])])
+                got = self._first.get(key)
+                if got is None:
+                    got = self._first[key] = len(self._elig)
+                    self._elig.append(self.links.ports_towards(s_, sorted(key[1])))
+                    self._elig_src.append(s_)
+                    self._elig_n.append(len(self._elig[-1]))
+                eid[u] = got
+            self._eid_memo.add(u2[new], eid[new])
+        return eid[inv2.ravel()]
 
     def _first_ports(self, src: int, dst: int) -> np.ndarray:
         return self._elig[self._eligible_id(src, dst)]
@@ -507,17 +583,40 @@ class SpreadBuilder:
         qs = np.flatnonzero(mask)
         key = sid[qs] * hosts + dst[qs]
         uk, inv = np.unique(key, return_inverse=True)
-        useg = np.empty(len(uk), dtype=np.int64)
-        for u, k in enumerate(uk.tolist()):
-            got = self._direct_seg.get(k)
-            if got is None:
-                s_, d_ = divmod(k, hosts)
+        useg, known = self._direct_seg.lookup(uk)
+        if not known.all():
+            # new (switches entered, destination): its last-hop segment, one link from each
+            # switch into the destination (no parallel links: the mask) with its weight, as
+            # _last_hop builds it; new segments numbered in key order
+            new = np.flatnonzero(~known)
+            made_k, made_x, made_w = [], [], []
+            for u in new.tolist():
+                s_, d_ = divmod(int(uk[u]), hosts)
                 starts = starts_of[s_]
                 got = self._down.get((d_, starts))
                 if got is None:
-                    got = self._last_hop(d_, starts, None)
-                self._direct_seg[k] = got
-            useg[u] = got
+                    made_k += [u] * len(starts)
+                    made_x += [x for x, _w in starts]
+                    made_w += [w for _x, w in starts]
+                    got = -1
+                useg[u] = got
+            if made_k:
+                mk = np.asarray(made_k, dtype=np.int64)
+                links, counts = self.links.links_between(np.asarray(made_x, dtype=np.int64),
+                                                         uk[mk] % hosts)
+                if not (counts == 1).all():
+                    raise AssertionError("a direct last hop with parallel links into its host")
+                mw = np.asarray(made_w, dtype=np.float64)
+                order = np.lexsort((links, mk))
+                mk, links, mw = mk[order], links[order], mw[order]
+                bounds = np.flatnonzero(np.r_[True, mk[1:] != mk[:-1], True])
+                for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+                    u = int(mk[a])
+                    s_, d_ = divmod(int(uk[u]), hosts)
+                    self.seg_links.append(links[a:b])
+                    self.seg_coef.append(mw[a:b])
+                    useg[u] = self._down[(d_, starts_of[s_])] = len(self.seg_links) - 1
+            self._direct_seg.add(uk[new], useg[new])
         return mask, qs, useg[inv.ravel()]
 
     def _starts_list(self) -> list:
@@ -587,8 +686,7 @@ class SpreadBuilder:
         group = self._attach_ids(dst)
         pairs, pfirst, pinv = np.unique(src * (int(group.max()) + 1) + group, return_index=True,
                                         return_inverse=True)
-        eid = np.fromiter((self._eligible_id(s_, d_) for s_, d_ in zip(src[pfirst].tolist(), dst[pfirst].tolist())),
-                          dtype=np.int64, count=len(pairs))[pinv.ravel()]
+        eid = self._eligible_ids(src[pfirst], dst[pfirst])[pinv.ravel()]
         n_elig = np.asarray(self._elig_n, dtype=np.int64)
         pick = self.split.pinned(hashes, n_elig[eid])
         subsets: list = []
@@ -643,21 +741,42 @@ class SpreadBuilder:
         known = pos < len(self._cand_keys)
         known[known] = self._cand_keys[pos[known]] == uniq[known]
         if not known.all():
-            new_keys, new_cnt, parts = [], [], []
-            start = len(self._cand_flat)
-            for u in np.flatnonzero(~known).tolist():
-                j = first[u]
+            unknown = np.flatnonzero(~known)
+            new_cnt = np.empty(len(unknown), dtype=np.int64)
+            new_off = np.empty(len(unknown), dtype=np.int64)
+            start = self._cand_len
+            # at an attachment switch: its links into the destination host, all pairs at once
+            last = in_att[first[unknown]]
+            parts = []
+            if last.any():
+                j = first[unknown[last]]
+                got, cnt = self.links.links_between(node[j], dst[j])
+                if not cnt.all():
+                    k = int(j[np.flatnonzero(cnt == 0)[0]])
+                    raise ValueError(f"switch {int(node[k])} has no route to host {int(dst[k])}")
+                new_cnt[last] = cnt
+                new_off[last] = start + np.cumsum(cnt) - cnt
+                start += len(got)
+                parts.append(got)
+            for u in np.flatnonzero(~last).tolist():
+                j = first[unknown[u]]
                 x, d_ = int(node[j]), int(dst[j])
-                nxt = [d_] if in_att[j] else self.paths.next_hops(x, d_)
-                got = self.links.ports_towards(x, nxt)
+                got = self.links.ports_towards(x, self.paths.next_hops(x, d_))
                 if not len(got):
                     raise ValueError(f"switch {x} has no route to host {d_}")
-                new_keys.append(int(uniq[u]))
-                new_cnt.append(len(got))
+                new_cnt[u] = len(got)
+                new_off[u] = start
+                start += len(got)
                 parts.append(got)
-            new_cnt = np.asarray(new_cnt, dtype=np.int64)
-            new_off = start + np.concatenate([[0], np.cumsum(new_cnt)[:-1]]).astype(np.int64)
-            self._cand_flat = np.concatenate([self._cand_flat] + parts).astype(np.int64)
+            need = start
+            if need > len(self._cand_flat):
+                grown = np.empty(max(need, 2 * len(self._cand_flat)), dtype=np.int64)
+                grown[:self._cand_len] = self._cand_flat[:self._cand_len]
+                self._cand_flat = grown
+            if parts:
+                self._cand_flat[self._cand_len:need] = np.concatenate(parts)
+            self._cand_len = need
+            new_keys = uniq[unknown]
             keys_all = np.concatenate([self._cand_keys, np.asarray(new_keys, dtype=np.int64)])
             order = np.argsort(keys_all, kind="stable")
             self._cand_keys = keys_all[order]

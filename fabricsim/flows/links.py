@@ -96,6 +96,36 @@ class LinkTable:
         key = (node, tuple(next_nodes))
         out = self._towards.get(key)
         if out is None:
-            parts = [self.between(node, b) for b in key[1]]
-            out = self._towards[key] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            if len(key[1]) <= 8:              # (few: pair by pair, each pair's links kept)
+                parts = [self.between(node, b) for b in key[1]]
+                out = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            else:
+                out = self.links_between(np.full(len(key[1]), node, dtype=np.int64),
+                                         np.asarray(key[1], dtype=np.int64))[0]
+            self._towards[key] = out
         return out
+
+    def links_between(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`between` of many node pairs at once: ``(links, counts)``, the links of pair
+        ``k`` (``counts[k]`` of them, parallel links in link order) after those of pair ``k - 1``.
+
+        >>> from fabricsim.topology import build_topology
+        >>> from fabricsim.config.topology import LeafSpineConfig
+        >>> t = LinkTable(build_topology(LeafSpineConfig(hosts_per_leaf=2, leaves=2, spines=1)))
+        >>> links, counts = t.links_between(np.array([4, 0, 1]), np.array([0, 4, 0]))
+        >>> links.tolist(), counts.tolist()                # leaf 4 -> host 0, host 0 -> leaf 4, none
+        ([1, 0], [1, 1, 0])
+        """
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        ok = (a >= 0) & (a < self._nodes) & (b >= 0) & (b < self._nodes)
+        p = np.where(ok, a * self._nodes + b, -1)
+        lo = np.searchsorted(self._pairs, p, side="left")
+        hi = np.searchsorted(self._pairs, p, side="right")
+        counts = np.where(ok, hi - lo, 0)
+        if (counts == 1).all():
+            return self._by_pair[lo], counts
+        total = int(counts.sum())
+        start = np.cumsum(counts) - counts
+        idx = np.repeat(lo - start, counts) + np.arange(total)
+        return self._by_pair[idx], counts

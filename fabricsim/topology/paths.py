@@ -30,6 +30,11 @@ class EqualCostPaths:
         self._attach = {h: frozenset(g.neighbors(h)) for h in topo.hosts}
         self._dist: dict[frozenset, dict[int, int]] = {}
 
+    def neighbour_classes(self) -> list[int]:
+        """Per host (by id, 0 .. hosts - 1), the number of its neighbour class: hosts with the
+        same neighbours have the same :meth:`first_hops` to any destination."""
+        return [self._nbr_class[h] for h in sorted(self._nbr_class)]
+
     def attachments(self, host: int) -> frozenset:
         return self._attach[host]
 
