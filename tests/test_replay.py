@@ -1,7 +1,6 @@
 """flows/replay.py without an engine: release times, compute gaps, failure propagation, and the
 posting-order FIFO, deferred in-order completion and error flush of persistent connections."""
 import doctest
-from collections import deque
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -196,9 +195,9 @@ def test_batched_connection_calls_equal_the_calls_one_by_one(data):
     unposted, started, sent = list(range(n)), [], []
 
     def state(c):
-        return ({k: list(v) if isinstance(v, (tuple, deque)) else v for k, v in c._wait.items()},
-                {k: list(v) if isinstance(v, deque) else v for k, v in c._open.items()},
-                bytes(c._handed), sorted(c._deferred))
+        return (c._wait.tolist(), {k: list(v) for k, v in c._wait_q.items()},
+                c._open1.tolist(), {k: list(v) for k, v in c._open_q.items()},
+                c._err.tolist(), bytes(c._handed), sorted(c._deferred))
 
     while unposted or started or sent:
         op = data.draw(st.sampled_from([x for x, ok in (("post", unposted), ("sent", started), ("done", sent)) if ok]))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
+
 from ..errors import SimulationError
 from .histogram import LogHistogram
 
@@ -127,14 +129,23 @@ class Recorder:
         (:meth:`stream_only`, no transport figures): their :data:`MESSAGE_COLUMNS` values, in the
         order they ended; streamed in one write (the engine hands the table over at the end:
         :meth:`hand_over`)."""
+        self.on_ended(np.array([row[_END] for row in rows if row[_COMPLETED]], dtype=np.int64), lambda: rows)
+
+    def on_ended(self, completed_ends: np.ndarray, rows):
+        """:meth:`on_messages` in columns: the end times of the messages that completed among
+        them, and ``rows()`` giving their :data:`MESSAGE_COLUMNS` tuples, called only when they
+        are streamed to a file (tuples for a million messages cost seconds)."""
         if self._keep:
             raise SimulationError("Recorder.on_messages keeps no rows: call stream_only() first and "
                                   "hand_over() the messages table at the end")
-        for row in rows:
-            if row[_COMPLETED]:
-                self._on_end(row[_END])
+        if len(completed_ends):
+            # (as one _on_end per row: the first of the smallest end sets the figures, all in
+            # the engine's present state)
+            end = int(completed_ends.min())
+            if self.first_end is None or end < self.first_end:
+                self._on_end(end)
         if self._writer is not None:
-            self._stream([["" if v is None else v for v in row] + _NO_TRANSPORT_CSV for row in rows])
+            self._stream([["" if v is None else v for v in row] + _NO_TRANSPORT_CSV for row in rows()])
 
     def _stream(self, rows: list):
         self._writer.writerows(rows)

@@ -878,7 +878,7 @@ class FlowEngine:
             tail = np.array([x[1] for x in lat], dtype=np.float64)
         end = np.ceil(np.maximum(tf + tail, (self.rel[rows] + fct).astype(np.float64))).astype(np.int64)
         sent = np.ceil(tf).astype(np.int64)
-        handed = self.conns.sent_many(rows[msg].tolist())
+        handed = self.conns.sent_many(rows[msg])
         if handed:
             at = dict(zip(rows.tolist(), sent.tolist()))
             self._to_start.extend((nxt, at[i]) for i, nxt in handed)
@@ -964,19 +964,16 @@ class FlowEngine:
         rows deferred behind it on its connection (in-order completion), and releases its
         dependents: their connections (:meth:`Connections.done_many`), then the rows that finish
         (columns), then their dependents' releases (one batch of events)."""
-        start, finish = self.conns.done_many(rows.tolist())
-        times = at.tolist()
-        for k, x in start:
-            self._start(x, times[k])
-        if not finish:
+        sk, sr, k, x = self.conns.done_many_arrays(rows)
+        if len(sk):
+            self._to_start.extend(zip(sr.tolist(), at[sk].tolist()))      # (as _start, in order)
+        if not len(x):
             return
-        k = np.fromiter((k for k, _x in finish), dtype=np.int64, count=len(finish))
-        x = np.fromiter((x for _k, x in finish), dtype=np.int64, count=len(finish))
         t = at[k]
         self.end[x] = t
         self.done[x] = True
         self.dlv[x] = self.table.size_bytes[x]
-        self.remaining -= len(finish)
+        self.remaining -= len(x)
         self.last_end = max(self.last_end, int(t.max()))
         self._ended.extend(x.tolist())
         rel, dependents = self.replay.completed_many(x, t)
@@ -990,13 +987,16 @@ class FlowEngine:
         idx = np.asarray(self._ended, dtype=np.int64)
         self._ended = []
         t = self.table
-        ok = (self.done[idx] & (self.reason[idx] == "")).tolist()
-        rows = [(mid, s, d, b, q, st, None if r < 0 else r, e if c else None, (e - r) if c else None, dv, 0, c, why)
-                for mid, s, d, b, q, st, r, e, dv, c, why in zip(
-                    t.id[idx].tolist(), t.src[idx].tolist(), t.dst[idx].tolist(), t.size_bytes[idx].tolist(),
-                    t.qps[idx].tolist(), t.start_ps[idx].tolist(), self.rel[idx].tolist(), self.end[idx].tolist(),
-                    self.dlv[idx].tolist(), ok, self.reason[idx].tolist())]
-        self.recorder.on_messages(rows)
+        ok_a = self.done[idx] & (self.reason[idx] == "")
+
+        def rows():
+            ok = ok_a.tolist()
+            return [(mid, s, d, b, q, st, None if r < 0 else r, e if c else None, (e - r) if c else None, dv, 0, c, why)
+                    for mid, s, d, b, q, st, r, e, dv, c, why in zip(
+                        t.id[idx].tolist(), t.src[idx].tolist(), t.dst[idx].tolist(), t.size_bytes[idx].tolist(),
+                        t.qps[idx].tolist(), t.start_ps[idx].tolist(), self.rel[idx].tolist(), self.end[idx].tolist(),
+                        self.dlv[idx].tolist(), ok, self.reason[idx].tolist())]
+        self.recorder.on_ended(self.end[idx][ok_a], rows)
 
     def _take_samples(self, alive: np.ndarray, r: np.ndarray, step: float):
         """Link samples (``outputs.link_sample_interval``) falling inside this step: the wire bytes

@@ -259,7 +259,13 @@ def _connection_numbers(t: MessageTable) -> np.ndarray:
 
 
 class Connections:
-    """Posting-order FIFO of every persistent connection ``(conn, src, dst)`` (see the module doc)."""
+    """Posting-order FIFO of every persistent connection ``(conn, src, dst)`` (see the module doc).
+
+    State per connection number, as arrays (a million connections at cluster scale; the batch
+    calls of the flow engine read and write them at once where every row is in the simple
+    case): ``_open1`` (``-1``: no started row in progress, a row: the only one, ``-2``: several,
+    in the deque ``_open_q``), ``_wait`` (0: free, 1: busy with nobody behind, 2: busy with rows
+    queued in the deque ``_wait_q``), ``_err`` (the error state)."""
 
     def __init__(self, messages):
         t = _table(messages)
@@ -267,13 +273,14 @@ class Connections:
         cid = _connection_numbers(t)
         self._cid = cid.tolist()                        # (read row by row: a list is faster)
         self._cid_a = cid                               # (read in batches)
-        # connections below are their numbers in _cid; a busy connection with nobody waiting holds
-        # () and one with a single open row holds that row, not a deque (a deque costs about
-        # 600 bytes: a million persistent connections started at once)
-        self._wait: dict = {}      # connection -> rows posted behind the one sending (present: busy)
-        self._open: dict = {}      # connection -> started rows not yet completed, in posting order
-        self._err: set = set()     # connections in the error state
-        self._handed = bytearray(len(t))               # rows that have handed their connection on
+        n_conn = int(cid.max()) + 1 if len(cid) else 0
+        self._open1 = np.full(n_conn, -1, dtype=np.int64)
+        self._open_q: dict = {}    # connection -> started rows not yet completed (several), in posting order
+        self._wait = np.zeros(n_conn, dtype=np.int8)
+        self._wait_q: dict = {}    # connection -> rows posted behind the one sending
+        self._err = np.zeros(n_conn, dtype=bool)
+        self._handed_a = np.zeros(len(t), dtype=np.uint8)    # rows that have handed their connection on
+        self._handed = memoryview(self._handed_a)            # (the same bytes, read row by row)
         self._deferred: set = set()
 
     def key(self, row: int):
@@ -292,16 +299,17 @@ class Connections:
         key = self._number(row)
         if key is None:
             return "start"
-        if key in self._err:
+        if self._err[key]:
             return "error"
-        waiting = self._wait.get(key)
-        if waiting is not None:
-            if type(waiting) is deque:
-                waiting.append(row)
+        w = self._wait[key]
+        if w:
+            if w == 2:
+                self._wait_q[key].append(row)
             else:
-                self._wait[key] = deque((row,))
+                self._wait_q[key] = deque((row,))
+                self._wait[key] = 2
             return "wait"
-        self._wait[key] = ()
+        self._wait[key] = 1
         self._started(key, row)
         return "start"
 
@@ -315,31 +323,37 @@ class Connections:
         keyed = np.flatnonzero(cid >= 0)
         if not len(keyed):
             return start
-        keys = cid[keyed].tolist()
-        mine = set(keys)
-        if len(mine) == len(keys) and not (mine & self._wait.keys()) and not (mine & self._open.keys()) \
-                and not (mine & self._err):
-            self._wait.update(dict.fromkeys(keys, ()))
-            self._open.update(zip(keys, rows[keyed].tolist()))
+        keys = cid[keyed]
+        if not (self._wait[keys].any() or (self._open1[keys] != -1).any() or self._err[keys].any()) \
+                and len(np.unique(keys)) == len(keys):
+            self._wait[keys] = 1
+            self._open1[keys] = rows[keyed]
             return start
         start[keyed] = [self.post(r) == "start" for r in rows[keyed].tolist()]
         return start
 
     def _started(self, key, row: int):
-        q = self._open.get(key)
-        if q is None:
-            self._open[key] = row
-        elif type(q) is deque:
-            q.append(row)
+        q = self._open1[key]
+        if q == -1:
+            self._open1[key] = row
+        elif q == -2:
+            self._open_q[key].append(row)
         else:
-            self._open[key] = deque((q, row))
+            self._open_q[key] = deque((int(q), row))
+            self._open1[key] = -2
 
     def _open_rows(self, key) -> deque:
         """The started rows of connection ``key`` as a deque (stored so from now on)."""
-        q = self._open[key]
-        if type(q) is not deque:
-            q = self._open[key] = deque((q,))
-        return q
+        q = self._open1[key]
+        if q != -2:
+            self._open_q[key] = deque(() if q == -1 else (int(q),))
+            self._open1[key] = -2
+        return self._open_q[key]
+
+    def _close(self, key):
+        """Connection ``key`` has no started row in progress."""
+        self._open1[key] = -1
+        self._open_q.pop(key, None)
 
     def sent(self, row: int) -> list[int]:
         """``row`` has sent its last new byte: the rows to start now (the next one on its
@@ -348,53 +362,70 @@ class Connections:
         if key is None or self._handed[row]:
             return []
         self._handed[row] = 1
-        waiting = self._wait.get(key)   # opened when row was posted; gone once flushed
-        if waiting is None:
+        w = self._wait[key]             # busy since row was posted; free once flushed
+        if not w:
             return []
-        if waiting:
-            nxt = waiting.popleft()
+        if w == 2:
+            q = self._wait_q[key]
+            nxt = q.popleft()
+            if not q:
+                del self._wait_q[key]
+                self._wait[key] = 1
             self._started(key, nxt)
             return [nxt]
-        del self._wait[key]
+        self._wait[key] = 0
         return []
 
     def sent_many(self, rows) -> list[tuple[int, int]]:
         """:meth:`sent` of ``rows`` in this order: ``(row, started)`` for each row to start now, in
-        order, with the row that handed its connection on."""
-        out = []
-        cid, handed, wait = self._cid, self._handed, self._wait
-        for r in rows:
-            key = cid[r]
-            if key < 0 or handed[r]:
-                continue
-            waiting = wait.get(key)
-            if waiting == ():                # nobody behind it: the connection is free
-                handed[r] = 1
-                del wait[key]
-            else:
-                out += [(r, x) for x in self.sent(r)]
-        return out
+        order, with the row that handed its connection on. At once when no two of the rows that
+        hand on share a connection and nobody waits behind them; else row by row."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return []
+        keys = self._cid_a[rows]
+        on = (keys >= 0) & (self._handed_a[rows] == 0)
+        r, k = rows[on], keys[on]
+        if len(r) and ((self._wait[k] == 2).any() or len(np.unique(k)) != len(k)):
+            out = []
+            for x in rows.tolist():
+                out += [(x, y) for y in self.sent(x)]
+            return out
+        self._handed_a[r] = 1
+        self._wait[k] = 0
+        return []
 
     def done_many(self, rows) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """:meth:`done` of ``rows`` (not failed) in this order: ``(start, finish)``, the calls'
         lists one after the other as ``(k, row)`` pairs, ``k`` the position in ``rows`` of the
         call that gave the row."""
+        sk, sr, fk, fr = self.done_many_arrays(rows)
+        return list(zip(sk.tolist(), sr.tolist())), list(zip(fk.tolist(), fr.tolist()))
+
+    def done_many_arrays(self, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`done_many` as arrays ``(start k, start rows, finish k, finish rows)``; at once when
+        every row finishes alone (:meth:`finishes_alone`), else row by row."""
+        rows = np.asarray(rows, dtype=np.int64)
+        alone = self.finish_alone(rows)
+        if alone.all():
+            keys = self._cid_a[rows]
+            self._open1[keys[keys >= 0]] = -1
+            e = np.zeros(0, dtype=np.int64)
+            return e, e, np.arange(len(rows), dtype=np.int64), rows
         start, finish = [], []
-        cid, handed, opened = self._cid, self._handed, self._open
-        for k, r in enumerate(rows):
-            key = cid[r]
-            if key < 0:
-                finish.append((k, r))
-                continue
-            q = opened.get(key)
-            if handed[r] and type(q) is int and q == r:
-                del opened[key]              # its connection's only open row
+        for k, r in enumerate(rows.tolist()):
+            if self.finishes_alone(r):      # (now: an earlier row of the batch may have changed it)
+                key = self._cid[r]
+                if key >= 0:
+                    self._open1[key] = -1
                 finish.append((k, r))
                 continue
             s, f, _ = self.done(r)
             start += [(k, x) for x in s]
             finish += [(k, x) for x in f]
-        return start, finish
+        sk, sr = np.array(start, dtype=np.int64).reshape(-1, 2).T
+        fk, fr = np.array(finish, dtype=np.int64).reshape(-1, 2).T
+        return sk, sr, fk, fr
 
     def separable(self, posted, finishing) -> bool:
         """True if posting the rows ``posted`` and completing the started rows ``finishing``
@@ -403,12 +434,22 @@ class Connections:
         every completion finishes alone (:meth:`finishes_alone`)."""
         posted = np.asarray(posted, dtype=np.int64)
         finishing = np.asarray(finishing, dtype=np.int64)
-        keys = set(self._cid_a[finishing].tolist())
-        keys.discard(-1)
-        if keys & set(self._cid_a[posted].tolist()):
+        fk = self._cid_a[finishing]
+        pk = self._cid_a[posted]
+        if len(fk) and len(pk) and np.isin(fk[fk >= 0], pk[pk >= 0]).any():
             return False
-        alone = self.finishes_alone
-        return all(alone(r) for r in finishing.tolist())
+        return bool(self.finish_alone(finishing).all())
+
+    def finish_alone(self, rows: np.ndarray) -> np.ndarray:
+        """:meth:`finishes_alone` of each of ``rows`` (started), as booleans."""
+        rows = np.asarray(rows, dtype=np.int64)
+        keys = self._cid_a[rows]
+        out = keys < 0
+        k = np.flatnonzero(~out)
+        if len(k):
+            r = rows[k]
+            out[k] = (self._handed_a[r] != 0) & (self._open1[keys[k]] == r)
+        return out
 
     def finishes_alone(self, row: int) -> bool:
         """True if :meth:`done` of ``row`` (started) would now give ``([], [row], [])``: it starts
@@ -416,8 +457,7 @@ class Connections:
         key = self._cid[row]
         if key < 0:
             return True
-        q = self._open.get(key)
-        return bool(self._handed[row]) and type(q) is int and q == row
+        return bool(self._handed[row]) and bool(self._open1[key] == row)
 
     def done(self, row: int, failed: bool = False) -> tuple[list[int], list[int], list[int]]:
         """``row`` (started) has all its bytes in, or ``failed``: ``(start, finish, flush)``.
@@ -433,9 +473,8 @@ class Connections:
         if key is None:
             return [], [row], []
         start = self.sent(row)
-        q = self._open[key]
-        if not failed and type(q) is not deque:    # the connection's only open row: row itself
-            del self._open[key]
+        if not failed and self._open1[key] >= 0:    # the connection's only open row: row itself
+            self._open1[key] = -1
             return start, [row], []
         q = self._open_rows(key)
         if failed:
@@ -446,14 +485,15 @@ class Connections:
                     break
                 later.append(x)
             later.reverse()
-            self._err.add(key)
-            flush = later + list(self._wait.pop(key, ()))
+            self._err[key] = True
+            flush = later + list(self._wait_q.pop(key, ()))
+            self._wait[key] = 0
             for x in flush:
                 self._handed[x] = 1
                 self._deferred.discard(x)
             self._deferred.discard(row)
             if not q:
-                self._open.pop(key, None)
+                self._close(key)
             return start, [row], flush
         if q[0] != row:
             self._deferred.add(row)
@@ -465,7 +505,7 @@ class Connections:
             self._deferred.discard(x)
             finish.append(x)
         if not q:
-            del self._open[key]
+            self._close(key)
         return start, finish, []
 
     def deferred(self, row: int) -> bool:
