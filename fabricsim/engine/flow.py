@@ -624,10 +624,15 @@ class FlowEngine:
                 st["peak"] = max(st["peak"], len(alive))
                 if progress is not None:
                     progress(int(self.now))
-            r = rates[alive]
-            rem = self.f_rem[alive]
+            # the step's arithmetic runs over all nf flows, contiguous (finished ones: no rate,
+            # nothing left, inf): a gather of the active flows' columns costs more than the
+            # arithmetic; what is summed is gathered first, so the sums are the active flows' own
+            nf = self.nf
+            on = self.f_alive[:nf]
+            r = rates[:nf]
+            rem = self.f_rem[:nf]
             with np.errstate(divide="ignore", invalid="ignore"):
-                tf = np.where(r > 0, rem / r, np.inf)
+                tf = np.where(on & (r > 0), rem / r, np.inf)
             dt = float(tf.min())
             nxt = self._next_event()
             t_ev = (nxt - self.now) if nxt is not None else math.inf
@@ -637,7 +642,7 @@ class FlowEngine:
             # the step: to the first fluid finish or event, exactly; with grouping, on to the end of
             # the window after it: flows finishing inside it finish at their own times under this
             # step's rates, and events inside it (releases) take effect at its end
-            window = max(self.quantum, self.group * (self.now - float(self.f_t0[alive].min()))) \
+            window = max(self.quantum, self.group * (self.now - float(self.f_t0[:nf].min(where=on, initial=np.inf)))) \
                 if self.group else self.quantum
             first = min(dt, t_ev)
             horizon = min(first + window, limit - self.now)
@@ -649,10 +654,10 @@ class FlowEngine:
                 step = max(step, float(tf[fin].max()))
             st["steps"] += 1
             if self._sample_every and self._next_sample <= self.now + step:
-                self._take_samples(alive, r, step)
+                self._take_samples(alive, r[alive], step)
             moved = np.where(fin, rem, r * step)
-            self.f_rem[alive] = np.where(fin, 0.0, np.maximum(rem - moved, 0.0))
-            good = moved * self.f_good[alive]             # payload; PXN first legs are not goodput
+            self.f_rem[:nf] = np.where(fin, 0.0, np.maximum(rem - moved, 0.0))
+            good = (moved * self.f_good[:nf])[alive]      # payload; PXN first legs are not goodput
             total = float(good.sum())
             if total > 0:
                 # the bytes that left in this step arrive a pipeline latency later: their mean
@@ -662,12 +667,12 @@ class FlowEngine:
                 lag = float((good * self.f_tail[alive]).sum()) / total
                 self._goodput(self.now + lag, self.now + step + lag, total)
                 self._arrivals.append((self.now + lag, self.now + step + lag, total))
-            done_flows = alive[fin]
-            finish_at = self.now + tf[fin]
+            done_flows = np.flatnonzero(fin)
+            finish_at = self.now + tf[done_flows]
             self.now += step
             if len(done_flows):
                 self.f_alive[done_flows] = False
-                self._r_gone = min(self._r_gone, float(r[fin].min()))
+                self._r_gone = min(self._r_gone, float(r[done_flows].min()))
                 np.add.at(self.delivered, self.f_row[done_flows], self.f_payload[done_flows])
                 self._dirty = True
                 order = np.argsort(finish_at, kind="stable")       # in the order they finish
