@@ -642,7 +642,7 @@ class FlowEngine:
             # the step: to the first fluid finish or event, exactly; with grouping, on to the end of
             # the window after it: flows finishing inside it finish at their own times under this
             # step's rates, and events inside it (releases) take effect at its end
-            window = max(self.quantum, self.group * (self.now - float(self.f_t0[:nf].min(where=on, initial=np.inf)))) \
+            window = max(self.quantum, self.group * (self.now - float(self.f_t0[alive].min()))) \
                 if self.group else self.quantum
             first = min(dt, t_ev)
             horizon = min(first + window, limit - self.now)
