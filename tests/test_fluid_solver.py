@@ -748,3 +748,21 @@ def test_workspace_buffers_grow_and_keep_their_dtype():
     np.testing.assert_array_equal(w.ones(30), np.ones(30))
     w.release("x")
     assert w.take("x", 10, np.float64) is not c
+
+
+def test_segments_wide_only_by_parallel_ports_are_solved_direct():
+    # a GPU's 18 NVLink ports in one segment: wide before its parallel links are merged, one
+    # link after; the solve renumbers, merges and goes direct (not the whole-V lazy sums), with
+    # the rates of the vectorised solver
+    from fabricsim.flows import fluid_compiled
+    F, V, cap, _ = ported_instance(1, n_flows=800, ports=18)
+    used = np.unique(F.indices)
+    assert fluid_compiled._lazy(int(np.diff(V.indptr)[used].sum()), used.size)      # wide before merging
+    prob = FluidProblem(F, V, cap)
+    sol = prob.solve(method="compiled")
+    assert isinstance(prob._image, fluid_compiled.DirectImage)        # the solve went direct
+    vec = FluidProblem(F, V, cap).solve(method="vectorised")
+    np.testing.assert_allclose(sol.rates, vec.rates, rtol=1e-9)
+    merged = fluid_compiled._merged_entries(used, V.indptr, V.indices, V.data, cap, np.zeros(V.shape[1], np.int64),
+                                            np.zeros(18, np.int64), np.zeros(18), np.arange(V.shape[1]))
+    assert merged == used.size                  # every used segment down to one link
