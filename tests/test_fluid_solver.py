@@ -640,18 +640,27 @@ def test_direct_image_laid_out_again_every_solve(seed, monkeypatch):
     rows = 600
     prob = FluidProblem(F[:rows], V, cap)
     active = np.ones(rows, bool)
+    earlier, r_gone = None, np.inf
     for step in range(10):
         if step in (3, 6):
             new = rows + 300
             prob = prob.with_flows(F[:new], extends=True)
             active = np.concatenate([active, np.ones(new - rows, bool)])
             rows = new
-        sol = prob.solve(active=active, method="compiled")
+        # warm starts on odd steps (earlier rates moved into slot order), cold on even ones
+        warm = (earlier, r_gone) if step % 2 and earlier is not None else None
+        sol = prob.solve(active=active, method="compiled", warm=warm)
         vec = FluidProblem(F[:rows], V, cap).solve(active=active, method="vectorised")
         np.testing.assert_allclose(sol.rates, vec.rates, rtol=1e-9)
-        # about a third of the rows change state: ended ones come back
-        flip = rng.random(rows) < 0.3
-        active = np.where(flip, ~active, active)
+        # some rows end (the warm start's r_gone), then about a third of the rows change state
+        earlier = np.where(active, sol.rates, np.nan)
+        alive = np.flatnonzero(active)
+        end = rng.choice(alive, max(1, alive.size // 10), replace=False)
+        r_gone = float(earlier[end].min())
+        active[end] = False
+        if step % 2 == 0:            # (ended rows come back only before a cold solve)
+            flip = rng.random(rows) < 0.3
+            active = np.where(flip, ~active, active)
         if not active.any():
             active[0] = True
     image = prob._image

@@ -959,6 +959,7 @@ class DirectImage:
         self.slot_row = self.row_slot = None
         self._spare = None                                    # the other layout's arrays
         self.layouts = 0
+        self.last_far = 0                                      # the last solve's far jumps (_far_jumps)
 
     @staticmethod
     def _room(a: np.ndarray, need: int, fill=0) -> np.ndarray:
@@ -1083,7 +1084,8 @@ class DirectImage:
             self.slot_row = np.arange(rows, dtype=np.int64)
             self.row_slot = np.arange(rows, dtype=np.int64)
         sp = self._spare
-        if sp is None or sp[0].size < rows + 1 or sp[1].size < end or sp[3].size < rows:
+        if sp is None or sp[0].size < rows + 1 or sp[1].size < end or sp[2].size < end \
+                or sp[3].size < rows:
             sp = (np.empty(max(rows + 1, self.a_ptr.size), np.int64), np.empty(max(end, self.a_ind.size), np.int64),
                   np.empty(max(end, self.a_dat.size)), np.empty(max(rows, self.slot_row.size), np.int64))
         seen = work.take("seen", rows, np.bool_)[:rows]
@@ -1108,6 +1110,19 @@ def _far_jumps(seq, n):
     return far
 
 
+@njit(cache=True, nogil=True, _nrt=False)
+def _copy_slot(s, k, j, a_ptr, a_ind, a_dat, slot_row, b_ptr, b_ind, b_dat, b_slot_row):
+    """Slot ``s``'s row copied to slot ``k`` of the ``b_`` arrays, its entries from ``j``;
+    returns the next free entry."""
+    for e in range(a_ptr[s], a_ptr[s + 1]):
+        b_ind[j] = a_ind[e]
+        b_dat[j] = a_dat[e]
+        j += 1
+    b_slot_row[k] = slot_row[s]
+    b_ptr[k + 1] = j
+    return j
+
+
 @njit(cache=True, nogil=True)
 def _image_layout(seq, n_seq, rows, a_ptr, a_ind, a_dat, slot_row, b_ptr, b_ind, b_dat, b_slot_row, seen):
     """The rows of slots ``seq[:n_seq]`` copied first, in that order, then the other slots' rows
@@ -1120,23 +1135,12 @@ def _image_layout(seq, n_seq, rows, a_ptr, a_ind, a_dat, slot_row, b_ptr, b_ind,
     for i in range(n_seq):
         s = seq[i]
         seen[s] = True
-        for e in range(a_ptr[s], a_ptr[s + 1]):
-            b_ind[j] = a_ind[e]
-            b_dat[j] = a_dat[e]
-            j += 1
-        b_slot_row[k] = slot_row[s]
+        j = _copy_slot(s, k, j, a_ptr, a_ind, a_dat, slot_row, b_ptr, b_ind, b_dat, b_slot_row)
         k += 1
-        b_ptr[k] = j
     for s in range(rows):
-        if seen[s]:
-            continue
-        for e in range(a_ptr[s], a_ptr[s + 1]):
-            b_ind[j] = a_ind[e]
-            b_dat[j] = a_dat[e]
-            j += 1
-        b_slot_row[k] = slot_row[s]
-        k += 1
-        b_ptr[k] = j
+        if not seen[s]:
+            j = _copy_slot(s, k, j, a_ptr, a_ind, a_dat, slot_row, b_ptr, b_ind, b_dat, b_slot_row)
+            k += 1
 
 
 @njit(cache=True, nogil=True)
