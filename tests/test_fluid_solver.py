@@ -772,6 +772,58 @@ def test_segments_wide_only_by_parallel_ports_are_solved_direct():
     assert isinstance(prob._image, fluid_compiled.DirectImage)        # the solve went direct
     vec = FluidProblem(F, V, cap).solve(method="vectorised")
     np.testing.assert_allclose(sol.rates, vec.rates, rtol=1e-9)
-    merged = fluid_compiled._merged_entries(used, V.indptr, V.indices, V.data, cap, np.zeros(V.shape[1], np.int64),
-                                            np.zeros(18, np.int64), np.zeros(18), np.arange(V.shape[1]))
-    assert merged == used.size                  # every used segment down to one link
+    uses = np.zeros(V.shape[1], np.int64)
+
+    def merged(most):
+        return fluid_compiled._merged_entries(used, V.indptr, V.indices, V.data, cap, uses, np.zeros(18, np.int64),
+                                              np.zeros(18), np.arange(V.shape[1]), most)
+    assert merged(10 ** 9) == used.size         # every used segment down to one link
+    assert not uses.any()                       # left as found
+    # counting stops past `most`: the answer to "more than most?" is the same either way
+    for most in (0, 1, used.size // 2, used.size - 1, used.size, used.size + 1):
+        assert (merged(most) > most) == (used.size > most)
+        assert not uses.any()
+
+
+def test_merged_entries_counts_shared_links_without_merging_them():
+    # two segments over the same four parallel links (equal capacity and coefficient): no link
+    # is private, so nothing merges; a third segment of four private parallel links merges to one
+    import scipy.sparse as sp
+    from fabricsim.flows import fluid_compiled
+    rows = [[0, 1, 2, 3], [0, 1, 2, 3], [4, 5, 6, 7]]
+    V = sp.csr_matrix((np.full(12, 0.25), np.concatenate(rows), [0, 4, 8, 12]), shape=(3, 8))
+    cap = np.full(8, 1e9)
+    uses = np.zeros(8, np.int64)
+    used = np.arange(3, dtype=np.int64)
+    for most in (0, 3, 7, 8, 9, 100):
+        got = fluid_compiled._merged_entries(used, V.indptr, V.indices, V.data, cap, uses, np.zeros(4, np.int64),
+                                             np.zeros(4), np.arange(8), most)
+        assert (got > most) == (9 > most)
+        if most >= 9:
+            assert got == 9
+        assert not uses.any()
+
+
+def test_wide_over_shared_links_settled_without_merging(monkeypatch):
+    # 300 segments each spread over the same 40 links (a spine layer): more entries than links
+    # by far, so merging private parallel links (at most one entry per link) cannot make them
+    # narrow; the solve does not count merged entries at all, and its rates are the vectorised
+    # solver's. The 18-port NVLink segments of a GPU (test above) are still counted.
+    import scipy.sparse as sp
+    from fabricsim.flows import fluid_compiled
+    calls = []
+    real = fluid_compiled._merged_entries
+    monkeypatch.setattr(fluid_compiled, "_merged_entries", lambda *a: calls.append(1) or real(*a))
+    rng = np.random.default_rng(3)
+    n_seg, n_links = 300, 40
+    V = sp.csr_matrix((np.full(n_seg * n_links, 1.0 / n_links), np.tile(np.arange(n_links), n_seg),
+                       np.arange(0, n_seg * n_links + 1, n_links)), shape=(n_seg, n_links))
+    F = sp.csr_matrix((rng.uniform(0.5, 2.0, 600), (np.arange(600), rng.integers(0, n_seg, 600))),
+                      shape=(600, n_seg))
+    cap = rng.uniform(1.0, 3.0, n_links)
+    sol = FluidProblem(F, V, cap).solve(method="compiled")
+    assert not calls
+    np.testing.assert_allclose(sol.rates, FluidProblem(F, V, cap).solve(method="vectorised").rates, rtol=1e-9)
+    F2, V2, cap2, _ = ported_instance(1, n_flows=800, ports=18)
+    FluidProblem(F2, V2, cap2).solve(method="compiled")
+    assert calls

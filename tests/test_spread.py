@@ -285,3 +285,30 @@ def test_key_memo_looks_up_batches():
     vals, known = m.lookup(np.array([1, 2, 3, 5, 9]))
     assert known.tolist() == [True, False, True, True, False]
     assert vals[known].tolist() == [10, 30, 50]
+
+
+def test_walks_are_kept_by_the_attachments_they_can_reach():
+    # GPUs 72 and 144 (racks 1 and 2, rail 0) hang off other NVLink switches but the same leaf
+    # in every plane: from GPU 1 (rail 1) the switch-to-switch spread to both is one segment,
+    # their last hops two; from GPU 2 (rail 2) the walk's second level (every plane's spines,
+    # evenly loaded) is the one already stepped through. Every walk equals the dict walk.
+    topo = {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"}}
+    sim, sb = builder(topo, {"policy": "adaptive"})
+    paths = sim.paths
+    assert paths.attachments(72) != paths.attachments(144)
+    leaves = [s for s in paths.attachments(72) if sim.topology.graph.nodes[s]["domain"] == "ethernet"]
+    assert all(paths.attachments_near(s, 72) == paths.attachments_near(s, 144) == {s} for s in leaves)
+    steps = []
+    real = sb._step
+    sb._step = lambda *a: steps.append(a[0]) or real(*a)
+    src, dst = np.array([1, 1]), np.array([72, 144])
+    counts, segs, _w = sb.rows(src, dst, np.array([0, 1]), np.zeros(2, np.uint64))
+    assert counts.tolist() == [3, 3]
+    assert segs[1] == segs[4] and segs[2] != segs[5]            # one mid segment, two last hops
+    assert len(steps) == 3                                       # leaves, spines, attachments
+    steps.clear()
+    sb.rows(np.array([2]), np.array([72]), np.array([2]), np.zeros(1, np.uint64))
+    assert len(steps) == 1                                       # its own leaves; the rest kept
+    for s, d in ((1, 72), (1, 144), (2, 72), (2, 216)):
+        _seg, starts = sb._up_segment(s, sb._first_ports(s, d))
+        assert sb._walk(dict(starts), d, None) == _dict_walk(sb, dict(starts), d)

@@ -311,7 +311,7 @@ class LowerBound:
         if v is None:
             g = model.topo.graph
             v = memo[key] = sum(len(g.get_edge_data(x, b))
-                                for x in self._last_switches(s, b, model.paths.attachments(b)))
+                                for x in self._last_switches(s, b, model.paths.attachments_near(s, b)))
         return v
 
     def _last_switches(self, s, b, attach):

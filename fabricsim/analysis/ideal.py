@@ -194,8 +194,9 @@ class IdealModel:
         forwarding) of any link at that hop. Equal to :meth:`hops` when the equal-cost paths look
         alike (every built topology); never above any path's, so sums over it bound every path
         from below (what the lower bound's heads and tails use). The switch-to-switch part depends
-        on ``dst`` only through its attachment switches and is cached per (first hops, attachments):
-        per leaf pair, not per host pair."""
+        on ``dst`` only through its attachment switches the first hops can reach
+        (:meth:`EqualCostPaths.attachments_reachable`) and is cached per (first hops, those): per
+        leaf pair, not per host pair."""
         key = (src, dst)
         hops = self._fastest.get(key)
         if hops is None:
@@ -203,7 +204,7 @@ class IdealModel:
             first = paths.first_hops(src, dst)
             if not first:
                 raise ValueError(f"no route from {src} to {dst}")
-            ikey = (frozenset(first), paths.attachments(dst))
+            ikey = (frozenset(first), paths.attachments_reachable(first, dst))
             inner = self._inner.get(ikey)
             if inner is None:
                 inner = self._inner[ikey] = self._switch_levels(first, dst)
@@ -243,7 +244,8 @@ class IdealModel:
         """The fastest link per switch-to-switch hop from the level ``first`` to the switches
         attached to ``dst``, and that last level."""
         level, levels = tuple(sorted(first)), []
-        attach = self.paths.attachments(dst)
+        # the levels stay in the components of `first`: only dst's attachments there matter
+        attach = self.paths.attachments_reachable(first, dst)
         steps = self._level_memo
         while True:
             # the next level depends on dst only through its attachment switches (or is [dst])

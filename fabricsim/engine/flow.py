@@ -443,13 +443,18 @@ class FlowEngine:
         g = self.sim.topology.graph
         mtu, hdr = sc.simulation.mtu, sc.simulation.header
         share = np.full(len(self.links), payload_share(mtu, hdr, None))
-        for i, (a, b) in enumerate(zip(self.links.src.tolist(), self.links.dst.tolist())):
-            for n in (a, b):
-                d = g.nodes[n]
-                if d.get("nvlink_transport") == "credit":
-                    pp, ph = d["nvlink_packet_payload_bytes"], d["nvlink_packet_header_bytes"]
-                    share[i] = payload_share(d["nvlink_unit_bytes"], ph, pp)
-                    break
+        # per node, the share of its credit domain's framing (NaN outside one); a link takes its
+        # source's, else its destination's
+        node_share = np.full(max(g.nodes, default=-1) + 1, np.nan)
+        for n, d in g.nodes(data=True):
+            if d.get("nvlink_transport") == "credit":
+                pp, ph = d["nvlink_packet_payload_bytes"], d["nvlink_packet_header_bytes"]
+                node_share[n] = payload_share(d["nvlink_unit_bytes"], ph, pp)
+        src, dst = node_share[self.links.src], node_share[self.links.dst]
+        credit = ~np.isnan(dst)
+        share[credit] = dst[credit]
+        credit = ~np.isnan(src)
+        share[credit] = src[credit]
         self.payload_share = share
         return self.links.rate_bps.astype(np.float64) / 8e12 * share * self.efficiency
 

@@ -131,10 +131,15 @@ class SpreadBuilder:
         self.seg_links: list[np.ndarray] = []
         self.seg_coef: list[np.ndarray] = []
         self._up: dict = {}
-        self._mid: dict = {}
+        self._mid: dict = {}              # (starts, their near attachments) -> (segment, exits)
+        self._level: dict = {}            # (level, weights, near attachments) -> :meth:`_step`
         self._down: dict = {}
+        # per (switch, the destination's attachments in its component,
+        # :meth:`EqualCostPaths.attachments_near`): what lies beyond the switch depends on the
+        # destination only through those (paths stay in a component), so GPUs of many racks on
+        # one rail share one entry
         self._cap_to: dict = {}
-        self._spread: dict = {}           # (switch, attachments) -> its spread (:meth:`_spread_at`)
+        self._spread: dict = {}           # -> the switch's spread (:meth:`_spread_at`)
         self._first: dict = {}
         self._fh_memo = _KeyMemo()        # (neighbour class of src, attachments of dst) -> first-hop set id
         self._fh_ids: dict = {}           # first-hop switches (tuple) -> their id
@@ -165,9 +170,9 @@ class SpreadBuilder:
         if self.kind == "per_flow":
             # per-flow paths are written on the links themselves: segment l is link l, so a
             # queue pair's path adds entries to F, never rows to V (V is fixed once built)
-            for link in range(len(links)):
-                self.seg_links.append(np.array([link], dtype=np.int64))
-                self.seg_coef.append(np.ones(1))
+            # (one-link rows of an identity, as views: one array each is half a second at 8,192 GPUs)
+            self.seg_links = list(np.arange(len(links), dtype=np.int64).reshape(-1, 1))
+            self.seg_coef = list(np.ones((len(links), 1)))
 
     # ------------------------------------------------------------------ segments
     @property
@@ -271,12 +276,13 @@ class SpreadBuilder:
         """Per port (links out of one switch towards ``dst``), min(its rate, the line rate beyond
         it, :meth:`_capacity_to`): its rate where it reaches one of ``dst``'s attachment switches."""
         attach = self.paths.attachments(dst)
+        near = self.paths.attachments_near
         ports = np.asarray(ports, dtype=np.int64)
         caps = self._rate[ports].tolist()
         memo = self._cap_to
         for k, nxt in enumerate(self.links.dst[ports].tolist()):
             if nxt not in attach:
-                beyond = memo.get((nxt, attach))
+                beyond = memo.get((nxt, near(nxt, dst)))
                 if beyond is None:
                     beyond = self._capacity_to(nxt, dst)
                 caps[k] = min(caps[k], beyond)
@@ -289,7 +295,7 @@ class SpreadBuilder:
         attach = self.paths.attachments(dst)
         if node in attach:
             return float("inf")
-        key = (node, attach)
+        key = (node, self.paths.attachments_near(node, dst))
         v = self._cap_to.get(key)
         if v is None:
             ports = self.links.ports_towards(node, self.paths.next_hops(node, dst))
@@ -300,44 +306,72 @@ class SpreadBuilder:
         """Spread ``starts`` ({switch: weight}) towards ``dst``'s attachment switches: (link ->
         coefficient, attachment switch -> weight arriving there). Level by level: the switches of
         a level in order of first arrival, each link's and each next switch's weight summed in
-        that order (as one dict update after another would)."""
+        that order (as one dict update after another would). A shared policy's step from one
+        level to the next is kept per (level, the attachments near it, :meth:`_near_starts`):
+        the spines of every plane, evenly loaded, form the second level of walks from many
+        sources."""
         attach = self.paths.attachments(dst)
+        memo = self._level if self.kind != "per_flow" else None
+        near = self._near_starts(starts, dst) if memo is not None else None
         acc_p: list = []
         acc_x: list = []
         exits: dict = {}
         nodes, weights = list(starts.keys()), list(starts.values())
         while nodes:
-            ps, bs, xs = [], [], []
-            for node, w in zip(nodes, weights):
-                if node in attach:
-                    exits[node] = exits.get(node, 0.0) + w
-                    continue
-                p, b, x = self._spread_at(node, dst, attach, qp)
-                ps.append(p)
-                bs.append(b)
-                xs.append(x * w)
-            if not ps:
+            key = (tuple(nodes), tuple(weights), near) if memo is not None else None
+            step = memo.get(key) if key is not None else None
+            if step is None:
+                step = self._step(nodes, weights, dst, attach, qp)
+                if key is not None:
+                    memo[key] = step
+            arrived, p, x, nodes, weights = step
+            for node, w in arrived:
+                exits[node] = exits.get(node, 0.0) + w
+            if p is None:
                 break
-            p, b, x = np.concatenate(ps), np.concatenate(bs), np.concatenate(xs)
             acc_p.append(p)
             acc_x.append(x)
-            ub, first, inv = np.unique(b, return_index=True, return_inverse=True)
-            total = np.bincount(inv.ravel(), weights=x, minlength=len(ub))
-            order = np.argsort(first)                      # first arrival
-            nodes, weights = ub[order].tolist(), total[order].tolist()
         if not acc_p:
             return {}, exits
         p, x = np.concatenate(acc_p), np.concatenate(acc_x)
         up, inv = np.unique(p, return_inverse=True)
         return dict(zip(up.tolist(), np.bincount(inv.ravel(), weights=x, minlength=len(up)).tolist())), exits
 
+    def _step(self, nodes: list, weights: list, dst: int, attach, qp) -> tuple:
+        """One level of :meth:`_walk`: ``(the level's attachment switches with their weights, the
+        links leaving the rest, their coefficients, the next level's switches in order of first
+        arrival, their weights)``; links ``None`` when nothing leaves."""
+        arrived, ps, bs, xs = [], [], [], []
+        for node, w in zip(nodes, weights):
+            if node in attach:
+                arrived.append((node, w))
+                continue
+            p, b, x = self._spread_at(node, dst, attach, qp)
+            ps.append(p)
+            bs.append(b)
+            xs.append(x * w)
+        if not ps:
+            return arrived, None, None, [], []
+        p, b, x = np.concatenate(ps), np.concatenate(bs), np.concatenate(xs)
+        ub, first, inv = np.unique(b, return_index=True, return_inverse=True)
+        total = np.bincount(inv.ravel(), weights=x, minlength=len(ub))
+        order = np.argsort(first)                      # first arrival
+        return arrived, p, x, ub[order].tolist(), total[order].tolist()
+
+    def _near_starts(self, starts, dst: int) -> frozenset:
+        """The attachments of ``dst`` a walk from ``starts`` can reach
+        (:meth:`EqualCostPaths.attachments_reachable`): a shared policy's walk depends on ``dst``
+        only through them."""
+        return self.paths.attachments_reachable(starts, dst)
+
     def _spread_at(self, node: int, dst: int, attach, qp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(links, switches they lead to, shares)`` of the equal-cost ports of switch ``node``
         towards ``dst`` that the policy gives a share; kept per (switch, destination's attachment
-        switches) unless the policy decides per queue pair (a shared policy's ports and weights
-        depend on the destination only through them: :meth:`EqualCostPaths.next_hops`,
-        :meth:`_capacity_to`)."""
-        key = (node, attach) if self.kind != "per_flow" else None
+        switches in its component) unless the policy decides per queue pair (a shared policy's
+        ports and weights depend on the destination only through them:
+        :meth:`EqualCostPaths.next_hops`, :meth:`_capacity_to`,
+        :meth:`EqualCostPaths.attachments_near`)."""
+        key = (node, self.paths.attachments_near(node, dst)) if self.kind != "per_flow" else None
         got = self._spread.get(key) if key is not None else None
         if got is None:
             ports = self.links.ports_towards(node, self.paths.next_hops(node, dst))
@@ -400,12 +434,11 @@ class SpreadBuilder:
 
     def _row(self, src: int, dst: int, qp, chosen: np.ndarray) -> list[tuple[int, float]]:
         up_seg, starts = self._up_segment(src, chosen)
-        attach = self.paths.attachments(dst)
         if self.kind == "per_flow":
             acc, exits = self._walk(dict(starts), dst, qp)
             mid = (acc, tuple(sorted(exits.items())))
         else:
-            mkey = (starts, attach)
+            mkey = (starts, self._near_starts(dict(starts), dst))
             mid = self._mid.get(mkey)
             if mid is None:
                 acc, exits = self._walk(dict(starts), dst, qp)
@@ -468,12 +501,12 @@ class SpreadBuilder:
         exit_id = np.empty(len(uk), dtype=np.int64)
         for u in np.argsort(first, kind="stable").tolist():
             j = int(first[u])
-            starts, attach = starts_of[int(sid[j])], self.paths.attachments(int(dst[j]))
-            got = self._mid.get((starts, attach))
+            starts = starts_of[int(sid[j])]
+            mkey = (starts, self._near_starts(dict(starts), int(dst[j])))
+            got = self._mid.get(mkey)
             if got is None:
                 acc, exits = self._walk(dict(starts), int(dst[j]), None)
-                got = self._mid[(starts, attach)] = (self._segment(acc) if acc else None,
-                                                     tuple(sorted(exits.items())))
+                got = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
             mid[u] = -1 if got[0] is None else got[0]
             exit_id[u] = self._exits_id.setdefault(got[1], len(self._exits_id))
         inv = inv.ravel()

@@ -369,29 +369,43 @@ def _localise_links(used_segs, v_ptr, v_ind, v_dat, cap, uses, link_map):
 
 
 @njit(cache=True, nogil=True)
-def _merged_entries(used_segs, v_ptr, v_ind, v_dat, cap, uses, row_ind, row_dat, iota):
+def _merged_entries(used_segs, v_ptr, v_ind, v_dat, cap, uses, row_ind, row_dat, iota, most):
     """The entries of ``V``'s rows of the used segments once parallel links are merged as
     :func:`_localise_links` merges them (without renumbering anything): what decides whether a
     solve's segments are wide (:func:`_lazy`). ``uses`` is all ``0`` on entry, and is left so;
-    ``row_ind`` and ``row_dat`` hold at least the longest row."""
+    ``row_ind`` and ``row_dat`` hold at least the longest row. Counting stops once it passes
+    ``most`` (a number above ``most`` is returned then): merging only removes entries, so the
+    count so far is a lower bound of the whole, and whether it is above ``most`` is settled. The
+    entries on links shared by segments are never merged: when they alone pass ``most``, the
+    rows are not walked at all."""
     ns = used_segs.size
     for i in range(ns):
         s = used_segs[i]
         for e in range(v_ptr[s], v_ptr[s + 1]):
             uses[v_ind[e]] += 1
-    total = 0
+    shared = 0
     for i in range(ns):
         s = used_segs[i]
-        j = 0
         for e in range(v_ptr[s], v_ptr[s + 1]):
-            l = v_ind[e]
-            c = v_dat[e]
-            if uses[l] == 1 and _twin(0, j, row_ind, row_dat, iota, uses, cap, l, c) >= 0:
-                continue
-            row_ind[j] = l
-            row_dat[j] = c
-            j += 1
-        total += j
+            if uses[v_ind[e]] > 1:
+                shared += 1
+    total = shared
+    if shared <= most:
+        total = 0
+        for i in range(ns):
+            s = used_segs[i]
+            j = 0
+            for e in range(v_ptr[s], v_ptr[s + 1]):
+                l = v_ind[e]
+                c = v_dat[e]
+                if uses[l] == 1 and _twin(0, j, row_ind, row_dat, iota, uses, cap, l, c) >= 0:
+                    continue
+                row_ind[j] = l
+                row_dat[j] = c
+                j += 1
+            total += j
+            if total > most:
+                break
     for i in range(ns):
         s = used_segs[i]
         for e in range(v_ptr[s], v_ptr[s + 1]):
@@ -869,13 +883,15 @@ def solve_rows(act, F, Vr, cap_r, lim, maps, prev=None, r_gone=np.inf, full=None
         act, F.indptr, F.indices, F.data, Vr.indptr, seg_map,
         work.take("f_ind", most_e, np.int64), work.take("f_dat", most_e, np.float64))
     wide = _lazy(vnnz, used_segs.size)
-    if wide:
+    if wide and not _lazy(vnnz - cap.size, used_segs.size):
         # wide only before parallel links are merged (a GPU's 18 NVLink ports in one segment)?
-        # then renumber and merge (direct, if it comes to that), not the whole V
+        # then renumber and merge (direct, if it comes to that), not the whole V. (Only links
+        # private to one segment merge, at most one entry per link: with more than all the links
+        # fewer entries still wide, merging cannot change the answer.)
         longest = int(np.diff(Vr.indptr)[used_segs].max()) if used_segs.size else 0
         merged = _merged_entries(used_segs, Vr.indptr, Vr.indices, Vr.data, cap, uses,
                                  work.take("m_ind", longest, np.int64), work.take("m_dat", longest, np.float64),
-                                 work.iota(cap.size))
+                                 work.iota(cap.size), int(_LAZY * used_segs.size))
         wide = _lazy(merged, used_segs.size)
     direct = False
     if wide and full is not None and vnnz >= _WHOLE * Vr.nnz:

@@ -29,6 +29,21 @@ class EqualCostPaths:
                              for n in topo.switches}
         self._attach = {h: frozenset(g.neighbors(h)) for h in topo.hosts}
         self._dist: dict[frozenset, dict[int, int]] = {}
+        # the switch graph's connected components (an NVLink domain, an Ethernet plane): paths
+        # never leave one, as switches never forward through a host
+        self._comp: dict[int, int] = {}
+        for s in sorted(topo.switches):
+            if s not in self._comp:
+                c = len(set(self._comp.values()))
+                self._comp[s] = c
+                q = deque([s])
+                while q:
+                    x = q.popleft()
+                    for y in self._switch_nbrs[x]:
+                        if y not in self._comp:
+                            self._comp[y] = c
+                            q.append(y)
+        self._near: dict[tuple[int, frozenset], frozenset] = {}
 
     def neighbour_classes(self) -> list[int]:
         """Per host (by id, 0 .. hosts - 1), the number of its neighbour class: hosts with the
@@ -37,6 +52,41 @@ class EqualCostPaths:
 
     def attachments(self, host: int) -> frozenset:
         return self._attach[host]
+
+    def attachments_near(self, node: int, dst: int) -> frozenset:
+        """The attachment switches of ``dst`` in the switch-graph component of switch ``node``
+        (its NVLink domain, its Ethernet plane), the only ones its paths to ``dst`` can reach;
+        all of them for a host. What lies between ``node`` and ``dst`` (:meth:`next_hops` from
+        ``node`` and beyond, their distances) depends on ``dst`` only through them, so callers
+        may key it by them: GPUs of different racks on one rail share them in every plane.
+
+        >>> from fabricsim.topology import load_topology_file
+        >>> from fabricsim.topology.catalog import preset_path
+        >>> paths = EqualCostPaths(load_topology_file(preset_path("gb300_2048_4x200g")))
+        >>> names = lambda nodes: sorted(paths.topo.graph.nodes[s]["name"] for s in nodes)
+        >>> len(paths.attachments(0))                # 18 NVLink switches of its rack, 4 leaves
+        22
+        >>> leaf = min(s for s in paths.attachments(0) if names([s]) == ["p0.leaf0"])
+        >>> names(paths.attachments_near(leaf, 0)), paths.attachments(0) == paths.attachments(72)
+        (['p0.leaf0'], False)
+        >>> paths.attachments_near(leaf, 0) == paths.attachments_near(leaf, 72)    # GPU 0 of rack 1
+        True
+        """
+        attach = self._attach[dst]
+        c = self._comp.get(node)
+        if c is None:
+            return attach
+        key = (c, attach)
+        got = self._near.get(key)
+        if got is None:
+            got = self._near[key] = frozenset(s for s in attach if self._comp[s] == c)
+        return got
+
+    def attachments_reachable(self, switches, dst: int) -> frozenset:
+        """:meth:`attachments_near` of ``dst`` over several switches (their union): the
+        attachments paths from any of them can end at (a walk from a host's first hops)."""
+        got = [self.attachments_near(s, dst) for s in switches]
+        return got[0].union(*got[1:]) if got else frozenset()
 
     def _distances(self, leaves: frozenset) -> dict[int, int]:
         d = self._dist.get(leaves)
@@ -57,12 +107,13 @@ class EqualCostPaths:
         leaves = self._attach[dst]
         if switch in leaves:
             return [dst]
-        # the answer depends on dst only through its attachment switches: kept per (switch, those)
-        # (a spine of a large cluster has hundreds of neighbours to scan; callers only read it)
-        key = (switch, leaves)
+        # the answer depends on dst only through its attachment switches in the switch's
+        # component (:meth:`attachments_near`): kept per (switch, those) (a spine of a large
+        # cluster has hundreds of neighbours to scan; callers only read it)
+        key = (switch, self.attachments_near(switch, dst))
         hops = self._next_hops.get(key)
         if hops is None:
-            d = self._distances(leaves)
+            d = self._distances(key[1])       # (the component's part: the same distances there)
             here = d.get(switch)
             hops = [] if here is None else [n for n in self._switch_nbrs[switch] if d.get(n, -1) == here - 1]
             self._next_hops[key] = hops
