@@ -309,6 +309,26 @@ def test_walks_are_kept_by_the_attachments_they_can_reach():
     steps.clear()
     sb.rows(np.array([2]), np.array([72]), np.array([2]), np.zeros(1, np.uint64))
     assert len(steps) == 1                                       # its own leaves; the rest kept
-    for s, d in ((1, 72), (1, 144), (2, 72), (2, 216)):
+    # (73 and 145: rail 1, other leaves; a level key blind to the destination fails here)
+    for s, d in ((1, 72), (1, 144), (2, 72), (2, 216), (2, 73), (2, 145), (0, 73)):
         _seg, starts = sb._up_segment(s, sb._first_ports(s, d))
         assert sb._walk(dict(starts), d, None) == _dict_walk(sb, dict(starts), d)
+
+
+def test_attachments_near_a_host_or_in_a_component_without_any():
+    # a host: all of the destination's attachments; an NVLink switch chip of another rack: none
+    # (chips link to GPUs only: each is a component of its own), one of the destination's rack:
+    # itself; over several switches, the union of theirs
+    topo = {"kind": "cluster", "domain": "nvl72", "racks": 2, "nic": {"ports": 4, "rate": "200Gbps"}}
+    sim, _sb = builder(topo, {"policy": "adaptive"})
+    paths, g = sim.paths, sim.topology.graph
+    assert paths.attachments_near(5, 72) == paths.attachments(72)
+    nvl0 = [s for s in paths.attachments(0) if g.nodes[s]["domain"] == "nvlink"]
+    nvl1 = [s for s in paths.attachments(72) if g.nodes[s]["domain"] == "nvlink"]
+    assert paths.attachments_near(nvl0[0], 72) == frozenset()
+    assert paths.attachments_near(nvl1[0], 72) == frozenset(nvl1[:1])
+    assert paths.next_hops(nvl0[0], 72) == []
+    eth0 = sorted(s for s in paths.attachments(0) if g.nodes[s]["domain"] == "ethernet")
+    assert paths.attachments_reachable(eth0 + nvl0, 72) == frozenset().union(
+        *(paths.attachments_near(s, 72) for s in eth0)) == paths.attachments(72) - frozenset(nvl1)
+    assert paths.attachments_reachable([], 72) == frozenset()

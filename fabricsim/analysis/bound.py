@@ -303,7 +303,8 @@ class LowerBound:
 
     def _receiver_links(self, s, b):
         """Links into host ``b`` that a packet handed to switch ``s`` may arrive by (every
-        shortest path from ``s``); the switch part is shared by hosts of one attachment set."""
+        shortest path from ``s``); the switch part is shared by hosts whose attachments in ``s``'s
+        component are the same (:meth:`EqualCostPaths.attachments_near`)."""
         model = self.model
         memo = self.__dict__.setdefault("_links_memo", {})
         key = (s, int(model.host_classes()[b]))     # the class fixes b's attachments and links

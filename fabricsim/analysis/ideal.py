@@ -122,7 +122,7 @@ class IdealModel:
         self._relay_memo: dict = {}     # (src, attachments of dst) -> PXN relay or -1
         self._ag: dict = {}             # attachment set -> id
         self._link_memo: dict = {}      # (switch level, next level) -> :meth:`_fastest_link`
-        self._level_memo: dict = {}     # (switch level, attachments of dst) -> next level
+        self._level_memo: dict = {}     # (switch level, attachments of dst it can reach) -> next level
 
     def framing(self, src: int, dst: int) -> tuple[int, int, int | None]:
         """(unit payload bytes, header bytes, packet payload bytes or None) of ``src`` -> ``dst``:

@@ -138,8 +138,8 @@ class SpreadBuilder:
         # :meth:`EqualCostPaths.attachments_near`): what lies beyond the switch depends on the
         # destination only through those (paths stay in a component), so GPUs of many racks on
         # one rail share one entry
-        self._cap_to: dict = {}
-        self._spread: dict = {}           # -> the switch's spread (:meth:`_spread_at`)
+        self._cap_to: dict = {}           # (switch, those) -> :meth:`_capacity_to`
+        self._spread: dict = {}           # (switch, those) -> its spread (:meth:`_spread_at`)
         self._first: dict = {}
         self._fh_memo = _KeyMemo()        # (neighbour class of src, attachments of dst) -> first-hop set id
         self._fh_ids: dict = {}           # first-hop switches (tuple) -> their id
@@ -302,17 +302,18 @@ class SpreadBuilder:
             v = self._cap_to[key] = float(sum(self._port_capacities(ports, dst)))
         return v
 
-    def _walk(self, starts: dict, dst: int, qp) -> tuple[dict, dict]:
+    def _walk(self, starts: dict, dst: int, qp, near=None) -> tuple[dict, dict]:
         """Spread ``starts`` ({switch: weight}) towards ``dst``'s attachment switches: (link ->
         coefficient, attachment switch -> weight arriving there). Level by level: the switches of
         a level in order of first arrival, each link's and each next switch's weight summed in
         that order (as one dict update after another would). A shared policy's step from one
-        level to the next is kept per (level, the attachments near it, :meth:`_near_starts`):
-        the spines of every plane, evenly loaded, form the second level of walks from many
-        sources."""
+        level to the next is kept per (level, its weights, the attachments the walk's starts can
+        reach, :meth:`_near_starts`, passed as ``near`` when the caller has them): the spines of
+        every plane, evenly loaded, form the second level of walks from many sources."""
         attach = self.paths.attachments(dst)
         memo = self._level if self.kind != "per_flow" else None
-        near = self._near_starts(starts, dst) if memo is not None else None
+        if memo is not None and near is None:
+            near = self._near_starts(starts, dst)
         acc_p: list = []
         acc_x: list = []
         exits: dict = {}
@@ -441,7 +442,7 @@ class SpreadBuilder:
             mkey = (starts, self._near_starts(dict(starts), dst))
             mid = self._mid.get(mkey)
             if mid is None:
-                acc, exits = self._walk(dict(starts), dst, qp)
+                acc, exits = self._walk(dict(starts), dst, qp, mkey[1])
                 mid = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
         mid_seg, exits = mid
         down = self._last_hop(dst, exits, qp)
@@ -485,7 +486,8 @@ class SpreadBuilder:
     def _rows_shared(self, src, dst, uid, hashes):
         """:meth:`rows` for a policy whose spread is shared (``uniform``, ``balanced``): every
         queue pair's row is its first-hop segment (:meth:`_up_rows`), the switch-to-switch segment
-        of (switches entered, destination's attachments) if there is one, and the last-hop segment
+        of (switches entered, the destination's attachments they can reach) if there is one, and
+        the last-hop segment
         of (destination, exits), each looked up once per distinct key of the batch (the segments of
         :meth:`row`; new ones numbered first-hop segments first, in queue-pair order)."""
         n = len(src)
@@ -505,7 +507,7 @@ class SpreadBuilder:
             mkey = (starts, self._near_starts(dict(starts), int(dst[j])))
             got = self._mid.get(mkey)
             if got is None:
-                acc, exits = self._walk(dict(starts), int(dst[j]), None)
+                acc, exits = self._walk(dict(starts), int(dst[j]), None, mkey[1])
                 got = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
             mid[u] = -1 if got[0] is None else got[0]
             exit_id[u] = self._exits_id.setdefault(got[1], len(self._exits_id))

@@ -2,8 +2,9 @@
 
 A packet for host ``d`` at switch ``s`` may leave by any link to a neighbour that is one hop
 closer to ``d``; switches never forward through a host. Distances are computed lazily by a
-multi-source BFS from each destination's set of attachment switches and cached per set, so
-hosts under the same leaf share one BFS.
+multi-source BFS from a destination's attachment switches and cached per set (next hops use the
+part of the set in the switch's component, :meth:`EqualCostPaths.attachments_near`), so hosts
+under the same leaf share one BFS.
 """
 from __future__ import annotations
 
@@ -29,12 +30,13 @@ class EqualCostPaths:
                              for n in topo.switches}
         self._attach = {h: frozenset(g.neighbors(h)) for h in topo.hosts}
         self._dist: dict[frozenset, dict[int, int]] = {}
-        # the switch graph's connected components (an NVLink domain, an Ethernet plane): paths
-        # never leave one, as switches never forward through a host
+        # the switch graph's connected components (an Ethernet plane; an NVLink switch chip, as
+        # chips link to GPUs only): paths never leave one, as switches never forward through a host
         self._comp: dict[int, int] = {}
+        c = -1
         for s in sorted(topo.switches):
             if s not in self._comp:
-                c = len(set(self._comp.values()))
+                c += 1
                 self._comp[s] = c
                 q = deque([s])
                 while q:
@@ -55,7 +57,8 @@ class EqualCostPaths:
 
     def attachments_near(self, node: int, dst: int) -> frozenset:
         """The attachment switches of ``dst`` in the switch-graph component of switch ``node``
-        (its NVLink domain, its Ethernet plane), the only ones its paths to ``dst`` can reach;
+        (its Ethernet plane; an NVLink switch chip is a component of its own, linked to GPUs
+        only), the only ones its paths to ``dst`` can reach;
         all of them for a host. What lies between ``node`` and ``dst`` (:meth:`next_hops` from
         ``node`` and beyond, their distances) depends on ``dst`` only through them, so callers
         may key it by them: GPUs of different racks on one rail share them in every plane.
