@@ -234,3 +234,41 @@ def test_the_bound_holds_with_nvlink_pxn_and_several_ports(tmp_path, domain, spl
     assert r.summary["effective_bandwidth"]["completion_time_ratio"] > 0.3
     c = r.collectives.set_index("op")
     assert (c["ideal_time_ps"] <= c["time_ps"]).all() and (c["ideal_time_ps"] > 0).all()
+
+
+@pytest.mark.parametrize("topology", [
+    {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"}},
+    {"kind": "cluster", "domain": "hgx8", "nodes": 8, "rails": 4, "spines": 2, "nic": {"ports": 2, "rate": "400Gbps"}},
+    {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4, "links_per_spine": 2},
+], ids=["nvl72", "hgx8", "leaf_spine"])
+def test_pairs_of_one_class_have_the_figures_of_its_representative(topology):
+    # pair classes join pairs whose ends face each other alike (GPUs of different racks on one
+    # rail, for traffic between racks); every figure the references and the bound read off a
+    # class's representative must be the pair's own
+    import numpy as np
+    _l, sim = prepare({"topology": topology, "simulation": {"engine": "flow"}})
+    model = IdealModel(sim)
+    bound = LowerBound(model, [])
+    H = sim.topology.num_hosts
+    rng = np.random.default_rng(5)
+    src = rng.integers(0, H, 400)
+    dst = (src + rng.integers(1, H, 400)) % H
+    cls = model.pair_classes(src, dst)
+    fine = {(int(model.host_classes()[a]), int(model.host_classes()[b])) for a, b in zip(src, dst)}
+    assert len(set(cls.tolist())) <= len(fine)
+    for a, b, c in zip(src.tolist(), dst.tolist(), cls.tolist()):
+        ra, rb = model.representative(c)
+        assert model.pair_class(a, b) == c
+        assert model.framing(a, b) == model.framing(ra, rb)
+        assert model.ports(a, b) == model.ports(ra, rb)          # the same first-hop switches too
+        assert model.hops(a, b) == model.hops(ra, rb)
+        assert model.fastest_hops(a, b) == model.fastest_hops(ra, rb)
+        assert model.base_rtt(a, b) == model.base_rtt(ra, rb)
+        assert model.train(a, b, 100_000, 2) == model._train(a, b, 100_000, 2)
+        for s in model.ports(a, b)[0]:
+            assert bound._receiver_links(s, b) == sum(
+                len(sim.topology.graph.get_edge_data(x, b)) for x in bound._settle(frozenset((s,)), b, sim.paths.attachments(b)))
+    if topology.get("domain") == "nvl72":
+        # between racks on one rail: one class for every rack pair
+        assert model.pair_class(1, 72) == model.pair_class(1, 144) == model.pair_class(73, 216)
+        assert model.pair_class(1, 72) != model.pair_class(1, 2)           # within rack 0: NVLink

@@ -117,6 +117,7 @@ class IdealModel:
         self._framing: dict = {}
         self._hc = None                 # host -> host class (:meth:`host_classes`)
         self._pc: dict = {}             # (class of src, class of dst) -> pair class id
+        self._pc_coarse: dict = {}      # (src facing dst, dst facing src) -> pair class id
         self._pc_rep: list = []         # pair class id -> a representative (src, dst)
         self._train_memo: dict = {}     # (pair class, size, qps) -> :meth:`_train`
         self._relay_memo: dict = {}     # (src, attachments of dst) -> PXN relay or -1
@@ -306,17 +307,40 @@ class IdealModel:
                 hc[h] = sigs.setdefault(tuple(sig), len(sigs))
             self._hc = hc
             self._n_hc = max(len(sigs), 1)
+            self._hc_sig = list(sigs)           # host class -> its (switch, links out, links in)
         return self._hc
 
-    def pair_class(self, src: int, dst: int) -> int:
-        """The pair class of ``src -> dst`` (same classes of both ends, :meth:`host_classes`)."""
-        hc = self.host_classes()
-        key = int(hc[src]) * self._n_hc + int(hc[dst])
-        cid = self._pc.get(key)
+    def _facing(self, h: int, other: int) -> tuple:
+        """The part of ``h``'s class signature (:meth:`host_classes`) in the switch-graph
+        components of ``other``'s attachments: the switches by which ``h`` reaches ``other`` or
+        is reached from it, with their links (paths never leave a component)."""
+        comp = self.paths.component
+        reach = {comp(s) for s in self.paths.attachments(other)}
+        return tuple(x for x in self._hc_sig[int(self._hc[h])] if comp(x[0]) in reach)
+
+    def _pair_id(self, fine: int, src: int, dst: int) -> int:
+        """The pair class of ``src -> dst`` whose classes make the key ``fine``: pairs whose ends
+        face each other alike (:meth:`_facing`, both ways) share it."""
+        cid = self._pc.get(fine)
         if cid is None:
-            cid = self._pc[key] = len(self._pc_rep)
-            self._pc_rep.append((int(src), int(dst)))
+            coarse = (self._facing(src, dst), self._facing(dst, src))
+            cid = self._pc_coarse.get(coarse)
+            if cid is None:
+                cid = self._pc_coarse[coarse] = len(self._pc_rep)
+                self._pc_rep.append((int(src), int(dst)))
+            self._pc[fine] = cid
         return cid
+
+    def pair_class(self, src: int, dst: int) -> int:
+        """The pair class of ``src -> dst``: pairs share one when each end faces the other with
+        the same switches and links (:meth:`_facing`: its class signature in the components of
+        the other end's attachments). Every figure of a pair depends on it only through that:
+        the first hops are the source's switches there (by NVLink preference and distance, both
+        read in those components), everything between stays in them, and the last hop is the
+        destination's links there. So GPUs of different racks on the same rails share a class
+        for traffic between racks (a pair within a rack still names the rack's NVLink chips)."""
+        hc = self.host_classes()
+        return self._pair_id(int(hc[src]) * self._n_hc + int(hc[dst]), int(src), int(dst))
 
     def pair_classes(self, src, dst) -> np.ndarray:
         """:meth:`pair_class` of each ``src[i] -> dst[i]`` (numpy arrays)."""
@@ -329,11 +353,7 @@ class IdealModel:
         uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
         ids = np.empty(len(uk), dtype=np.int64)
         for j, (k, f) in enumerate(zip(uk.tolist(), first.tolist())):
-            cid = self._pc.get(k)
-            if cid is None:
-                cid = self._pc[k] = len(self._pc_rep)
-                self._pc_rep.append((int(src[f]), int(dst[f])))
-            ids[j] = cid
+            ids[j] = self._pair_id(k, int(src[f]), int(dst[f]))
         return ids[inv.ravel()]
 
     def representative(self, cid: int) -> tuple[int, int]:

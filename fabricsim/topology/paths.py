@@ -55,6 +55,11 @@ class EqualCostPaths:
     def attachments(self, host: int) -> frozenset:
         return self._attach[host]
 
+    def component(self, switch: int) -> int:
+        """The number of ``switch``'s component in the switch graph (its Ethernet plane; an
+        NVLink switch chip is one of its own); ``-1`` for a host."""
+        return self._comp.get(switch, -1)
+
     def attachments_near(self, node: int, dst: int) -> frozenset:
         """The attachment switches of ``dst`` in the switch-graph component of switch ``node``
         (its Ethernet plane; an NVLink switch chip is a component of its own, linked to GPUs
