@@ -236,39 +236,64 @@ def test_the_bound_holds_with_nvlink_pxn_and_several_ports(tmp_path, domain, spl
     assert (c["ideal_time_ps"] <= c["time_ps"]).all() and (c["ideal_time_ps"] > 0).all()
 
 
+#: two hosts on one leaf that differ only in their links: 2 x 400G against 1 x 400G
+UNEVEN = {"kind": "explicit",
+          "nodes": [{"name": f"h{i}", "type": "host"} for i in range(4)]
+          + [{"name": "l0", "type": "switch"}, {"name": "l1", "type": "switch"}, {"name": "s0", "type": "switch"}],
+          "links": [{"a": "h0", "b": "l0", "rate": "400Gbps"}, {"a": "h0", "b": "l0", "rate": "400Gbps"},
+                    {"a": "h1", "b": "l0", "rate": "400Gbps"}, {"a": "h2", "b": "l1", "rate": "400Gbps"},
+                    {"a": "h3", "b": "l1", "rate": "200Gbps"},
+                    {"a": "l0", "b": "s0", "rate": "800Gbps"}, {"a": "l1", "b": "s0", "rate": "800Gbps"}]}
+
+
 @pytest.mark.parametrize("topology", [
     {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"}},
+    {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"},
+     "failed": {"switches": ["p1.spine0", "r1.nvs3"], "links": [["p0.leaf0", "p0.spine1"], ["r2.g0", "p2.leaf0"]]}},
     {"kind": "cluster", "domain": "hgx8", "nodes": 8, "rails": 4, "spines": 2, "nic": {"ports": 2, "rate": "400Gbps"}},
     {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4, "links_per_spine": 2},
-], ids=["nvl72", "hgx8", "leaf_spine"])
+    UNEVEN,
+], ids=["nvl72", "nvl72_failed", "hgx8", "leaf_spine", "uneven_links"])
 def test_pairs_of_one_class_have_the_figures_of_its_representative(topology):
     # pair classes join pairs whose ends face each other alike (GPUs of different racks on one
     # rail, for traffic between racks); every figure the references and the bound read off a
-    # class's representative must be the pair's own
+    # class's representative must be the pair's own, both ways
     import numpy as np
     _l, sim = prepare({"topology": topology, "simulation": {"engine": "flow"}})
     model = IdealModel(sim)
     bound = LowerBound(model, [])
+    g = sim.topology.graph
     H = sim.topology.num_hosts
     rng = np.random.default_rng(5)
     src = rng.integers(0, H, 400)
     dst = (src + rng.integers(1, H, 400)) % H
     cls = model.pair_classes(src, dst)
+    back = model.pair_classes(dst, src)
     fine = {(int(model.host_classes()[a]), int(model.host_classes()[b])) for a, b in zip(src, dst)}
-    assert len(set(cls.tolist())) <= len(fine)
-    for a, b, c in zip(src.tolist(), dst.tolist(), cls.tolist()):
+    if topology.get("kind") == "cluster":
+        assert len(set(cls.tolist())) < len(fine)                       # classes were joined
+    for a, b, c, cb in zip(src.tolist(), dst.tolist(), cls.tolist(), back.tolist()):
         ra, rb = model.representative(c)
         assert model.pair_class(a, b) == c
         assert model.framing(a, b) == model.framing(ra, rb)
         assert model.ports(a, b) == model.ports(ra, rb)          # the same first-hop switches too
+        assert model.ports(b, a) == model.ports(rb, ra)
         assert model.hops(a, b) == model.hops(ra, rb)
         assert model.fastest_hops(a, b) == model.fastest_hops(ra, rb)
         assert model.base_rtt(a, b) == model.base_rtt(ra, rb)
         assert model.train(a, b, 100_000, 2) == model._train(a, b, 100_000, 2)
-        for s in model.ports(a, b)[0]:
-            assert bound._receiver_links(s, b) == sum(
-                len(sim.topology.graph.get_edge_data(x, b)) for x in bound._settle(frozenset((s,)), b, sim.paths.attachments(b)))
-    if topology.get("domain") == "nvl72":
+        # the bound's sending and receiving sides, off the representatives, are the pair's own
+        first, n_out, out_rate = model.ports(a, b)
+        reach = tuple(sorted((sum(len(g.get_edge_data(x, b)) for x in bound._settle(
+            frozenset((s,)), b, sim.paths.attachments(b))) for s in first for _ in g.get_edge_data(a, s)), reverse=True))
+        assert bound._sending(c)[2:] == (model.fastest_hops(a, b), n_out, out_rate, bound._fastest_port(a, first), reach)
+        assert bound._receiving(cb) == (model.ports(b, a)[1], model.ports(b, a)[2],
+                                        bound._fastest_port(b, model.ports(b, a)[0]))
+    if topology is UNEVEN:
+        # h0 (2 links) and h1 (1 link) on one leaf: never one class
+        assert model.pair_class(0, 2) != model.pair_class(1, 2)
+        assert model.pair_class(2, 0) != model.pair_class(3, 0)
+    if topology.get("domain") == "nvl72" and "failed" not in topology:
         # between racks on one rail: one class for every rack pair
         assert model.pair_class(1, 72) == model.pair_class(1, 144) == model.pair_class(73, 216)
         assert model.pair_class(1, 72) != model.pair_class(1, 2)           # within rack 0: NVLink

@@ -82,8 +82,9 @@ whose ports have unequal rates). A run that beats the bound anyway gets a warnin
 ``summary.warnings`` (an error under ``FABRICSIM_CHECK_BOUND=1``, which the test suite sets).
 
 Cost: over columns (a :class:`~fabricsim.flows.MessageTable`; a list is converted once). Every
-per-leg figure depends on the two hosts only through their classes
-(:meth:`IdealModel.host_classes`), so it is computed once per class of equal inputs and per
+per-leg figure depends on the two hosts only through their pair class
+(:meth:`IdealModel.pair_class`: how each end faces the other), so it is computed once per
+class of equal inputs and per
 (size, queue pairs), on a representative pair; the PXN relay once per (source, attachment set of
 the destination). The dependency passes go level by level with numpy over the table's
 dependents CSR (one step per level of the DAG, at most ``CHUNK_EDGES`` edges gathered at once),

@@ -56,14 +56,15 @@ class EqualCostPaths:
         return self._attach[host]
 
     def component(self, switch: int) -> int:
-        """The number of ``switch``'s component in the switch graph (its Ethernet plane; an
-        NVLink switch chip is one of its own); ``-1`` for a host."""
+        """The number of ``switch``'s component in the switch graph (its Ethernet plane, or the
+        connected part of it failures leave; an NVLink switch chip is one of its own); ``-1`` for
+        a host."""
         return self._comp.get(switch, -1)
 
     def attachments_near(self, node: int, dst: int) -> frozenset:
         """The attachment switches of ``dst`` in the switch-graph component of switch ``node``
-        (its Ethernet plane; an NVLink switch chip is a component of its own, linked to GPUs
-        only), the only ones its paths to ``dst`` can reach;
+        (its Ethernet plane, or the connected part of it failures leave; an NVLink switch chip is
+        a component of its own, linked to GPUs only), the only ones its paths to ``dst`` can reach;
         all of them for a host. What lies between ``node`` and ``dst`` (:meth:`next_hops` from
         ``node`` and beyond, their distances) depends on ``dst`` only through them, so callers
         may key it by them: GPUs of different racks on one rail share them in every plane.
