@@ -187,8 +187,9 @@ def test_completed_many_gives_what_completed_gives_row_by_row(data):
 @given(st.data())
 def test_batched_connection_calls_equal_the_calls_one_by_one(data):
     # rows on a few persistent connections (and fresh queue pairs), posted, sent and done in
-    # random batches: post_many, sent_many and done_many answer as post, sent and done called
-    # row by row, and leave the same state
+    # random batches, and now and then one failing (the same call on both): post_many,
+    # sent_many and done_many answer as post, sent and done called row by row, and leave the
+    # same state, after a connection's error too
     n = data.draw(st.integers(1, 24))
     msgs = [M(i, src=data.draw(st.integers(0, 2)), dst=3, conn=data.draw(st.sampled_from([-1, 0, 1]))) for i in range(n)]
     one, many = Connections(msgs), Connections(msgs)
@@ -200,7 +201,18 @@ def test_batched_connection_calls_equal_the_calls_one_by_one(data):
                 c._err.tolist(), bytes(c._handed), sorted(c._deferred))
 
     while unposted or started or sent:
-        op = data.draw(st.sampled_from([x for x, ok in (("post", unposted), ("sent", started), ("done", sent)) if ok]))
+        op = data.draw(st.sampled_from([x for x, ok in (("post", unposted), ("sent", started), ("done", sent),
+                                                        ("fail", sent)) if ok]))
+        if op == "fail":
+            r = data.draw(st.sampled_from(sent))
+            got = one.done(r, failed=True)
+            assert many.done(r, failed=True) == got
+            s, f, flush = got
+            gone = set(f) | set(flush) | {r}
+            sent[:] = [x for x in sent if x not in gone]
+            started[:] = [x for x in started + s if x not in gone]
+            assert state(many) == state(one)
+            continue
         pool = {"post": unposted, "sent": started, "done": sent}[op]
         batch = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=len(pool), unique=True))
         if op == "post":
