@@ -208,7 +208,7 @@ class IdealModel:
             ikey = (frozenset(first), paths.attachments_reachable(first, dst))
             inner = self._inner.get(ikey)
             if inner is None:
-                inner = self._inner[ikey] = self._switch_levels(first, dst)
+                inner = self._inner[ikey] = self._switch_levels(first, dst, ikey[1])
             levels, last = inner
             hops = self._fastest[key] = [self._fastest_link(src, first)] + levels + [self._fastest_link(last, [dst])]
         return hops
@@ -241,12 +241,12 @@ class IdealModel:
                     lat = e["delay_ps"] + fwd if lat is None else min(lat, e["delay_ps"] + fwd)
         return rate, lat
 
-    def _switch_levels(self, first, dst):
+    def _switch_levels(self, first, dst, attach):
         """The fastest link per switch-to-switch hop from the level ``first`` to the switches
-        attached to ``dst``, and that last level."""
+        attached to ``dst``, and that last level. ``attach``: the attachments of ``dst`` the
+        levels can meet (:meth:`EqualCostPaths.attachments_reachable` of ``first``; the levels
+        stay in the components of ``first``)."""
         level, levels = tuple(sorted(first)), []
-        # the levels stay in the components of `first`: only dst's attachments there matter
-        attach = self.paths.attachments_reachable(first, dst)
         steps = self._level_memo
         while True:
             # the next level depends on dst only through its attachment switches (or is [dst])

@@ -308,12 +308,13 @@ class SpreadBuilder:
         a level in order of first arrival, each link's and each next switch's weight summed in
         that order (as one dict update after another would). A shared policy's step from one
         level to the next is kept per (level, its weights, the attachments the walk's starts can
-        reach, :meth:`_near_starts`, passed as ``near`` when the caller has them): the spines of
-        every plane, evenly loaded, form the second level of walks from many sources."""
+        reach, :meth:`EqualCostPaths.attachments_reachable`, passed as ``near`` when the caller
+        has them): the spines of every plane, evenly loaded, form the second level of walks from
+        many sources."""
         attach = self.paths.attachments(dst)
         memo = self._level if self.kind != "per_flow" else None
         if memo is not None and near is None:
-            near = self._near_starts(starts, dst)
+            near = self.paths.attachments_reachable(starts, dst)
         acc_p: list = []
         acc_x: list = []
         exits: dict = {}
@@ -358,12 +359,6 @@ class SpreadBuilder:
         total = np.bincount(inv.ravel(), weights=x, minlength=len(ub))
         order = np.argsort(first)                      # first arrival
         return arrived, p, x, ub[order].tolist(), total[order].tolist()
-
-    def _near_starts(self, starts, dst: int) -> frozenset:
-        """The attachments of ``dst`` a walk from ``starts`` can reach
-        (:meth:`EqualCostPaths.attachments_reachable`): a shared policy's walk depends on ``dst``
-        only through them."""
-        return self.paths.attachments_reachable(starts, dst)
 
     def _spread_at(self, node: int, dst: int, attach, qp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(links, switches they lead to, shares)`` of the equal-cost ports of switch ``node``
@@ -439,7 +434,7 @@ class SpreadBuilder:
             acc, exits = self._walk(dict(starts), dst, qp)
             mid = (acc, tuple(sorted(exits.items())))
         else:
-            mkey = (starts, self._near_starts(dict(starts), dst))
+            mkey = (starts, self.paths.attachments_reachable([x for x, _w in starts], dst))
             mid = self._mid.get(mkey)
             if mid is None:
                 acc, exits = self._walk(dict(starts), dst, qp, mkey[1])
@@ -504,7 +499,7 @@ class SpreadBuilder:
         for u in np.argsort(first, kind="stable").tolist():
             j = int(first[u])
             starts = starts_of[int(sid[j])]
-            mkey = (starts, self._near_starts(dict(starts), int(dst[j])))
+            mkey = (starts, self.paths.attachments_reachable([x for x, _w in starts], int(dst[j])))
             got = self._mid.get(mkey)
             if got is None:
                 acc, exits = self._walk(dict(starts), int(dst[j]), None, mkey[1])
