@@ -44,7 +44,7 @@ from ..flows.replay import CONNECTION_ERROR, DEPENDENCY_INCOMPLETE, Connections,
 from ..net.packet import DATA, QueuePair
 from ..net.port import Port
 from ..net.sender import Sender
-from ..net.switch import Switch
+from ..net.switch import ECN_SALT_STREAM, Switch
 from ..traffic.message import Message
 from .interface import ENGINES, RunOutcome, SimulationInput
 from .kernel import make_kernel
@@ -141,7 +141,7 @@ class PacketEngine:
         feats = sc.switch
         ecn = feats.ecn
         stamp = feats.telemetry == "on" or (feats.telemetry == "auto" and self.cc.uses_int)
-        ecn_rand = streams.py("switch.ecn").random
+        ecn_salt = streams.u64(ECN_SALT_STREAM)
         self.dropped_payload = 0
         self.dropped_packets = 0
         self.dropped_ctrl = 0
@@ -178,7 +178,7 @@ class PacketEngine:
             sw.push = self.kernel.push
             sw.seq = self.kernel.seq
             if ecn.enabled:
-                sw.kmin, sw.kmax, sw.pmax, sw.rand = ecn.kmin, ecn.kmax, ecn.pmax, ecn_rand
+                sw.kmin, sw.kmax, sw.pmax, sw.ecn_salt = ecn.kmin, ecn.kmax, ecn.pmax, ecn_salt
             sw.stamp = stamp
             self.switches[n] = sw
         self.nics: dict[int, list[Nic]] = {h: [] for h in topo.hosts}

@@ -49,6 +49,34 @@ def mix64_array(x):
     return x ^ (x >> np.uint64(31))
 
 
+#: a 64-bit draw times this is uniform in [0, 1)
+UNIT = 2.0 ** -64
+
+
+def packet_draw(salt: int, pkt, switch_id: int) -> int:
+    """The counter-based random draw of packet ``pkt`` at node ``switch_id``: 64 bits fixed by the
+    packet's identity (its queue pair's ``uid``, ``seq``, send time ``t_tx`` and ``kind``), the
+    node and the decision's seeded ``salt``, not by a sequential stream, so a draw does not depend
+    on how many draws came before it or in which order events ran. Every per-packet random
+    choice of the packet engine takes it: spraying and adaptive routing's pick among tied ports
+    (``draw % n``), RED's ECN marking (``draw * UNIT < p``); each has its own salt, so two
+    decisions on one packet at one switch are independent.
+
+    CPython's tuple hash of ints folds the fields into 64 bits (no per-process randomisation:
+    that applies to str/bytes only) but does not avalanche: alone it makes consecutive PSNs of a
+    flow repeat a port with probability 0.155, not 1/8. The splitmix64 finaliser on top gives
+    independent draws (docs/fidelity/routing.md, Performance).
+
+    >>> from types import SimpleNamespace as P
+    >>> pkt = P(qp=P(uid=3), seq=10, t_tx=5000, kind=0)
+    >>> packet_draw(7, pkt, 1) == packet_draw(7, pkt, 1) != packet_draw(7, pkt, 2)
+    True
+    >>> 0 <= packet_draw(7, pkt, 1) * UNIT < 1
+    True
+    """
+    return mix64(hash((salt, pkt.qp.uid, pkt.seq, pkt.t_tx, pkt.kind, switch_id)))
+
+
 def _five_tuple_hash(salt, src, dst, sport, dport, proto, mix):
     # the one definition, for Python ints (mix64) and uint64 arrays (mix64_array): the products
     # are reduced modulo 2**64 by the mix (ints) or by uint64 arithmetic (arrays)

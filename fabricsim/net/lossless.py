@@ -94,7 +94,7 @@ class LosslessPort(Port):
         else:
             sw = self.sw
             q = self.qbytes - wire          # bytes queued behind it as it starts to leave
-            if sw is not None and sw.at_dequeue and sw.kmin is not None and q > sw.kmin and sw.mark(q):
+            if sw is not None and sw.at_dequeue and sw.kmin is not None and q > sw.kmin and sw.mark(q, pkt):
                 pkt.ce = 1
                 self.ecn_marks += 1
             if pfc.stamp:
@@ -206,7 +206,7 @@ class LosslessSwitch(Switch):
                 if self.stamp:
                     pkt.wire += self.int_first if pkt.tel is None else self.int_hop
                 kmin = self.kmin
-                if kmin is not None and not self.at_dequeue and port.qbytes > kmin and self.mark(port.qbytes):
+                if kmin is not None and not self.at_dequeue and port.qbytes > kmin and self.mark(port.qbytes, pkt):
                     pkt.ce = 1
                     port.ecn_marks += 1
             pkt.inport = ing

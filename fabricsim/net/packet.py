@@ -16,8 +16,8 @@ from collections import deque
 
 # flow identity (5-tuples, hashes, the queue-pair split) is the engine-neutral layer's; re-exported here
 from ..flows.identity import (  # noqa: F401
-    FLOWS_SALT_STREAM, MASK64, ROCE_DPORT, UDP, ConnectionTable, five_tuple_hash, mix64, queue_pair_tuple,
-    split_bytes)
+    FLOWS_SALT_STREAM, MASK64, ROCE_DPORT, UDP, UNIT, ConnectionTable, five_tuple_hash, mix64, packet_draw,
+    queue_pair_tuple, split_bytes)
 
 DATA, ACK, NAK, CNP = 0, 1, 2, 3
 KIND_NAMES = ("data", "ack", "nak", "cnp")

@@ -34,10 +34,13 @@ that starts at once (idle port) sees an empty queue and is settled immediately.
 """
 from __future__ import annotations
 
-from .packet import ACK, CNP, NAK
+from .packet import ACK, CNP, NAK, UNIT, packet_draw
 from .port import PS_BITS, SharedBuffer
 
 #: ``switch.strict_priority`` -> packet kinds (DATA, ACK, NAK, CNP) in the strict class
+#: name of the random stream the per-run ECN marking salt is drawn from
+ECN_SALT_STREAM = "switch.ecn.salt"
+
 STRICT_KINDS = {"cnp": (CNP,), "control": (ACK, NAK, CNP), "none": ()}
 
 
@@ -45,7 +48,7 @@ class Switch:
     #: ports run by Lindley's recursion (dequeue-time samples are settled lazily, see module doc)
     lindley = True
     __slots__ = ("id", "name", "engine", "table", "route", "paths", "port_to", "choose", "shared", "ports",
-                 "kernel", "push", "seq", "kmin", "kmax", "pmax", "rand", "stamp", "strict", "at_dequeue",
+                 "kernel", "push", "seq", "kmin", "kmax", "pmax", "ecn_salt", "stamp", "strict", "at_dequeue",
                  "int_hop", "int_first")
 
     def __init__(self, node, name, engine):
@@ -60,7 +63,7 @@ class Switch:
         self.kmin = None        # ECN: None = no marking; else thresholds in bytes
         self.kmax = 0
         self.pmax = 0.0
-        self.rand = None
+        self.ecn_salt = 0       # ECN: the salt of the marking draws (packet_draw)
         self.stamp = False      # in-band telemetry on data packets
         self.strict = (False, False, False, True)   # by packet kind: in the strict-priority class
         self.at_dequeue = True  # ECN / INT sampled at dequeue (else at enqueue)
@@ -123,11 +126,13 @@ class Switch:
         r = self.route[dst] = (t[0] if len(t) == 1 else None, t)
         return r
 
-    def mark(self, q: int) -> bool:
-        """RED decision for a data packet that sees ``q`` bytes queued (q > kmin)."""
+    def mark(self, q: int, pkt) -> bool:
+        """RED decision for data packet ``pkt`` that sees ``q`` bytes queued (q > kmin): marked with
+        probability ``pmax (q - kmin) / (kmax - kmin)`` (1 above ``kmax``), by the packet's
+        counter-based draw at this switch (:func:`~fabricsim.flows.identity.packet_draw`)."""
         if q > self.kmax:
             return True
-        return self.rand() < self.pmax * (q - self.kmin) / (self.kmax - self.kmin)
+        return packet_draw(self.ecn_salt, pkt, self.id) * UNIT < self.pmax * (q - self.kmin) / (self.kmax - self.kmin)
 
     def settle(self, port, t) -> None:
         """Decide ECN and INT for the packets of ``port`` that started to leave by ``t`` (module doc)."""
@@ -137,7 +142,7 @@ class Switch:
         while pend and pend[0][0] <= t:
             _, end, tx, prio, pkt = pend.popleft()
             q = count - (tx - prio)
-            if kmin is not None and q > kmin and self.mark(q):
+            if kmin is not None and q > kmin and self.mark(q, pkt):
                 pkt.ce = 1
                 port.ecn_marks += 1
             if self.stamp:
@@ -226,7 +231,7 @@ class Switch:
         pkt.wire = wire
         kmin = self.kmin
         at_dequeue = self.at_dequeue
-        if kmin is not None and not at_dequeue and q > kmin and not kind and self.mark(q):
+        if kmin is not None and not at_dequeue and q > kmin and not kind and self.mark(q, pkt):
             pkt.ce = 1
             port.ecn_marks += 1
         start = bu

@@ -19,7 +19,8 @@ keys under ``routing:``::
 
 ``exact: true`` restores the earlier policy for comparison: the exact, instantaneous least
 backlog (``metric: queue_util`` adds ``util_weight`` x the bytes the port sent over its last
-``util_window``), ties broken at random from the named stream ``routing.adaptive``; the grade,
+``util_window``), ties broken by the packet's counter-based draw
+(:func:`fabricsim.flows.identity.packet_draw`, salt from the stream ``routing.adaptive.exact.salt``); the grade,
 refresh and remote keys are then ignored. With every candidate busy it deterministically takes the
 earliest-free port, which makes flows phase-lock onto one uplink and collide on spine downlinks the
 leaf cannot see (docs/fidelity/routing.md); it is kept only to show that effect.
@@ -31,6 +32,7 @@ from operator import attrgetter
 
 from pydantic import Field, model_validator
 
+from ..flows.identity import packet_draw
 from .base import ROUTING, RoutingPolicy
 from .quality import PortQuality, QualityParams
 
@@ -61,8 +63,7 @@ class Adaptive(RoutingPolicy):
         super().__init__(params, streams)
         self.quality = PortQuality(params, streams.u64("routing.adaptive.salt"))
         if params.exact:
-            # a named stream: the exact policy is kept bit-for-bit as it was
-            self._random = streams.py("routing.adaptive").random
+            self._salt = streams.u64("routing.adaptive.exact.salt")
             self._util = params.metric != "queue"
             self._w = params.util_weight
             self._win = params.util_window
@@ -99,10 +100,10 @@ class Adaptive(RoutingPolicy):
                 order = sorted(ports, key=_BUSY_UNTIL)
                 first = order[0].busy_until
                 n = bisect_right(order, first if first > now else now, key=_BUSY_UNTIL)
-                return order[0] if n == 1 else order[int(self._random() * n)]
+                return order[0] if n == 1 else order[packet_draw(self._salt, pkt, switch.id) % n]
             scores = [((p.busy_until - now) * p.rate if p.busy_until > now else 0) for p in ports]
         else:
             scores = [self._score(p, now) for p in ports]
         best = min(scores)
         tied = [p for p, q in zip(ports, scores) if q == best]
-        return tied[0] if len(tied) == 1 else tied[int(self._random() * len(tied))]
+        return tied[0] if len(tied) == 1 else tied[packet_draw(self._salt, pkt, switch.id) % len(tied)]

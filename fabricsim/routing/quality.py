@@ -38,7 +38,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from ..config.types import PositiveSize, PositiveTime
-from ..flows.identity import mix64
+from ..flows.identity import packet_draw
 from .base import PolicyParams
 
 PS_BITS = 8 * 10**12          # bits per byte x ps per second
@@ -259,8 +259,4 @@ class PortQuality:
         n = len(best)
         if n == 1:
             return best[0]
-        # CPython's tuple hash of ints folds the fields into 64 bits (no per-process
-        # randomisation: that applies to str/bytes only) but is not avalanching: alone it makes
-        # consecutive PSNs of a flow repeat a port with probability 0.155, not 1/8. The splitmix64
-        # finaliser on top gives independent draws (docs/fidelity/routing.md, Performance).
-        return best[mix64(hash((self._salt, pkt.qp.uid, pkt.seq, pkt.t_tx, pkt.kind, switch.id))) % n]
+        return best[packet_draw(self._salt, pkt, switch.id) % n]
