@@ -16,6 +16,9 @@ What is measured (all in one process, one after the other, so they share the mac
 * ``heap_kernel``: the same minimal callbacks through ``HeapKernel.schedule`` / ``HeapKernel.run``.
 * ``bare_simpy``: the same loop as SimPy events with one callback each, driven by ``env.step()``.
 * ``simpy_kernel``: the minimal callbacks through :class:`~fabricsim.engine.kernel.SimpyKernel`.
+* ``bare_compiled``: the same streams in compiled code (numba), one agenda entry per stream moved
+  in place when it runs (a port that stays busy): the ceiling of a compiled packet core's event
+  loop, at the same agenda sizes as ``bare_heapq`` (compilation not timed; cached on disk).
 * ``engine``: ``fabricsim.run(scenario)`` on a leaf-spine, cross-leaf permutation, for each
   routing policy, on ``simulation.kernel: heap`` (best of ``--repeat``) and ``simpy``; the two
   kernels must give identical messages and links tables (asserted).
@@ -39,6 +42,8 @@ import sys
 import time
 from itertools import count
 from pathlib import Path
+
+import numpy as np
 
 import fabricsim
 from fabricsim.engine.kernel import HeapKernel, SimpyKernel
@@ -148,13 +153,79 @@ def simpy_kernel_loop(n_events: int, pending: int) -> float:
     return k.events / (time.perf_counter() - start)
 
 
+def _compiled_port_loop():
+    """The compiled loop of :func:`bare_compiled` (numba, cached on disk; ``None`` without numba)."""
+    try:
+        from numba import njit
+    except ImportError:                                   # pragma: no cover - numba is a dependency
+        return None
+
+    @njit(cache=True, nogil=True)
+    def loop(t0, period, n_events):
+        # one agenda entry per stream (a busy port), in a binary heap ordered by (time, seq):
+        # running an entry moves that same entry to its next time (increase-key at the root,
+        # sift down), as a compiled packet core does with a port that stays busy
+        n = t0.size
+        key_t = t0.copy()
+        key_s = np.arange(n, dtype=np.int64)
+        heap = np.arange(n, dtype=np.int64)               # heap position -> stream
+        order = np.argsort(key_t * n + key_s)
+        heap[:] = order
+        seq = n
+        done = 0
+        acc = 0
+        while done < n_events:
+            top = heap[0]
+            acc += key_t[top]                             # the event's work: read its time
+            key_t[top] += period[top]
+            key_s[top] = seq
+            seq += 1
+            i = 0
+            while True:                                   # sift the root down
+                c = 2 * i + 1
+                if c >= n:
+                    break
+                if c + 1 < n:
+                    a, b = heap[c], heap[c + 1]
+                    if key_t[b] < key_t[a] or (key_t[b] == key_t[a] and key_s[b] < key_s[a]):
+                        c += 1
+                x = heap[c]
+                if key_t[top] < key_t[x] or (key_t[top] == key_t[x] and key_s[top] < key_s[x]):
+                    break
+                heap[i] = x
+                i = c
+            heap[i] = top
+            done += 1
+        return acc
+
+    return loop
+
+
+def bare_compiled(n_events: int, pending: int) -> float:
+    """Events/s of the same streams as :func:`bare_heapq` run by compiled code (numba) with one
+    agenda entry per stream: the ceiling a compiled packet core's event loop works under (issue
+    15's "bare compiled event loop"). Compilation (first call; cached on disk) is not timed."""
+    loop = _compiled_port_loop()
+    if loop is None:                                      # pragma: no cover
+        return float("nan")
+    per = _periods(pending)
+    t0 = np.array([a for a, _ in per], dtype=np.int64)
+    d = np.array([b for _, b in per], dtype=np.int64)
+    loop(t0, d, 10)                                       # compile (or load the cache)
+    start = time.perf_counter()
+    loop(t0, d, n_events)
+    return n_events / (time.perf_counter() - start)
+
+
 def measure_loops(n_events: int, pendings) -> dict:
     out = {}
     for name, fn in (("bare_heapq", bare_heapq), ("heap_kernel", heap_kernel_loop),
-                     ("bare_simpy", bare_simpy), ("simpy_kernel", simpy_kernel_loop)):
-        sizes = pendings if name == "bare_heapq" else (REFERENCE_PENDING,)
-        # the SimPy loops are ~3x slower: fewer events keep the run short
-        n = n_events if "heap" in name else max(n_events // 3, 1000)
+                     ("bare_simpy", bare_simpy), ("simpy_kernel", simpy_kernel_loop),
+                     ("bare_compiled", bare_compiled)):
+        sizes = pendings if name in ("bare_heapq", "bare_compiled") else (REFERENCE_PENDING,)
+        # the SimPy loops are ~3x slower: fewer events keep the run short; the compiled one ~50x
+        # faster: more events make it measurable
+        n = n_events if "heap" in name else 20 * n_events if name == "bare_compiled" else max(n_events // 3, 1000)
         out[name] = {str(p): _best(lambda: fn(n, p), 2) for p in sizes}
     return out
 
