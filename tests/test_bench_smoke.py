@@ -28,7 +28,7 @@ def test_bench_packet_quick_runs_and_writes_its_report(tmp_path, capsys):
     res = json.loads(out.read_text())
     assert {"machine", "config", "loops_events_per_s", "engine", "reference", "profiles", "command"} <= set(res)
     assert res["machine"]["python"] and res["machine"]["cpu_count"]
-    for loop in ("bare_heapq", "heap_kernel", "bare_simpy", "simpy_kernel"):
+    for loop in ("bare_heapq", "heap_kernel", "bare_simpy", "simpy_kernel", "bare_compiled"):
         assert all(v > 0 for v in res["loops_events_per_s"][loop].values())
     rows = {(r["routing"], r["kernel"]): r for r in res["engine"]}
     assert set(rows) == {(p, k) for p in ("ecmp", "adaptive", "spray") for k in ("heap", "simpy")}

@@ -13,6 +13,7 @@ What DCQCN should do (paper section 5; DOCA firmware arithmetic) and these tests
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -66,9 +67,14 @@ def test_cx_collision_fair_share_and_full_utilisation(tmp_path, n):
     assert steady[_bottleneck(r)].mean() > 0.97
     shares = [steady[k].mean() for k in _sender_links(r, n)]
     assert all(abs(s - 1 / n) < 0.12 / n * 2 for s in shares), shares
-    # pattern time within 5 % of the fluid ideal (n x 16 MB through one 400G link)
+    # with 2 flows the pattern ends within 5 % of the fluid ideal (n x 16 MB through one 400G
+    # link; 1.03-1.04 over seeds 1-10). With 3 the end is the last survivor's: where its rate was
+    # cut late in the overlap it climbs back only as fast as the byte counter allows (the next
+    # test): over seeds 1-340 the pattern took 1.03-1.64x the ideal with a sequential ECN stream,
+    # 1.03-2.10x with the counter-based draws (median 1.05 both): no bound that is a property
     ideal = n * 16e6 * 8 / 400e9 * 1e12
-    assert r.messages.end_ps.max() < 1.05 * ideal + 20 * US
+    if n == 2:
+        assert r.messages.end_ps.max() < 1.05 * ideal + 20 * US
 
 
 def test_cx_survivor_recovery_follows_byte_counter_arithmetic(tmp_path):
@@ -78,12 +84,17 @@ def test_cx_survivor_recovery_follows_byte_counter_arithmetic(tmp_path):
     m = r.messages.sort_values("size_bytes")
     t_free = int(m.end_ps.iloc[1])
     surv = _sender_links(r, 3)[2]
+    t_end = int(m.end_ps.iloc[2])
     a = u[(u.index >= t_free + 700 * US) & (u.index < t_free + 750 * US)][surv].mean()
-    b = u[(u.index >= t_free + 1150 * US) & (u.index < t_free + 1200 * US)][surv].mean()
     assert 0.3 < a < 0.8                               # far from line rate 0.7 ms after it is free
-    r_bps = a * 400e9
-    expected = r_bps * 50e6 / (8 * 32767) * 450e-6 / 400e9   # utilisation gained in 450 us
-    assert expected * 0.5 < b - a < expected * 1.6, (a, b, expected)
+    # from then until it nears line rate (or its last 100 us), dR/dt = R x 50e6 / (8 x 32767):
+    # the log of its utilisation per 50 us bin grows linearly at that slope
+    x = u[(u.index >= t_free + 700 * US) & (u.index + 50 * US <= t_end - 100 * US)][surv]
+    x = x[(x > 0) & (x < 0.95)]
+    assert len(x) >= 3, (t_free, t_end)
+    slope = np.polyfit(x.index.to_numpy() / US, np.log(x.to_numpy()), 1)[0]      # per us
+    expected = 50e6 / (8 * 32767) * 1e-6
+    assert expected * 0.5 < slope < expected * 1.6, (a, slope, expected, len(x))
 
 
 def _cx(**params):
