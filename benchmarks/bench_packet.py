@@ -18,7 +18,7 @@ What is measured (all in one process, one after the other, so they share the mac
 * ``simpy_kernel``: the minimal callbacks through :class:`~fabricsim.engine.kernel.SimpyKernel`.
 * ``bare_compiled``: the same streams in compiled code (numba), one agenda entry per stream moved
   in place when it runs (a port that stays busy): the ceiling of a compiled packet core's event
-  loop, at the same agenda sizes as ``bare_heapq`` (compilation not timed; cached on disk).
+  loop, at the same agenda sizes as ``bare_heapq`` (compilation not timed).
 * ``engine``: ``fabricsim.run(scenario)`` on a leaf-spine, cross-leaf permutation, for each
   routing policy, on ``simulation.kernel: heap`` (best of ``--repeat``) and ``simpy``; the two
   kernels must give identical messages and links tables (asserted).
@@ -154,13 +154,15 @@ def simpy_kernel_loop(n_events: int, pending: int) -> float:
 
 
 def _compiled_port_loop():
-    """The compiled loop of :func:`bare_compiled` (numba, cached on disk; ``None`` without numba)."""
+    """The compiled loop of :func:`bare_compiled` (numba; ``None`` without numba)."""
     try:
         from numba import njit
     except ImportError:                                   # pragma: no cover - numba is a dependency
         return None
 
-    @njit(cache=True, nogil=True)
+    # (not cached on disk: this module is loaded by path in the bench smoke test, a module numba's
+    # cache cannot find again; compiling takes about a second)
+    @njit(nogil=True)
     def loop(t0, period, n_events):
         # one agenda entry per stream (a busy port), in a binary heap ordered by (time, seq):
         # running an entry moves that same entry to its next time (increase-key at the root,
@@ -204,7 +206,7 @@ def _compiled_port_loop():
 def bare_compiled(n_events: int, pending: int) -> float:
     """Events/s of the same streams as :func:`bare_heapq` run by compiled code (numba) with one
     agenda entry per stream: the ceiling a compiled packet core's event loop works under (issue
-    15's "bare compiled event loop"). Compilation (first call; cached on disk) is not timed."""
+    15's "bare compiled event loop"). Compilation (first call) is not timed."""
     loop = _compiled_port_loop()
     if loop is None:                                      # pragma: no cover
         return float("nan")
