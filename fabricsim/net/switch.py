@@ -37,10 +37,10 @@ from __future__ import annotations
 from .packet import ACK, CNP, NAK, UNIT, packet_draw
 from .port import PS_BITS, SharedBuffer
 
-#: ``switch.strict_priority`` -> packet kinds (DATA, ACK, NAK, CNP) in the strict class
 #: name of the random stream the per-run ECN marking salt is drawn from
 ECN_SALT_STREAM = "switch.ecn.salt"
 
+#: ``switch.strict_priority`` -> packet kinds (DATA, ACK, NAK, CNP) in the strict class
 STRICT_KINDS = {"cnp": (CNP,), "control": (ACK, NAK, CNP), "none": ()}
 
 
