@@ -159,18 +159,20 @@ def test_ecmp_completion_is_set_by_the_most_collided_link(engine):
 
 # 9 spines for 8 hosts per leaf: the data alone would fill 8, and the ACKs coming back (86 B per
 # 4178 B packet, 2 %) need the slack. On exactly 8 spines the spine->leaf downlinks run at 102 %
-# and adaptive falls from ~0.96 to 0.92-0.93 (a real effect, covered by the next test).
+# and adaptive falls from ~0.96 to 0.92-0.94 (a real effect, covered by the next test).
 FABRIC = leaf_spine(n_per_leaf=8, leaves=4, spines=9)
 
 
 def test_acks_overload_a_fabric_sized_for_data_alone():
-    def ratio(spines, seed):
+    # compared on the mean of three seeds: one seed's ratio moves by about 0.01 with the
+    # placement (seeds 1-4: 0.935-0.941 on 8 spines, 0.955-0.967 on 9)
+    def ratio(spines):
         topo = leaf_spine(n_per_leaf=8, leaves=4, spines=spines)
-        res = fabricsim.run(scenario(topo, {"pattern": "permutation", "locality": "cross_leaf",
-                                            "message_size": "4MiB"}, routing="adaptive", seed=seed))
-        return res.summary["effective_bandwidth"]["completion_time_ratio"]
-    for seed in (1, 2):
-        assert ratio(8, seed) < ratio(9, seed) - 0.02
+        return np.mean([fabricsim.run(scenario(topo, {"pattern": "permutation", "locality": "cross_leaf",
+                                                      "message_size": "4MiB"}, routing="adaptive", seed=seed)
+                                      ).summary["effective_bandwidth"]["completion_time_ratio"]
+                        for seed in (1, 2, 3)])
+    assert ratio(8) < ratio(9) - 0.02
 
 
 @ENGINES

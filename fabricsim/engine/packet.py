@@ -670,8 +670,12 @@ class PacketEngine:
 
     def in_flight(self):
         """Packets in the network now: every packet a port holds (queued, being serialised, or
-        propagating towards the next node), as a list."""
+        propagating towards the next node) and every control packet a host NIC holds for its
+        next transmit attempt (``Nic.send_ctrl``), as a list."""
         out = []
+        for nics in self.nics.values():
+            for nic in nics:
+                out.extend(nic.ctrlq)
         for p in self.ports:
             out.extend(entry[3] for entry in p.inflight)
             out.extend(entry[3] for entry in p.lane.inflight)     # strict-priority class (CNPs)
