@@ -275,18 +275,12 @@ def run_engine(cfg: dict, routing: str, kernel: str):
 
 
 def hop_split(res, wall_s: float) -> dict:
-    """Data and control (ACK/NAK/CNP) packet-hops from the links table.
-
-    ``summary.run.packet_hops`` counts every packet a port sent, ACKs included, up to the end of
-    the event loop; the heap kernel checks its stop flag every 65,536 events, so it may run past
-    the last message completion (the trailing ACKs), while the simpy kernel stops at once. The
-    links table is frozen at the last completion on both kernels. Every control packet has the
-    receiver's ``ack_size`` on the wire, so control hops = tx_control_bytes / ack_size per link."""
+    """Data and control (ACK/NAK/CNP) packet-hops from the links table (``tx_packets`` and
+    ``tx_control_packets``, frozen at the last message completion on both kernels; the summary's
+    ``run.packet_hops_data`` / ``packet_hops_control`` are the same sums)."""
     links = res.links
-    from fabricsim.units import parse_size
-    ack = parse_size((res.scenario.get("receiver") or {}).get("ack_size", "86B"))
     hops = int(links["tx_packets"].sum())
-    ctrl = int((links["tx_control_bytes"] // ack).sum())
+    ctrl = int(links["tx_control_packets"].sum())
     return {"links_table_hops": hops, "control_packet_hops": ctrl, "data_packet_hops": hops - ctrl,
             "data_packet_hops_per_s": (hops - ctrl) / wall_s if wall_s else None}
 

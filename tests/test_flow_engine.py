@@ -248,7 +248,7 @@ def test_not_modelled_figures_are_named_and_absent():
     assert "link_timeseries" not in nm           # sampled from the fluid rates (queue_bytes NA: "queues")
     assert all(isinstance(v, str) and v for v in nm.values())
     L = res.links
-    for col in ("tx_control_bytes", "tx_packets", "peak_queue_bytes", "drops_buffer_full", "ecn_marked_packets",
+    for col in ("tx_control_bytes", "tx_control_packets", "tx_packets", "peak_queue_bytes", "drops_buffer_full", "ecn_marked_packets",
                 "pfc_pause_events", "pfc_paused_ps"):
         assert L[col].isna().all(), col
     assert (L["tx_bytes"] == L["tx_data_bytes"]).all()

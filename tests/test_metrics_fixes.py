@@ -194,3 +194,29 @@ def test_ideal_references_are_lower_bounds(domain, pattern, split, pxn, ports, s
     assert r.summary["messages"]["completed"] == r.summary["messages"]["total"]
     assert (r.messages["slowdown"].astype("float64") >= 1.0).all()
     assert 0 < r.summary["effective_bandwidth"]["completion_time_ratio"] <= 1.0
+
+
+# ----------------------------------------------------------------------------- packet hops split
+@pytest.mark.parametrize("pfc", [False, True])
+def test_packet_hops_split_into_data_and_control(pfc, tmp_path):
+    # one 1 MiB message across the spine: 256 MTU packets over 4 links each; the ACKs come back
+    # over 4 links each (the last ones may still be on their way when the run ends)
+    csv = tmp_path / "one.csv"
+    csv.write_text("src,dst,size_bytes\n0,1,1048576\n")
+    sc = {"name": "hops", "topology": {"kind": "leaf_spine", "hosts_per_leaf": 1, "leaves": 2, "spines": 1},
+          "traffic": {"pattern": "csv", "path": str(csv)},
+          "switch": {"pfc": {"enabled": pfc}}, "simulation": {"seed": 1}}
+    r = fabricsim.run(sc)
+    run = r.summary["run"]
+    ctrl = r.summary["conservation"]["control"]
+    sent, arrived = ctrl["sent_packets"], ctrl["arrived_packets"]
+    assert arrived > 0 and ctrl["dropped_packets"] == 0
+    assert run["packet_hops_data"] == 4 * 256
+    assert run["packet_hops_data"] + run["packet_hops_control"] == run["packet_hops"]
+    assert run["packet_hops_control"] == int(r.links["tx_control_packets"].sum())
+    # an arrived ACK crossed 4 links; one in flight 0 to 3 (0: still held by the NIC)
+    assert 4 * arrived <= run["packet_hops_control"] <= 4 * arrived + 3 * (sent - arrived)
+    back = int(r.links.loc[r.links["src"] == 1, "tx_control_packets"].sum())   # the receiver's NIC
+    assert arrived <= back <= sent
+    assert (r.links.loc[r.links["src"] == 0, "tx_control_packets"] == 0).all()
+    assert (r.links["tx_control_packets"] <= r.links["tx_packets"]).all()

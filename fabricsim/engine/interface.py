@@ -25,6 +25,7 @@ LINK_COLUMNS = {
     "rate_bps": "line rate", "delay_ps": "propagation delay",
     "tx_bytes": "wire bytes sent (data and control)", "tx_data_bytes": "wire bytes of data packets",
     "tx_control_bytes": "wire bytes of control packets (ACK, NAK, CNP)", "tx_packets": "packets sent",
+    "tx_control_packets": "control packets sent (of tx_packets)",
     "peak_queue_bytes": "largest backlog", "drops_buffer_full": "packets dropped, buffer full",
     "dropped_bytes": "wire bytes dropped", "drops_control": "control packets dropped",
     "ecn_marked_packets": "packets CE-marked", "pfc_pause_events": "PFC pauses received",

@@ -630,10 +630,13 @@ class PacketEngine:
         self.recorder.refresh()
         links = self._final_links if (self._final_links is not None and not self.remaining) else self._link_rows(now)
         hops = sum(row["tx_packets"] for row in links)   # up to the run's end, as the links table
+        hops_ctrl = sum(row["tx_control_packets"] for row in links)
         counters = {"dropped_packets": self.dropped_packets, "dropped_payload_bytes": self.dropped_payload,
                     "injected_payload_bytes": sum(st.injected for st in self.states.values())
                     + sum(p.injected for p in self.pieces if p.final)}
         counters["dropped_control_packets"] = self.dropped_ctrl
+        counters["packet_hops_data"] = hops - hops_ctrl
+        counters["packet_hops_control"] = hops_ctrl
         counters.update(self.sender.counters())
         counters["pfc_pause_events"] = sum(p.pause_events for p in self.ports)
         if self.gpu_compute:
@@ -776,7 +779,7 @@ class PacketEngine:
         return [{
             "link_id": p.index, "src": p.owner, "dst": p.peer, "kind": p.kind, "rate_bps": p.rate,
             "delay_ps": p.delay, "tx_bytes": p.tx_bytes, "tx_data_bytes": p.tx_bytes - p.ctrl_bytes,
-            "tx_control_bytes": p.ctrl_bytes, "tx_packets": p.tx_packets,
+            "tx_control_bytes": p.ctrl_bytes, "tx_packets": p.tx_packets, "tx_control_packets": p.ctrl_packets,
             "peak_queue_bytes": p.peak_queue_bytes, "drops_buffer_full": p.drops,
             "dropped_bytes": p.dropped_bytes, "drops_control": p.ctrl_drops, "ecn_marked_packets": p.ecn_marks,
             "pfc_pause_events": p.pause_events,

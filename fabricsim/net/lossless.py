@@ -91,6 +91,7 @@ class LosslessPort(Port):
         pfc = self.pfc
         if pkt.kind:
             self.ctrl_bytes += wire
+            self.ctrl_packets += 1
         else:
             sw = self.sw
             q = self.qbytes - wire          # bytes queued behind it as it starts to leave

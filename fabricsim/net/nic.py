@@ -132,6 +132,7 @@ class Nic:
         port.busy_until = bu
         port.tx_bytes += wire
         port.ctrl_bytes += wire
+        port.ctrl_packets += 1
         port.tx_packets += 1
         pkt.hop = port
         entry = (bu + port.offset, next(self.seq), port.deliver, pkt)

@@ -30,7 +30,7 @@ class Port:
     __slots__ = ("index", "owner", "peer", "kind", "rate", "delay", "offset", "deliver", "busy_until",
                  "tx_bytes", "tx_packets", "peak_ps", "buffer", "shared", "drops", "dropped_bytes",
                  "util_mark_t", "util_mark_bytes", "util_rate", "inflight", "ps_per_byte", "ecn_marks",
-                 "ctrl_drops", "ctrl_bytes", "paused", "pause_events", "paused_ps", "paused_since",
+                 "ctrl_drops", "ctrl_bytes", "ctrl_packets", "paused", "pause_events", "paused_ps", "paused_since",
                  "pend", "lane", "prio_bytes", "sw", "in_pool", "pool_idx")
 
     def __init__(self, index: int, owner: int, peer: int, kind: str, rate_bps: int, delay_ps: int,
@@ -60,6 +60,7 @@ class Port:
         self.inflight = deque()                    # agenda entries of arrivals not yet run (see above)
         self.ecn_marks = 0                         # data packets marked CE on this egress queue
         self.ctrl_bytes = 0                        # of ``tx_bytes``: control packets (ACK/NAK/CNP)
+        self.ctrl_packets = 0                      # of ``tx_packets``: control packets
         self.ctrl_drops = 0                        # of ``drops``: control packets (ACK/NAK/CNP)
         self.paused = False                        # PFC: the peer has paused this port's data class
         self.pause_events = 0                      # PFC: pause frames received (XOFF)

@@ -180,6 +180,7 @@ class Switch:
         port.tx_bytes += wire
         port.tx_packets += pkt.npk
         port.ctrl_bytes += wire
+        port.ctrl_packets += 1
         port.prio_bytes += wire
         entry = (end + port.offset, next(self.seq), port.deliver, pkt)
         pkt.hop = lane
@@ -246,6 +247,7 @@ class Switch:
         port.tx_packets += pkt.npk
         if kind:
             port.ctrl_bytes += wire
+            port.ctrl_packets += 1
         elif at_dequeue:
             if start > t:                   # it waits: settle its sample when it starts (module doc)
                 if kmin is not None or stamp:
