@@ -108,13 +108,13 @@ class Nic:
         ahead of queued data).
 
         If a transmit attempt is already due at the instant the wire frees, the packet is handed
-        to it (``ctrlq``): the attempt serialises the control packets first and then decides what
-        data to send at the end of them, in one event. The control packets leave exactly when
-        they would if serialised here; the data decision is taken with the state of the
-        attempt's instant, not of the instant the control packets have left, a few ns later
-        (one 86 B ACK is 1.7 ns at 400G). Serialising here instead would push the wire's free
-        time past the attempt, which would then have to run again (docs/fidelity.md, "NIC
-        control packets").
+        to it (``ctrlq``): the attempt serialises the control packets first and then its data
+        unit, starting when they have left, in one event. The control packets leave exactly when
+        they would if serialised here; the choice of data unit sees the state at the attempt's
+        instant, not at the end of the control packets, a few ns later (one 86 B ACK is 1.7 ns
+        at 400G). Serialising here instead would push the wire's free time past the attempt,
+        which would then have to run again (docs/fidelity/transport.md, "NIC control packets
+        and the data decision").
         """
         if self.busy and self.pending_at == self.port.busy_until > t:
             self.ctrlq.append(pkt)
