@@ -28,23 +28,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 CHILD = r"""
-import json, sys, time
+import json, sys
 sys.path.insert(0, sys.argv[3])
-from fabricsim import __version__
-from fabricsim.analysis.recorder import Recorder
-from fabricsim.analysis.result import build_result
-from fabricsim.api import prepare
-from fabricsim.engine.interface import ENGINES
 import bench_htsim
-sc = bench_htsim.scenario(sys.argv[1], "default", int(sys.argv[2]))
-_loaded, sim = prepare(sc)
-s = sim.scenario
-rec = Recorder(s.outputs.latency_rel_error, s.outputs.timeseries_bin)
-eng = ENGINES.get("packet")(sim, rec)
-t0 = time.perf_counter()
-out = eng.run()
-wall = time.perf_counter() - t0
-res = build_result(sim, rec, out, wall, __version__)
+from bench_nvlink import run_engine
+eng, res, wall = run_engine(bench_htsim.scenario(sys.argv[1], "default", int(sys.argv[2])))
 nics = [n for ns in eng.nics.values() for n in ns]
 calls = sum(n.tx_calls for n in nics)
 sent = sum(n.tx_sent for n in nics)

@@ -62,13 +62,26 @@ def scenario(traffic: dict, nvlink: dict | None, domain_size: int) -> dict:
             "simulation": {"seed": 1, "time_limit": "50ms"}}
 
 
-def measure(sc: dict, count_tx: bool) -> dict:
-    """Run one scenario in this process: figures from the summary and the engine's NICs."""
+def run_engine(sc: dict):
+    """Run ``sc`` on the packet engine in this process, keeping the engine (its NICs' counters):
+    ``(engine, result, engine wall seconds)``."""
     from fabricsim import __version__
     from fabricsim.analysis.recorder import Recorder
     from fabricsim.analysis.result import build_result
     from fabricsim.api import prepare
     from fabricsim.engine.interface import ENGINES
+    _loaded, sim = prepare(sc)
+    s = sim.scenario
+    rec = Recorder(s.outputs.latency_rel_error, s.outputs.timeseries_bin)
+    eng = ENGINES.get("packet")(sim, rec)
+    t0 = time.perf_counter()
+    out = eng.run()
+    wall = time.perf_counter() - t0
+    return eng, build_result(sim, rec, out, wall, __version__), wall
+
+
+def measure(sc: dict, count_tx: bool) -> dict:
+    """Run one scenario in this process: figures from the summary and the engine's NICs."""
     from fabricsim.net import nic as nic_mod
 
     restore = None
@@ -84,14 +97,7 @@ def measure(sc: dict, count_tx: bool) -> dict:
             tally[1] += self.port.tx_packets > before
         nic_mod.Nic.tx = tx
         restore = orig
-    _loaded, sim = prepare(sc)
-    s = sim.scenario
-    rec = Recorder(s.outputs.latency_rel_error, s.outputs.timeseries_bin)
-    eng = ENGINES.get("packet")(sim, rec)
-    t0 = time.perf_counter()
-    out = eng.run()
-    wall = time.perf_counter() - t0
-    res = build_result(sim, rec, out, wall, __version__)
+    eng, res, wall = run_engine(sc)
     if restore is not None:
         nic_mod.Nic.tx = restore
         calls, sent = tally
