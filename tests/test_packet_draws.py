@@ -96,3 +96,74 @@ def test_ecn_marks_with_red_probability_and_the_same_packet_gets_the_same_verdic
         assert abs(hits.mean() - prob) < 5 * np.sqrt(prob * (1 - prob) / hits.size), (q, hits.mean())
         assert [sw.mark(q, p) for p in pk[:500]] == list(hits[:500])       # deterministic per packet
     assert all(sw.mark(20_001, p) for p in pk[:100])                     # above kmax: always
+
+
+# ----------------------------------------------------------------------------- the draw's definition
+GOLDEN = [  # (salt, uid, seq, t_tx, kind, switch) -> packet_draw, pinned on CPython 3.11
+    ((0, 0, 0, 0, 0, 0), 8660336714046985669),
+    ((12345, 3, 10, 5000, 0, 1), 16538822935908686320),
+    ((2**61 - 1, 7, 1, 84000, 1, 2), 5025869554355798938),
+    ((2**64 - 1, 1, 2, 3, 2, 4), 7429375241796866600),
+    ((0x9E3779B97F4A7C15, 123456, 65535, 10**12, 0, 4999), 3466662378896263826),
+]
+P1, P2, P5 = 11400714785074694791, 14029467366897019727, 2870177450012600261
+M61 = (1 << 61) - 1
+MASK = (1 << 64) - 1
+
+
+def _int_hash(x: int) -> int:
+    """CPython's hash of an int: |x| mod (2**61 - 1), sign restored, -1 mapped to -2."""
+    h = abs(x) % M61
+    h = -h if x < 0 else h
+    return -2 if h == -1 else h
+
+
+def _tuple_hash(items) -> int:
+    """CPython 3.8+'s tuplehash (xxHash-based, 64-bit), written out: the draw's specification."""
+    acc = P5
+    for it in items:
+        acc = (acc + (_int_hash(it) & MASK) * P2) & MASK
+        acc = ((acc << 31) | (acc >> 33)) & MASK
+        acc = (acc * P1) & MASK
+    acc = (acc + (len(items) ^ (P5 ^ 3527539))) & MASK
+    if acc == MASK:
+        return 1546275796
+    return acc - (1 << 64) if acc >> 63 else acc
+
+
+def _pkt(uid, seq, t_tx, kind):
+    return SimpleNamespace(qp=SimpleNamespace(uid=uid), seq=seq, t_tx=t_tx, kind=kind)
+
+
+def test_packet_draw_is_pinned_and_is_the_tuple_hash_written_out():
+    # every spray, adaptive tie-break and ECN verdict rests on these numbers: an interpreter whose
+    # tuple hash differed would change results silently, so the values are pinned here
+    from fabricsim.flows.identity import mix64
+    for (salt, uid, seq, t, kind, sw), want in GOLDEN:
+        assert packet_draw(salt, _pkt(uid, seq, t, kind), sw) == want
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        f = (int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2)), int(rng.integers(0, 2**30)),
+             int(rng.integers(0, 2**20)), int(rng.integers(0, 2**45)), int(rng.integers(0, 4)), int(rng.integers(0, 5000)))
+        assert _tuple_hash(f) == hash(f)
+        assert packet_draw(f[0], _pkt(*f[1:5]), f[5]) == mix64(_tuple_hash(f))
+
+
+def test_compiled_code_draws_the_same_numbers():
+    # the compiled core's draw: numba's hash of the same tuple (numba mirrors CPython's tuplehash)
+    # and the same mix64 source, on uint64 (numba's uint64-with-int64 arithmetic is int64)
+    from numba import njit
+    from fabricsim.flows import identity
+    mix = njit(identity.mix64)
+
+    @njit
+    def draw(salt, uid, seq, t, kind, sw):
+        return mix(np.uint64(hash((salt, uid, seq, t, kind, sw))))
+
+    cases = [f for f, _ in GOLDEN]
+    rng = np.random.default_rng(6)
+    cases += [(int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2)), int(rng.integers(0, 2**30)),
+               int(rng.integers(0, 2**20)), int(rng.integers(0, 2**45)), int(rng.integers(0, 4)),
+               int(rng.integers(0, 5000))) for _ in range(2000)]
+    for salt, uid, seq, t, kind, sw in cases:
+        assert int(draw(np.uint64(salt), uid, seq, t, kind, sw)) == packet_draw(salt, _pkt(uid, seq, t, kind), sw)
