@@ -19,9 +19,12 @@ What is measured (all in one process, one after the other, so they share the mac
 * ``bare_compiled``: the same streams in compiled code (numba), one agenda entry per stream moved
   in place when it runs (a port that stays busy): the ceiling of a compiled packet core's event
   loop, at the same agenda sizes as ``bare_heapq`` (compilation not timed).
-* ``engine``: ``fabricsim.run(scenario)`` on a leaf-spine, cross-leaf permutation, for each
-  routing policy, on ``simulation.kernel: heap`` (best of ``--repeat``) and ``simpy``; the two
-  kernels must give identical messages and links tables (asserted).
+* ``engine``: ``fabricsim.run(scenario)`` on a leaf-spine, for each workload (``--workloads``: a
+  cross-leaf permutation of ``message_size`` per host, and in the full run an all-to-all of
+  ``a2a_size``, 64 KiB, per ordered pair) and routing policy, on ``simulation.kernel: heap`` (best
+  of ``--repeat``) and ``simpy``; the two kernels must give identical messages and links tables
+  (asserted). Data and control (ACK/NAK/CNP) packet-hops are counted separately (links table
+  ``tx_packets`` and ``tx_control_packets``).
 
 The shared machine makes absolute rates drift by tens of percent between runs; the headline is
 the ratio of engine packet-hops/s to the bare heapq loop measured minutes apart in the same run.
@@ -52,9 +55,9 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "packet_speed.json"
 
 FULL = dict(hosts_per_leaf=16, leaves=8, spines=16, message_size="4MiB", bare_events=1_000_000, repeat=3,
-            pending=(64, 1024, 8192, 32768))
+            pending=(64, 1024, 8192, 32768), workloads=("permutation", "all_to_all"), a2a_size="64KiB")
 QUICK = dict(hosts_per_leaf=8, leaves=4, spines=8, message_size="1MiB", bare_events=200_000, repeat=1,
-             pending=(1024, 8192))
+             pending=(1024, 8192), workloads=("permutation",), a2a_size="16KiB")
 REFERENCE_PENDING = 1024   # agenda size of the bare loop used as the machine-speed reference
 
 
@@ -243,29 +246,33 @@ def _best(fn, repeat: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # the engine
 
-def scenario(cfg: dict, routing: str, kernel: str = "heap") -> dict:
+def scenario(cfg: dict, routing: str, kernel: str = "heap", workload: str = "permutation") -> dict:
+    """``permutation``: cross-leaf, ``message_size`` per host; ``all_to_all``: ``a2a_size`` per
+    ordered pair of hosts."""
+    traffic = ({"pattern": "permutation", "locality": "cross_leaf", "message_size": cfg["message_size"],
+                "qps_per_message": 1} if workload == "permutation" else
+               {"pattern": "all_to_all", "message_size": cfg["a2a_size"], "qps_per_message": 1})
     return {
-        "name": f"bench_{cfg['hosts_per_leaf'] * cfg['leaves']}h_{routing}",
+        "name": f"bench_{cfg['hosts_per_leaf'] * cfg['leaves']}h_{workload}_{routing}",
         "topology": {"kind": "leaf_spine", "hosts_per_leaf": cfg["hosts_per_leaf"], "leaves": cfg["leaves"],
                      "spines": cfg["spines"], "host_link": {"rate": "400Gbps", "delay": "500ns"},
                      "fabric_link": {"rate": "400Gbps", "delay": "500ns"}, "switch_latency": "600ns"},
-        "traffic": {"pattern": "permutation", "locality": "cross_leaf", "message_size": cfg["message_size"],
-                    "qps_per_message": 1},
+        "traffic": traffic,
         "routing": {"policy": routing},
         "simulation": {"seed": 1, "kernel": kernel, "time_limit": "1s"},
         "outputs": {"formats": ["csv"]},
     }
 
 
-def run_engine(cfg: dict, routing: str, kernel: str):
+def run_engine(cfg: dict, routing: str, kernel: str, workload: str = "permutation"):
     """One ``fabricsim.run``; returns (row, result). Rates use the engine's own wall time
     (``summary.run.wall_time_s`` covers the event loop only, not scenario parsing or tables)."""
     gc.collect()
     t0 = time.perf_counter()
-    res = fabricsim.run(scenario(cfg, routing, kernel))
+    res = fabricsim.run(scenario(cfg, routing, kernel, workload))
     total = time.perf_counter() - t0
     run = res.summary["run"]
-    row = {"routing": routing, "kernel": kernel, "status": run["status"], "events": run["events"],
+    row = {"workload": workload, "routing": routing, "kernel": kernel, "status": run["status"], "events": run["events"],
            "packet_hops": run["packet_hops"], "wall_s": run["wall_time_s"], "total_wall_s": total,
            "events_per_s": run["events_per_s"], "packet_hops_per_s": run["packet_hops_per_s"],
            "messages_completed": res.summary["messages"]["completed"],
@@ -387,23 +394,25 @@ def run_benchmark(cfg: dict, routings=("ecmp", "adaptive", "spray"), simpy: bool
     out["loops_events_per_s"] = loops
     ref = loops["bare_heapq"][str(REFERENCE_PENDING)]
     engine_rows = []
-    for routing in routings:
+    for workload, routing in ((w, r) for w in cfg.get("workloads", ("permutation",)) for r in routings):
         rows = []
         for _ in range(cfg["repeat"]):
-            row, res_heap = run_engine(cfg, routing, "heap")
+            row, res_heap = run_engine(cfg, routing, "heap", workload)
             rows.append(row)
         best = max(rows, key=lambda r: r["packet_hops_per_s"])
         best["repeats"] = len(rows)
         best["packet_hops_per_s_all"] = [r["packet_hops_per_s"] for r in rows]
         engine_rows.append(best)
-        log(f"  {routing:9s} heap : {best['packet_hops_per_s']:>10,.0f} hops/s  {best['events_per_s']:>10,.0f} ev/s")
+        log(f"  {workload:11s} {routing:9s} heap : {best['packet_hops_per_s']:>10,.0f} hops/s  "
+            f"{best['events_per_s']:>10,.0f} ev/s")
         if simpy:
-            row, res_simpy = run_engine(cfg, routing, "simpy")
+            row, res_simpy = run_engine(cfg, routing, "simpy", workload)
             row["identical_to_heap"] = same_tables(res_heap, res_simpy)
             assert row["identical_to_heap"], f"{routing}: simpy and heap kernels disagree"
             row["repeats"] = 1
             engine_rows.append(row)
-            log(f"  {routing:9s} simpy: {row['packet_hops_per_s']:>10,.0f} hops/s  {row['events_per_s']:>10,.0f} ev/s"
+            log(f"  {workload:11s} {routing:9s} simpy: {row['packet_hops_per_s']:>10,.0f} hops/s  "
+                f"{row['events_per_s']:>10,.0f} ev/s"
                 f"  (tables identical to heap: {row['identical_to_heap']})")
     for r in engine_rows:
         r["hops_per_s_over_bare_heapq"] = r["packet_hops_per_s"] / ref
@@ -411,7 +420,7 @@ def run_benchmark(cfg: dict, routings=("ecmp", "adaptive", "spray"), simpy: bool
         r["target_1M_hops_fraction"] = r["packet_hops_per_s"] / 1e6
     out["engine"] = engine_rows
     kr = {}
-    for routing in routings:
+    for routing in routings:       # on the first workload
         h = [r for r in engine_rows if r["routing"] == routing and r["kernel"] == "heap"]
         s = [r for r in engine_rows if r["routing"] == routing and r["kernel"] == "simpy"]
         if h and s:
@@ -437,15 +446,17 @@ def format_table(res: dict) -> str:
         for p, v in sizes.items():
             lines.append(f"  {name:14s} pending={p:>6s}        {v:>12,.0f}   {v / ref:6.2f}")
     lines.append("")
-    lines.append("engine (fabricsim.run)   kernel  events   hops     wall s   events/s     hops/s   hops/bare  of 1M"
-                 "   data hops  data hops/s")
+    lines.append("engine (fabricsim.run)         kernel   events     hops   wall s   events/s     hops/s   hops/bare"
+                 "  of 1M   data hops  data hops/s  ctrl hops  ctrl hops/s")
     for r in res["engine"]:
-        lines.append(f"  {r['routing']:9s}             {r['kernel']:5s} {r['events']:>8,d} {r['packet_hops']:>8,d} "
-                     f"{r['wall_s']:7.2f} {r['events_per_s']:>10,.0f} {r['packet_hops_per_s']:>10,.0f}"
+        w = r["wall_s"]
+        lines.append(f"  {r.get('workload', 'permutation'):11s} {r['routing']:9s} {r['kernel']:5s} {r['events']:>9,d} "
+                     f"{r['packet_hops']:>9,d} {w:7.2f} {r['events_per_s']:>10,.0f} {r['packet_hops_per_s']:>10,.0f}"
                      f"   {r['hops_per_s_over_bare_heapq']:6.3f}  {r['target_1M_hops_fraction']:5.2f}"
-                     f"  {r['data_packet_hops']:>10,d} {r['data_packet_hops_per_s'] or 0:>12,.0f}")
-    lines.append("  (hops: every packet a port sent, ACK/NAK/CNP included, to the end of the event loop;"
-                 " data hops: from the links table)")
+                     f"  {r['data_packet_hops']:>10,d} {r['data_packet_hops_per_s'] or 0:>12,.0f}"
+                     f" {r['control_packet_hops']:>10,d} {(r['control_packet_hops'] / w if w else 0):>12,.0f}")
+    lines.append("  (hops: every packet a port sent, ACK/NAK/CNP included, to the last message completion;"
+                 " data and control hops: links table tx_packets, tx_control_packets)")
     if res["heap_over_simpy_engine_speedup"]:
         lines.append("")
         lines.append("heap kernel / simpy kernel, engine events/s: " + ", ".join(
@@ -469,12 +480,15 @@ def main(argv=None) -> int:
     ap.add_argument("--leaves", type=int)
     ap.add_argument("--spines", type=int)
     ap.add_argument("--message-size")
+    ap.add_argument("--workloads", nargs="+", choices=["permutation", "all_to_all"],
+                    help="default: both (full), permutation (--quick)")
+    ap.add_argument("--a2a-size", help="all_to_all bytes per ordered pair (default 64KiB; --quick 16KiB)")
     ap.add_argument("--bare-events", type=int)
     ap.add_argument("--out", help=f"JSON output (default {DEFAULT_OUT.relative_to(HERE.parent)}; "
                                   "--quick writes nothing unless given)")
     args = ap.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
-    for k in ("repeat", "hosts_per_leaf", "leaves", "spines", "message_size", "bare_events"):
+    for k in ("repeat", "hosts_per_leaf", "leaves", "spines", "message_size", "bare_events", "workloads", "a2a_size"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
     res = run_benchmark(cfg, routings=tuple(args.routing), simpy=not args.no_simpy, profile=args.profile)
