@@ -73,11 +73,11 @@ def test_adaptive_timeouts_back_off_on_a_long_queue_and_the_probes_stay_few():
 
 def test_adaptive_retransmission_brings_ecmp_close_to_its_lossless_placement():
     # the same hash placement without drops (unbounded buffers) is the reference the lossy run
-    # can approach once tail losses no longer wait 320 us (seeds 1-8: 5 collisions on seed 3).
+    # can approach once tail losses no longer wait 320 us (seeds 1-6: 5 collisions on seed 3).
     # Which packets a drop-tail port loses changes with any event order, so one seed's ratio
     # moves by several per cent (seeds 1-8: 0.84-0.99 of lossless); the claim is on the sum
     lossless, fixed, adaptive = [], [], []
-    for seed in range(1, 9):
+    for seed in range(1, 7):
         lossless.append(_ratio(fabricsim.run(QUICKSTART, overrides=["topology.buffer.size=unbounded"], seed=seed)))
         fixed.append(_ratio(fabricsim.run(QUICKSTART, seed=seed)))
         adaptive.append(_ratio(fabricsim.run(QUICKSTART, overrides=["receiver.rto_mode=adaptive"], seed=seed)))
