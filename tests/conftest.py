@@ -62,6 +62,17 @@ def runner():
     return CliRunner()
 
 
+def load_bench(name: str):
+    """The module ``benchmarks/<name>.py``, loaded by path (benchmarks/ is not a package): for the
+    smoke tests that run a benchmark's own ``main`` so that the script does not rot."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+
 ERROR_RE = re.compile(r"^(?::(?P<line>\d+))?(?:: (?P<field>[^\s:]+))?: (?P<msg>.+)$")
 
 

@@ -5,18 +5,13 @@ next one skipped on the projection), and checks the reports it writes; nothing a
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_packet_scale.py"
+from conftest import load_bench
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_packet_scale", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bench_packet_scale")
 
 
 def test_quick_runs_both_workloads_and_writes_its_report(tmp_path, capsys):

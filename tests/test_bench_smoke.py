@@ -5,18 +5,16 @@ writes; it asserts nothing about speed.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from conftest import load_bench
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_packet.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_packet", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bench_packet")
 
 
 def test_bench_packet_quick_runs_and_writes_its_report(tmp_path, capsys):
@@ -54,9 +52,7 @@ def test_bench_packet_quick_runs_and_writes_its_report(tmp_path, capsys):
 
 
 def test_bench_trace_moe_tiny_runs_and_writes_its_report(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_trace_moe", BENCH.parent / "bench_trace_moe.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("bench_trace_moe")
     out = tmp_path / "moe.json"
     bench.main(["--gpus", "64,128", "--tokens", "16", "--baseline-src", str(BENCH.parents[1]), "-o", str(out)])
     res = json.loads(out.read_text())
@@ -69,9 +65,7 @@ def test_bench_trace_moe_tiny_runs_and_writes_its_report(tmp_path):
 
 
 def test_bench_setup_phases_runs_on_a_small_trace(capsys):
-    spec = importlib.util.spec_from_file_location("bench_setup_phases", BENCH.parent / "bench_setup_phases.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("bench_setup_phases")
     trace = str(BENCH.parents[1] / "traces" / "dsv3_64gpu_flat.parquet")
     got = mod.phases(trace, "leaf_spine_128x400g")
     assert set(got) >= {"trace parse", "trace check", "LinkTable", "Replay.__init__", "LowerBound.__init__"}

@@ -268,13 +268,9 @@ def test_heap_and_simpy_kernels_agree_inside_an_nvlink_domain():
 
 
 def test_bench_nvlink_quick_runs_and_writes_its_report(tmp_path):
-    import importlib.util
     import json
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_nvlink.py"
-    spec = importlib.util.spec_from_file_location("bench_nvlink", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from conftest import load_bench
+    mod = load_bench("bench_nvlink")
     out = tmp_path / "nvlink.json"
     assert mod.main(["--quick", "--json", str(out)]) == 0
     rows = {(r["scenario"], r["model"]): r for r in json.loads(out.read_text())["rows"]}

@@ -2,17 +2,13 @@
 asserts nothing about speed)."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sweep.py"
+from conftest import load_bench
 
 
 def test_bench_sweep_runs_and_writes_its_report(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_sweep", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("bench_sweep")
     out = tmp_path / "sweep.json"
     assert bench.main(["--points", "4", "--executors", "serial,processes", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
