@@ -294,7 +294,7 @@ class PacketEngine:
         best_t = 0
         for i in range(n):
             nic = nics[(start + i) % n]
-            bu = nic.port.busy_until
+            bu = nic.port.busy_until + nic.ctrl_ps        # (control packets it holds for its next attempt)
             if bu < now:
                 bu = now
             if best is None or bu < best_t:

@@ -35,7 +35,7 @@ from .port import PS_BITS
 class Nic:
     __slots__ = ("host", "port", "active", "busy", "kernel", "seg", "mtu", "header", "engine", "push", "seq",
                  "_tx", "bit", "token", "pending_at", "cell", "on_send", "arm", "tx_calls", "tx_sent",
-                 "ctrlq")
+                 "ctrlq", "ctrl_ps")
 
     #: True for an NVLink link (:class:`fabricsim.net.nvlink.NvlinkNic`)
     nvlink = False
@@ -62,6 +62,7 @@ class Nic:
         self.tx_calls = 0       # transmit attempts run (events)
         self.tx_sent = 0        # ... of which sent a data unit
         self.ctrlq = []         # control packets the pending transmit attempt sends first
+        self.ctrl_ps = 0        # ... their serialisation time: the wire is busy until busy_until + this
 
     def kick(self, t):
         """Make sure a transmit attempt happens at ``t``, or as soon after it as the wire is free
@@ -116,8 +117,10 @@ class Nic:
         which would then have to run again (docs/fidelity/transport.md, "NIC control packets
         and the data decision").
         """
-        if self.busy and self.pending_at == self.port.busy_until > t:
+        port = self.port
+        if self.busy and self.pending_at == port.busy_until > t:
             self.ctrlq.append(pkt)
+            self.ctrl_ps += port.ser_ps(pkt.wire)
             return
         self._ctrl_out(t, pkt)
 
@@ -151,6 +154,7 @@ class Nic:
             for pkt in ctrlq:
                 self._ctrl_out(t, pkt)
             ctrlq.clear()
+            self.ctrl_ps = 0
             t = port.busy_until         # the data decision: at the end of them
         bu = port.busy_until
         if bu > t:                      # a control packet sent while the wire was idle is on it
