@@ -108,18 +108,21 @@ class Nic:
         """Serialise a control packet as soon as the wire is free (behind the packet on the wire,
         ahead of queued data).
 
-        If a transmit attempt is already due at the instant the wire frees, the packet is handed
-        to it (``ctrlq``): the attempt serialises the control packets first and then its data
-        unit, starting when they have left, in one event. The control packets leave exactly when
-        they would if serialised here; the choice of data unit sees the state at the attempt's
-        instant, not at the end of the control packets, a few ns later (one 86 B ACK is 1.7 ns
-        at 400G). Serialising here instead would push the wire's free time past the attempt,
-        which would then have to run again (docs/fidelity/transport.md, "NIC control packets
-        and the data decision").
+        If a transmit attempt is due at the instant the wire frees (now, if it is free), the
+        packet is handed to it (``ctrlq``; while it holds any, later control packets join them,
+        so they keep their order): the attempt serialises them first and then its data unit,
+        starting when they have left, in one event. Serialising here instead would push the
+        wire's free time past the attempt, which would then have to run again. Two things differ
+        from that (docs/fidelity/transport.md, "NIC control packets and the data decision"):
+        the choice of data unit sees the state at the attempt's instant, a few ns before the
+        control packets have left (one 86 B ACK is 1.7 ns at 400G); and a control packet
+        generated during those few ns leaves after the data unit already chosen, one data
+        serialisation later.
         """
         port = self.port
-        if self.busy and self.pending_at == port.busy_until > t:
-            self.ctrlq.append(pkt)
+        bu = port.busy_until
+        if self.ctrlq or (self.busy and self.pending_at == (bu if bu > t else t)):
+            self.ctrlq.append(pkt)      # (behind those already held: generation order)
             self.ctrl_ps += port.ser_ps(pkt.wire)
             return
         self._ctrl_out(t, pkt)

@@ -143,6 +143,11 @@ class NvlinkNic(Nic):
         self.pos = 0
         self.unit_wire = nvlink_wire_bytes(unit_bytes, packet_payload_bytes, packet_header_bytes)
 
+    def send_ctrl(self, t, pkt):
+        """Serialise at once: this ``tx`` does not send held control packets (a credit domain
+        has none; a packet sent here would otherwise wait in ``ctrlq`` for ever)."""
+        self._ctrl_out(t, pkt)
+
     def tx(self, t, token):
         self.tx_calls += 1
         if token != self.token:
