@@ -710,7 +710,8 @@ class PacketEngine:
 
         ``sent``: ACKs + NAKs + CNPs the receiver generated; ``arrived``: those that reached the
         sender's host (whether or not the sender still needed them); ``dropped``: dropped by
-        switches; ``in_flight``: held by a port at the end.
+        switches; ``in_flight``: held by a port, or by a host NIC for its next transmit attempt,
+        at the end.
 
         Totals: the sums of these terms over all messages, plus the engine's own drop counters
         (which must equal the summed per-message drops).
