@@ -221,3 +221,14 @@ def test_packet_hops_split_into_data_and_control(pfc, tmp_path):
     assert arrived <= back <= sent
     assert (r.links.loc[r.links["src"] == 0, "tx_control_packets"] == 0).all()
     assert (r.links["tx_control_packets"] <= r.links["tx_packets"]).all()
+
+
+def test_control_packets_are_counted_on_the_strict_priority_lane_too():
+    # DCQCN's CNPs go by each switch's strict-priority lane (Switch.priority); every control
+    # packet (ACK, NAK, CNP) is 86 B on the wire here, so each link's control bytes are 86 x its
+    # control packets, lane or not
+    r = fabricsim.run("scenarios/incast_dcqcn.yaml")
+    assert r.summary["transport"]["cnps"] > 0
+    L = r.links
+    assert (L["tx_control_bytes"] == 86 * L["tx_control_packets"]).all()
+    assert r.summary["run"]["packet_hops_control"] == int(L["tx_control_packets"].sum())
