@@ -223,11 +223,12 @@ def test_packet_hops_split_into_data_and_control(pfc, tmp_path):
     assert (r.links["tx_control_packets"] <= r.links["tx_packets"]).all()
 
 
-def test_control_packets_are_counted_on_the_strict_priority_lane_too():
-    # DCQCN's CNPs go by each switch's strict-priority lane (Switch.priority); every control
-    # packet (ACK, NAK, CNP) is 86 B on the wire here, so each link's control bytes are 86 x its
-    # control packets, lane or not
-    r = fabricsim.run("scenarios/incast_dcqcn.yaml")
+@pytest.mark.parametrize("pfc", [False, True])
+def test_control_packets_are_counted_on_the_strict_priority_lane_too(pfc):
+    # DCQCN's CNPs go by a lossy switch's strict-priority lane (Switch.priority), a lossless
+    # port's control queue with PFC; every control packet (ACK, NAK, CNP) is 86 B on the wire
+    # here, so each link's control bytes are 86 x its control packets, lane or not
+    r = fabricsim.run("scenarios/incast_dcqcn.yaml", overrides=[f"switch.pfc.enabled={str(pfc).lower()}"])
     assert r.summary["transport"]["cnps"] > 0
     L = r.links
     assert (L["tx_control_bytes"] == 86 * L["tx_control_packets"]).all()
