@@ -247,7 +247,7 @@ def test_a_timeout_shorter_than_a_full_queue_is_warned_about_and_causes_spurious
 
 # ----------------------------------------------------------------------------- NIC wake-ups
 @pytest.mark.parametrize("routing,pfc", [("spray", False), ("adaptive", True), ("ecmp", False)])
-def test_nic_transmit_attempts_send_and_acks_leave_ahead_of_data(routing, pfc):
+def test_nic_transmit_attempts_send_and_share_the_wire_with_acks(routing, pfc):
     # every host sends 1 MiB across the spine and receives 1 MiB, so its NIC serialises the ACKs
     # of the flow it receives between its own data packets: each ACK used to push the wire's free
     # time past the pending attempt, which then ran once more for nothing (45 % of attempts)

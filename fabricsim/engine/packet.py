@@ -294,10 +294,7 @@ class PacketEngine:
         best_t = 0
         for i in range(n):
             nic = nics[(start + i) % n]
-            bu = nic.port.busy_until
-            if bu < now:
-                bu = now
-            bu += nic.ctrl_ps                  # control packets it holds for its next attempt
+            bu = nic.free_at(now)
             if best is None or bu < best_t:
                 best, best_t = nic, bu
         return best

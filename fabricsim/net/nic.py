@@ -35,7 +35,7 @@ from .port import PS_BITS
 class Nic:
     __slots__ = ("host", "port", "active", "busy", "kernel", "seg", "mtu", "header", "engine", "push", "seq",
                  "_tx", "bit", "token", "pending_at", "cell", "on_send", "arm", "tx_calls", "tx_sent",
-                 "ctrlq", "ctrl_ps")
+                 "ctrlq")
 
     #: True for an NVLink link (:class:`fabricsim.net.nvlink.NvlinkNic`)
     nvlink = False
@@ -62,7 +62,6 @@ class Nic:
         self.tx_calls = 0       # transmit attempts run (events)
         self.tx_sent = 0        # ... of which sent a data unit
         self.ctrlq = []         # control packets the pending transmit attempt sends first
-        self.ctrl_ps = 0        # ... their serialisation time: the wire is busy until busy_until + this
 
     def kick(self, t):
         """Make sure a transmit attempt happens at ``t``, or as soon after it as the wire is free
@@ -123,9 +122,19 @@ class Nic:
         bu = port.busy_until
         if self.ctrlq or (self.busy and self.pending_at == (bu if bu > t else t)):
             self.ctrlq.append(pkt)      # (behind those already held: generation order)
-            self.ctrl_ps += port.ser_ps(pkt.wire)
             return
         self._ctrl_out(t, pkt)
+
+    def free_at(self, now: int) -> int:
+        """When the wire is free of what this port has committed to send at ``now``: the packet on
+        the wire and the control packets held for the next attempt."""
+        port = self.port
+        bu = port.busy_until
+        if bu < now:
+            bu = now
+        for pkt in self.ctrlq:
+            bu += port.ser_ps(pkt.wire)
+        return bu
 
     def _ctrl_out(self, t, pkt):
         port = self.port
@@ -157,7 +166,6 @@ class Nic:
             for pkt in ctrlq:
                 self._ctrl_out(t, pkt)
             ctrlq.clear()
-            self.ctrl_ps = 0
             t = port.busy_until         # the data decision: at the end of them
         bu = port.busy_until
         if bu > t:                      # a control packet sent while the wire was idle is on it
