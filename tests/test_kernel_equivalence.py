@@ -55,15 +55,25 @@ def _run(sc, kernel):
 
 
 def _comparable(summary: dict) -> dict:
-    """The summary without wall-clock figures and the kernel's own name."""
+    """The summary without wall-clock figures, the kernel's own name and its fallback line."""
     out = {}
     for k, v in summary.items():
         if isinstance(v, dict):
             v = _comparable(v)
         if "wall" in k or k.endswith("_per_s") or k in ("kernel", "events"):
             continue
+        if k == "warnings":
+            v = [w for w in v if not w.startswith("kernel: ")]
         out[k] = v
     return out
+
+
+def _compiled_slice(sc: dict) -> bool:
+    """True if ``sc`` is inside the compiled core's slice (fabricsim/engine/compiled/coverage.py)."""
+    from fabricsim.engine.compiled import coverage
+    return (sc["routing"]["policy"] in coverage.ROUTING and sc.get("receiver", {}).get("model", "ddp") in
+            coverage.RECEIVERS and sc.get("congestion_control", {}).get("algorithm", "none") in coverage.CC
+            and not sc.get("switch", {}).get("pfc", {}).get("enabled", False))
 
 
 @pytest.mark.skipif(not KERNELS, reason="only the reference kernel exists")
@@ -76,6 +86,14 @@ def test_every_kernel_gives_the_reference_kernels_tables(scenario, kernel):
     pd.testing.assert_frame_equal(a.messages, b.messages)
     pd.testing.assert_frame_equal(a.links, b.links)
     assert _comparable(a.summary) == _comparable(b.summary)
+    if kernel == "compiled":
+        # the suite must not pass on fallbacks: inside the slice the run is compiled, outside it
+        # runs on heap and says why
+        info = b.summary["run"]["kernel"]
+        if _compiled_slice(scenario):
+            assert info["ran"] == "compiled" and b.summary["kernel"] == "compiled", info
+        else:
+            assert info["ran"] == "heap" and info["fallback"] in b.summary["warnings"], info
 
 
 def test_the_suite_reaches_what_it_claims():

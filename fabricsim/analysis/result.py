@@ -269,7 +269,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         "status": status,
         "seed": simcfg.seed,
         "engine": simcfg.engine,
-        "kernel": simcfg.kernel,
+        "kernel": outcome.counters.get("kernel", {}).get("ran", simcfg.kernel),
         "profile": sc.profile,
         "routing": sc.routing.name,
         "receiver": sc.receiver.name,

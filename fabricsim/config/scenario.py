@@ -41,7 +41,9 @@ class SimulationConfig(BaseModel):
     #: the chosen engine's own parameters (its ``Params`` model), from the key named after it,
     #: e.g. ``simulation: {engine: flow, flow: {quantum: 1us}}``; None for an engine without any
     engine_params: Any = Field(None, exclude=True)
-    kernel: Literal["heap", "simpy"] = Field("heap", description="packet engine: event agenda implementation")
+    kernel: Literal["heap", "simpy", "compiled"] = Field("heap", description=(
+        "packet engine: event agenda implementation; 'compiled' runs the datapath compiled with numba where the "
+        "scenario is inside its compiled slice (docs/compiled-core.md), else on 'heap', and says so"))
     compute: Literal["gaps", "gpu"] = Field("gaps", description=(
         "gaps: a message's gap_ps is a plain delay after its dependencies; gpu: it is work on the "
         "sending GPU, which computes one job at a time (messages with the same sender, dependencies "

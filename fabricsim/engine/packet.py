@@ -123,7 +123,8 @@ class PacketEngine:
         self.recorder = recorder
         sc = sim.scenario
         simcfg = sc.simulation
-        self.kernel = make_kernel(simcfg.kernel)
+        # kernel: compiled is chosen once the engine is built (it flattens the built objects)
+        self.kernel = make_kernel("heap" if simcfg.kernel == "compiled" else simcfg.kernel)
         self.time_limit = simcfg.time_limit
         topo = sim.topology
         g = topo.graph
@@ -237,6 +238,23 @@ class PacketEngine:
         self._final_links = None
         if self.cc.needs_fabric_base_rtt:   # e.g. HPCC ns-3 GLOBAL_T: one T for every flow
             self.cc.set_fabric_base_rtt(self.max_base_rtt())
+        self.kernel_info = {"requested": simcfg.kernel, "ran": self.kernel.name}
+        if simcfg.kernel == "compiled":
+            self._use_compiled()
+
+    def _use_compiled(self):
+        """``kernel: compiled``: hand the datapath to the compiled core if the scenario is inside its
+        slice, else stay on ``heap`` and say why (docs/compiled-core.md 4.3)."""
+        from .compiled.coverage import uncovered
+        gaps = uncovered(self)
+        if gaps:
+            more = f" (and {len(gaps) - 1} more: {', '.join(gaps[1:])})" if len(gaps) > 1 else ""
+            self.kernel_info["fallback"] = (f"kernel: compiled does not run {gaps[0]} yet{more}; this run uses "
+                                            f"kernel: heap (the same model at Python speed)")
+            return
+        from .compiled import CompiledKernel
+        self.kernel = CompiledKernel(self)
+        self.kernel_info["ran"] = "compiled"
 
     def _nvlink_link(self, u, v, d, nvsw):
         """Both directions of a GPU-chip link of a credit-flow-controlled NVLink domain."""
@@ -637,6 +655,7 @@ class PacketEngine:
         counters["packet_hops_control"] = hops_ctrl
         counters.update(self.sender.counters())
         counters["pfc_pause_events"] = sum(p.pause_events for p in self.ports)
+        counters["kernel"] = dict(self.kernel_info)
         if self.gpu_compute:
             counters["gpu_compute_busy_ps"] = dict(sorted(self.gpu_busy.items()))
         if hasattr(self.routing, "new_flowlets"):
@@ -651,6 +670,8 @@ class PacketEngine:
             self.link_samples[-1] = self._final_snapshot      # a periodic sample at the very end
         hosts = {h: hr.peak_hold for h, hr in self.receiver.hosts.items()}
         warnings = self._config_warnings()
+        if "fallback" in self.kernel_info:
+            warnings.append(self.kernel_info["fallback"])
         balance = self.conservation()
         counters["conservation"] = balance
         if status != "interrupted" and not balance["holds"]:

@@ -74,7 +74,20 @@ def packet_draw(salt: int, pkt, switch_id: int) -> int:
     >>> 0 <= packet_draw(7, pkt, 1) * UNIT < 1
     True
     """
-    return mix64(hash((salt, pkt.qp.uid, pkt.seq, pkt.t_tx, pkt.kind, switch_id)))
+    return mix64(hash((salt, pkt.qp.uid, pkt.seq, pkt.t_tx, pkt.kind, switch_id)))   # = packet_draw_fields
+
+
+def packet_draw_fields(salt: int, uid: int, seq: int, t_tx: int, kind: int, node: int) -> int:
+    """:func:`packet_draw` from the packet's fields: the one definition the compiled packet core
+    compiles (numba's ``hash`` of a tuple of ints is CPython's, tests/test_packet_draws.py).
+    :func:`packet_draw` writes the same expression inline (a call costs more than the hash on the
+    Python hot path).
+
+    >>> from types import SimpleNamespace as P
+    >>> packet_draw_fields(7, 3, 10, 5000, 0, 1) == packet_draw(7, P(qp=P(uid=3), seq=10, t_tx=5000, kind=0), 1)
+    True
+    """
+    return mix64(hash((salt, uid, seq, t_tx, kind, node)))
 
 
 def _five_tuple_hash(salt, src, dst, sport, dport, proto, mix):

@@ -44,6 +44,18 @@ ECN_SALT_STREAM = "switch.ecn.salt"
 STRICT_KINDS = {"cnp": (CNP,), "control": (ACK, NAK, CNP), "none": ()}
 
 
+def red_below(draw: int, q: int, kmin: int, kmax: int, pmax: float) -> bool:
+    """RED between the thresholds (``kmin < q <= kmax``): True (mark) if the 64-bit ``draw``, as a
+    uniform number in [0, 1), falls below ``pmax (q - kmin) / (kmax - kmin)``. The one definition
+    of the comparison, in this evaluation order, for both packet kernels (the compiled core
+    compiles this source).
+
+    >>> red_below(0, 2, 1, 3, 0.5), red_below(2**63, 2, 1, 3, 0.5)
+    (True, False)
+    """
+    return draw * UNIT < pmax * (q - kmin) / (kmax - kmin)
+
+
 class Switch:
     #: ports run by Lindley's recursion (dequeue-time samples are settled lazily, see module doc)
     lindley = True
@@ -132,7 +144,7 @@ class Switch:
         counter-based draw at this switch (:func:`~fabricsim.flows.identity.packet_draw`)."""
         if q > self.kmax:
             return True
-        return packet_draw(self.ecn_salt, pkt, self.id) * UNIT < self.pmax * (q - self.kmin) / (self.kmax - self.kmin)
+        return red_below(packet_draw(self.ecn_salt, pkt, self.id), q, self.kmin, self.kmax, self.pmax)
 
     def settle(self, port, t) -> None:
         """Decide ECN and INT for the packets of ``port`` that started to leave by ``t`` (module doc)."""

@@ -77,6 +77,12 @@ def ecmp_index(qp_hash: int, salt: int, switch_id: int, n_ports: int, control: b
     """
     if n_ports < 1:
         raise ValueError(f"ecmp_index needs at least one port, got n_ports={n_ports}")
+    return ecmp_pick(qp_hash, salt, switch_id, n_ports, control)
+
+
+def ecmp_pick(qp_hash: int, salt: int, switch_id: int, n_ports: int, control: bool) -> int:
+    """:func:`ecmp_index` without the argument check: the expression itself, which the compiled
+    packet core compiles from this source (on uint64 operands)."""
     return mix64(direction_hash(qp_hash, control) ^ mix64(salt ^ switch_id)) % n_ports
 
 

@@ -1,0 +1,208 @@
+"""``simulation.kernel: compiled``: the packet engine's datapath compiled with numba (issue 15).
+
+The design is docs/compiled-core.md; this package is its slice 1 (section 4.2): ECMP and
+spraying over lossy switches with per-port drop-tail buffers and ECN (RED, at enqueue or
+dequeue), the ``ddp`` receiver acknowledging every unit, SACK + RACK, fixed timeouts and
+``retry_limit``, congestion control ``none``, one NIC port per host. Any other scenario runs on
+``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
+(tests/test_kernel_equivalence.py).
+
+How a run goes. :class:`~fabricsim.engine.packet.PacketEngine` is built exactly as for ``heap``
+(every object, the routes, the switches' set-up); :class:`CompiledKernel` then flattens it
+(:mod:`.state`) and takes the engine's ``kernel`` role. ``PacketEngine.run`` is unchanged: it
+schedules the initial releases and the link sampler through :meth:`CompiledKernel.schedule`
+and calls :meth:`CompiledKernel.run`, which runs the compiled loop (:mod:`.core`) and, whenever
+an event belongs to the message lifecycle (a release, a completion, a failure, a link sample),
+runs the engine's own Python method for it, with the compiled state copied where that method
+reads it. At the end the state is written back onto the Python objects, and the engine builds
+every table from them as it always does.
+
+numba compiles the core the first time it is used on a machine (about a minute) and caches it
+on disk next to this package.
+"""
+from __future__ import annotations
+
+from ...errors import SimulationError
+from . import core as C
+from . import state as S
+
+
+class _CompiledNic:
+    """Stands in for a host's :class:`~fabricsim.net.nic.Nic` in the engine's ``nics`` lists while
+    a compiled run holds the datapath: ``_start`` finds the eligible ports (``port``, ``nvlink``)
+    and hands each new queue pair to ``add``, which registers it with the compiled state."""
+
+    __slots__ = ("nic", "port", "index", "kernel")
+    nvlink = False
+
+    def __init__(self, nic, index, kernel):
+        self.nic = nic
+        self.port = nic.port
+        self.index = index
+        self.kernel = kernel
+
+    def add(self, t, qp):
+        k = self.kernel
+        q = k.qp_row.get(id(qp))
+        if q is None:
+            q = k.register(qp, self.index)
+        C.nic_add(k.X, self.index, q, t)
+
+
+class CompiledKernel:
+    """The kernel contract (:mod:`fabricsim.engine.kernel`) over the compiled state of one engine."""
+
+    name = "compiled"
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.nic_row: dict = {}
+        self.X = S.build(engine, self.nic_row)
+        self.qps: list = []                 # QueuePair objects by compiled row
+        self.qp_row: dict = {}              # id(QueuePair) -> row
+        self._stop = False
+        self._stopped_at = 0
+        self._release = engine.release
+        self._sample = engine._sample_links
+        self._nics = dict(engine.nics)
+        for h, nics in engine.nics.items():
+            engine.nics[h] = [_CompiledNic(nic, self.nic_row[nic], self) for nic in nics]
+        self._host_nic = {h: nics[0].index for h, nics in engine.nics.items() if nics}
+
+    # ------------------------------------------------------------ the kernel contract
+    @property
+    def now(self) -> int:
+        return int(self.X.g[C.G_NOW])
+
+    @property
+    def events(self) -> int:
+        return int(self.X.g[C.G_EVENTS])
+
+    def pending(self) -> int:
+        return int(self.X.g[C.G_HN])
+
+    def schedule(self, time_ps: int, fn, arg=None) -> None:
+        """The engine's lifecycle entries: releases and the link sampler (nothing else is
+        scheduled from Python in the compiled slice)."""
+        if fn == self._release:
+            kind, a = C.E_RELEASE, arg.row
+        elif fn == self._sample:
+            kind, a = C.E_SAMPLE, 0
+        else:
+            raise SimulationError(f"kernel: compiled cannot schedule {fn!r} (outside the compiled slice)")
+        self._need("heap", int(self.X.g[C.G_HN]) + C.SPACE)
+        g = self.X.g
+        s = int(g[C.G_SEQ])
+        g[C.G_SEQ] = s + 1
+        C.push(self.X, time_ps, s, kind, a, 0)
+
+    def stop(self) -> None:
+        if not self._stop:
+            self._stop = True
+            self._stopped_at = self.now
+
+    # ------------------------------------------------------------ queue pairs
+    def register(self, qp, nic: int) -> int:
+        """A queue pair the engine has just created: its row in the compiled state."""
+        q = len(self.qps)
+        if len(qp.nics) != 1 or qp.flow.window_bytes is not None or qp.flow.rate_bps != qp.flow.line_bps:
+            raise SimulationError("kernel: compiled: a queue pair outside slice 1 (several ports, a window or "
+                                  "a paced rate)")
+        self._need("qp", q + 1)
+        X = self.X
+        base = int(X.Q[C.Q_BASE, q - 1] + X.Q[C.Q_NPSN, q - 1]) if q else 0
+        self._need("arena", base + qp.npsn + 1)
+        X = self.X
+        st = qp.msg
+        row = st.row
+        if X.M[C.M_QN, row] == 0:
+            X.M[C.M_Q0, row] = q
+        elif X.M[C.M_Q0, row] + X.M[C.M_QN, row] != q:
+            raise SimulationError("kernel: compiled: a message's queue pairs were not created together")
+        X.M[C.M_QN, row] += 1
+        X.Q[C.Q_UID, q] = qp.uid
+        X.Q[C.Q_MSG, q] = row
+        X.Q[C.Q_SRC, q] = qp.src
+        X.Q[C.Q_DST, q] = qp.dst
+        X.q_hash[q] = qp.hash
+        X.Q[C.Q_SIZE, q] = qp.size
+        X.Q[C.Q_NPSN, q] = qp.npsn
+        X.Q[C.Q_NIC, q] = nic
+        X.Q[C.Q_RPORT, q] = self._host_nic[qp.dst]    # = reply_nic: the receiving host's one port
+        X.Q[C.Q_BASE, q] = base
+        X.Q[C.Q_ACTIVE, q] = 1
+        self.qps.append(qp)
+        self.qp_row[id(qp)] = q
+        return q
+
+    def _need(self, group: str, n: int) -> None:
+        self.X = S.grow(self.X, group, n)
+
+    def _space(self) -> None:
+        X = self.X
+        g = X.g
+        if g[C.G_PNFREE] < 4 * C.SPACE:
+            self._need("pkt", 2 * X.K.shape[1])
+        if g[C.G_DNFREE] < 4 * C.SPACE:
+            self._need("node", 2 * self.X.D.shape[1])
+        self._need("heap", int(g[C.G_HN]) + 4 * C.SPACE)
+        if g[C.G_OLOG_N] + C.SPACE > X.OL.shape[1]:
+            S.fold_reorder(self.X, self.engine._rows)
+        if self.X.g[C.G_HN]:
+            self._need("good", int(self.X.HP[0, 0]) // int(g[C.G_BIN]) + 2)
+
+    # ------------------------------------------------------------ run
+    def run(self, until_ps: int, progress=None, progress_every: int = 1 << 16) -> str:
+        """Run to ``until_ps`` (the contract of :meth:`fabricsim.engine.kernel.HeapKernel.run`)."""
+        if progress_every != C.PROGRESS_EVERY:
+            raise SimulationError(f"kernel: compiled reports progress every {C.PROGRESS_EVERY} events")
+        eng = self.engine
+        rows = eng._rows
+        self.X.g[C.G_RUN_N] = 0
+        try:
+            while True:
+                r = C.run(self.X, until_ps)
+                X = self.X
+                g = X.g
+                if r == C.R_DRAINED:
+                    return "drained"
+                if r == C.R_TIME_LIMIT:
+                    return "time_limit"
+                if r == C.R_SPACE:
+                    self._space()
+                    continue
+                if r == C.R_PROGRESS:
+                    if progress is not None:
+                        progress(int(g[C.G_NOW]))
+                    continue
+                if r == C.R_ERROR:
+                    raise SimulationError(f"kernel: compiled: unknown agenda entry kind {int(g[C.G_ERR])}")
+                kind, a, t = int(g[C.G_PY_KIND]), int(g[C.G_PY_A]), int(g[C.G_PY_T])
+                g[C.G_PY_KIND] = C.P_NONE
+                S.sync_recorder(X, eng.recorder)
+                if kind == C.P_RELEASE:
+                    eng.release(t, rows[a])
+                elif kind == C.P_SAMPLE:
+                    S.write_ports(X, eng.ports, counters=False)
+                    eng._sample_links(t, None)
+                else:
+                    qp = self.qps[a] if kind == C.P_FAIL else None
+                    st = qp.msg if qp is not None else rows[a]
+                    S.fold_reorder(X, rows)
+                    S.sync_message(X, st)
+                    if eng.remaining == 1:        # the last one: _finish freezes the link rows
+                        C.settle_all(X, t)
+                        S.write_ports(X, eng.ports)
+                    if qp is not None:
+                        eng.fail_qp(qp, t, "retry_exceeded")
+                    else:
+                        eng.message_done(st, t)
+                if self._stop:
+                    self._stop = False
+                    self.X.g[C.G_NOW] = self._stopped_at
+                    return "stopped"
+                if progress is not None and not int(self.X.g[C.G_RUN_N]) & (C.PROGRESS_EVERY - 1):
+                    progress(t)
+        finally:
+            eng.nics.update(self._nics)      # the real NIC objects again, for the end-of-run tables
+            S.write_back(self.X, eng, self.qps, self.nic_row)

@@ -1,0 +1,59 @@
+"""What the compiled core runs, checked on the built engine (docs/compiled-core.md 4.3).
+
+:func:`uncovered` lists every feature of a built :class:`~fabricsim.engine.packet.PacketEngine`
+that the compiled slices do not run yet, one short phrase each, with the slice that will. An
+empty list: the run is compiled. Otherwise it runs on ``heap`` (the same model in Python) and
+says why, so nothing is ever simplified silently.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: routing policies, receiver models and congestion-control algorithms compiled so far
+ROUTING = ("ecmp", "spray")
+RECEIVERS = ("ddp",)
+CC = ("none",)
+
+
+def uncovered(engine) -> list[str]:
+    """The features of ``engine`` outside the compiled slice (empty: it can run compiled)."""
+    sc = engine.sim.scenario
+    out = []
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        out.append("numba is not installed")
+    if sc.routing.name not in ROUTING:
+        out.append(f"routing: {sc.routing.name} (slice 2)")
+    if sc.receiver.name not in RECEIVERS:
+        out.append(f"receiver: {sc.receiver.name} (slice 3)")
+    p = sc.receiver.params
+    if p.ack_every != 1:
+        out.append("receiver.ack_every > 1 (slice 4)")
+    if p.rto_mode != "fixed":
+        out.append(f"receiver.rto_mode: {p.rto_mode} (slice 4)")
+    if sc.congestion_control.name not in CC:
+        out.append(f"congestion_control: {sc.congestion_control.name} (slice 5)")
+    if engine.pfc is not None:
+        out.append("switch.pfc (slice 3)")
+    if engine.cell != 1:
+        out.append("simulation.cell_packets > 1 (slice 4)")
+    if engine.pxn:
+        out.append("nic.pxn (slice 7)")
+    if any(nic.nvlink for nics in engine.nics.values() for nic in nics):
+        out.append("an NVLink domain (slice 7)")
+    if any(len(nics) > 1 for nics in engine.nics.values()):
+        out.append("hosts with several NIC ports (slice 4)")
+    sws = engine.switches.values()
+    if any(getattr(sw, "shared", None) is not None for sw in sws):
+        out.append("a shared switch buffer (slice 4)")
+    if any(getattr(sw, "stamp", False) for sw in sws):
+        out.append("in-band telemetry (slice 5)")
+    if any(sw.strict[1] or sw.strict[2] for sw in sws if hasattr(sw, "strict")):
+        out.append("switch.strict_priority with ACK/NAK in the strict class (slice 5)")
+    if any(not p.ps_per_byte for p in engine.ports):
+        out.append("a link rate that does not divide 8e12 bit-ps per byte (slice 7)")
+    table = engine.replay.table
+    if len(table) and bool(np.any(np.asarray(table.conn) >= 0)):
+        out.append("persistent connections (slice 2)")
+    return out

@@ -1,0 +1,336 @@
+"""The flat state of the compiled core: a built :class:`~fabricsim.engine.packet.PacketEngine`
+flattened into numpy arrays, grown when a pool runs low, and written back onto the Python
+objects (docs/compiled-core.md, sections 1 and 4.4).
+
+Everything lives in one namedtuple, :class:`State`, of 1-D arrays (``r_off`` and ``r_cnt`` are
+2-D: switch x node; ``m_rtx``: message x cause). Prefixes: ``g`` scalars (slots ``G_*`` of
+:mod:`.core`), ``h*`` the agenda heap, ``p_`` ports, ``s_`` switches, ``r_`` routes, ``n_`` NIC
+ports, ``q_`` queue pairs, ``a_`` the per-PSN arena, ``d_`` list nodes (outstanding and
+retransmission deques), ``k_`` packets, ``m_`` messages, ``h_`` hosts' receive state.
+Indices are int64 with -1 for None.
+"""
+from __future__ import annotations
+
+from collections import deque, namedtuple
+
+import numpy as np
+
+from ...net.packet import Packet
+from ...receiver.base import HostRx
+from . import core as C
+
+_I = np.int64
+
+#: the state's arrays: name -> (dtype, rows (fields; 0: 1-D), pool group). A pool group's arrays
+#: grow together along their last axis.
+_ARRAYS = {
+    "g": (_I, 0, None), "f": (np.float64, 0, None),
+    "HP": (_I, 5, "heap"),
+    "P": (_I, len(C.PORT_FIELDS), None),
+    "s_kmin": (_I, 0, None), "s_kmax": (_I, 0, None), "s_pmax": (np.float64, 0, None),
+    "s_salt": (np.uint64, 0, None), "s_deq": (_I, 0, None), "s_node": (_I, 0, None),
+    "r_off": (_I, 0, None), "r_cnt": (_I, 0, None), "r_ports": (_I, 0, None), "route_salt": (np.uint64, 0, None),
+    "N": (_I, len(C.NIC_FIELDS), None),
+    "Q": (_I, len(C.QP_FIELDS), "qp"), "q_hash": (np.uint64, 0, "qp"),
+    "a_flag": (np.uint8, 0, "arena"), "a_resent": (_I, 0, "arena"), "a_rarr": (_I, 0, "arena"),
+    "D": (_I, len(C.NODE_FIELDS), "node"),
+    "K": (_I, len(C.PKT_FIELDS), "pkt"),
+    "M": (_I, len(C.MSG_FIELDS), None), "m_rtx": (_I, 0, None),
+    "HO": (_I, len(C.HOST_FIELDS), None),
+    "hist": (_I, 0, None), "good": (_I, 0, "good"), "OL": (_I, 2, None),
+}
+State = namedtuple("State", list(_ARRAYS))
+
+#: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
+CAUSES = ("sack", "timeout", "nak")
+#: initial values of the rows that are not 0 (-1 = None)
+_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc")}
+_FILL.update({("K", f): -1 for f in ("next", "pnext", "hop")})
+_FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt")})
+_FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
+_FIELDS_OF = {"P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS, "D": C.NODE_FIELDS,
+              "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS}
+
+
+def _arr(name, n):
+    dt, rows, _g = _ARRAYS[name]
+    if name == "a_resent":
+        return np.full(n, C.ABSENT, dtype=dt)
+    if not rows:
+        return np.zeros(n, dtype=dt)
+    a = np.zeros((rows, n), dtype=dt)
+    for i, f in enumerate(_FIELDS_OF.get(name, ())):
+        v = _FILL.get((name, f))
+        if v is not None:
+            a[i] = v
+    return a
+
+
+def row(X, name: str, field: str):
+    """One field of a 2-D state array, as a view (e.g. ``row(X, "P", "busy")``)."""
+    return getattr(X, name)[_FIELDS_OF[name].index(field)]
+
+
+def build(engine, nic_index: dict) -> State:
+    """Flatten ``engine`` (built, not yet run) into a :class:`State`.
+
+    ``nic_index`` maps each host NIC object to its row (filled here, in host order)."""
+    sim = engine.sim
+    g = sim.topology.graph
+    params = sim.scenario.receiver.params
+    a = {}
+    a["g"] = np.zeros(C.NG, dtype=_I)
+    a["f"] = np.array([engine.recorder.latency.inv_log_base], dtype=np.float64)
+    # switches and routes
+    sws = list(engine.switches.values())
+    s_local = {sw.id: i for i, sw in enumerate(sws)}
+    n_nodes = max(g.nodes) + 1
+    a["s_kmin"] = np.array([-1 if sw.kmin is None else sw.kmin for sw in sws], dtype=_I)
+    a["s_kmax"] = np.array([sw.kmax for sw in sws], dtype=_I)
+    a["s_pmax"] = np.array([sw.pmax for sw in sws], dtype=np.float64)
+    a["s_salt"] = np.array([sw.ecn_salt for sw in sws], dtype=np.uint64)
+    a["s_deq"] = np.array([sw.at_dequeue for sw in sws], dtype=_I)
+    a["s_node"] = np.array([sw.id for sw in sws], dtype=_I)
+    ports = engine.ports
+    r_off = np.zeros((len(sws), n_nodes), dtype=_I)
+    r_cnt = np.zeros((len(sws), n_nodes), dtype=_I)
+    cand = []
+    for i, sw in enumerate(sws):
+        for h in sim.topology.hosts:
+            _one, tup = sw.route.get(h) or sw.lookup(h)
+            r_off[i, h] = len(cand)
+            r_cnt[i, h] = len(tup)
+            cand.extend(p.index for p in tup)
+    a["r_off"], a["r_cnt"] = r_off, r_cnt
+    a["r_ports"] = np.array(cand or [0], dtype=_I)
+    a["route_salt"] = np.array([engine.routing._salt], dtype=np.uint64)
+    # ports
+    P = a["P"] = _arr("P", len(ports))
+    col = {f: i for i, f in enumerate(C.PORT_FIELDS)}
+    for p in ports:
+        i = p.index
+        P[col["rate"], i] = p.rate
+        P[col["k"], i] = p.ps_per_byte
+        P[col["offset"], i] = p.offset
+        if p.peer in s_local:
+            P[col["deliver"], i] = C.D_SWITCH
+            P[col["peer_sw"], i] = s_local[p.peer]
+        else:
+            P[col["deliver"], i] = C.D_HOST if p.deliver == engine._to_host else C.D_HOST_SETTLE
+        if p.owner in s_local:
+            P[col["sw"], i] = s_local[p.owner]
+        P[col["buffer"], i] = -1 if p.buffer is None else p.buffer
+    # NIC ports (one per host: coverage)
+    nics = [nic for h in sim.topology.hosts for nic in engine.nics[h]]
+    for i, nic in enumerate(nics):
+        nic_index[nic] = i
+    a["N"] = _arr("N", len(nics))
+    a["N"][C.N_PORT] = [nic.port.index for nic in nics]
+    # messages
+    rows = engine._rows
+    a["M"] = _arr("M", len(rows))
+    a["M"][C.M_SIZE] = [st.size for st in rows]
+    a["m_rtx"] = np.zeros((len(rows), len(CAUSES)), dtype=_I)
+    # hosts, recorder
+    a["HO"] = _arr("HO", n_nodes)
+    rec = engine.recorder
+    a["hist"] = np.array(rec.latency.counts, dtype=_I)
+    a["good"] = np.zeros(1024, dtype=_I)
+    a["OL"] = np.zeros((2, 1 << 16), dtype=_I)
+    # growable pools
+    for name, (_dt, _rows, group) in _ARRAYS.items():
+        if name not in a:
+            a[name] = _arr(name, {"heap": 4096, "qp": 64, "arena": 4096, "node": 8192, "pkt": 8192}[group])
+    X = State(**a)
+    _link_free(X.K[C.K_NEXT], 0)
+    _link_free(X.D[C.D_NEXT], 0)
+    gv = X.g
+    gv[C.G_PFREE], gv[C.G_PNFREE] = 0, X.K.shape[1]
+    gv[C.G_DFREE], gv[C.G_DNFREE] = 0, X.D.shape[1]
+    gv[C.G_LFA] = -1
+    gv[C.G_GOOD_HI] = -1
+    gv[C.G_MTU] = engine.mtu
+    gv[C.G_HDR] = engine.header
+    gv[C.G_SEG] = engine.mtu * engine.cell
+    gv[C.G_ACK] = params.ack_size
+    gv[C.G_RTO_LOW] = params.rto_low
+    gv[C.G_RTO_HIGH] = params.rto_high
+    gv[C.G_RTO_LOW_UNITS] = params.rto_low_packets
+    gv[C.G_RETRY] = params.retry_limit
+    gv[C.G_REO] = engine.sender.reo
+    gv[C.G_REO_MAX] = engine.sender.reo_max
+    gv[C.G_BIN] = rec.goodput_bin_ps
+    gv[C.G_ROUTE] = C.ROUTE_ECMP if engine.routing.__class__.__name__ == "Ecmp" else C.ROUTE_SPRAY
+    return X
+
+
+def _link_free(nxt, start):
+    """Chain slots ``start..`` of a pool into its free list (each points to the next, the last to -1)."""
+    n = len(nxt)
+    nxt[start:n - 1] = np.arange(start + 1, n, dtype=_I)
+    nxt[n - 1] = -1
+
+
+def _size(X, group):
+    name = next(n for n, (_d, _r, gr) in _ARRAYS.items() if gr == group)
+    return getattr(X, name).shape[-1]
+
+
+def grow(X: State, group: str, need: int) -> State:
+    """``X`` with the arrays of ``group`` at least ``need`` long (doubling); free lists extended."""
+    old = _size(X, group)
+    if old >= need:
+        return X
+    new = old
+    while new < need:
+        new *= 2
+    rep = {}
+    for n, (_d, _rows, gr) in _ARRAYS.items():
+        if gr == group:
+            arr = _arr(n, new)
+            arr[..., :old] = getattr(X, n)
+            rep[n] = arr
+    X = X._replace(**rep)
+    g = X.g
+    if group == "pkt":
+        nxt = X.K[C.K_NEXT]
+        _link_free(nxt, old)
+        nxt[new - 1] = g[C.G_PFREE]
+        g[C.G_PFREE] = old
+        g[C.G_PNFREE] += new - old
+    elif group == "node":
+        nxt = X.D[C.D_NEXT]
+        _link_free(nxt, old)
+        nxt[new - 1] = g[C.G_DFREE]
+        g[C.G_DFREE] = old
+        g[C.G_DNFREE] += new - old
+    return X
+
+
+def fold_reorder(X: State, rows) -> None:
+    """Add the logged reorder distances to their messages' ``reorder_hist`` dicts, in log order."""
+    n = int(X.g[C.G_OLOG_N])
+    for r, d in zip(X.OL[0, :n].tolist(), X.OL[1, :n].tolist()):
+        h = rows[r].reorder_hist
+        h[d] = h.get(d, 0) + 1
+    X.g[C.G_OLOG_N] = 0
+
+
+def sync_message(X: State, st) -> None:
+    """Copy one message's transport counters onto its MessageState."""
+    r = st.row
+    st.delivered = int(X.M[C.M_DELIV, r])
+    st.dropped = int(X.M[C.M_DROP, r])
+    st.injected = int(X.M[C.M_INJ, r])
+    st.rtx_bytes = {c: int(v) for c, v in zip(CAUSES, X.m_rtx[r]) if v}
+    st.dup_bytes = int(X.M[C.M_DUP, r])
+    st.rx_units = int(X.M[C.M_RX, r])
+    st.ooo_units = int(X.M[C.M_OOO, r])
+    st.peak_hold = int(X.M[C.M_PEAKH, r])
+    st.reorder_wait_ps = int(X.M[C.M_RW, r])
+    st.reorder_wait_max_ps = int(X.M[C.M_RWMAX, r])
+    st.ecn_marked = int(X.M[C.M_ECN, r])
+    st.acks = int(X.M[C.M_ACKS, r])
+    st.ctrl_arrived = int(X.M[C.M_CTRL_ARR, r])
+    st.ctrl_dropped = int(X.M[C.M_CTRL_DROP, r])
+
+
+def sync_recorder(X: State, rec) -> None:
+    g = X.g
+    rec.delivered_total = int(g[C.G_DELIV])
+    if g[C.G_LFA] >= 0:
+        rec.last_first_arrival = int(g[C.G_LFA])
+        rec.delivered_at_last_first_arrival = int(g[C.G_DLFA])
+
+
+def write_ports(X: State, ports, counters: bool = True) -> None:
+    """Port state onto the Port objects: ``busy_until`` and ``tx_bytes`` (what a link sample
+    reads), and with ``counters`` every other counter."""
+    busy, txb = X.P[C.P_BUSY].tolist(), X.P[C.P_TXB].tolist()
+    if not counters:
+        for p in ports:
+            p.busy_until = busy[p.index]
+            p.tx_bytes = txb[p.index]
+        return
+    cols = {n: row(X, "P", n).tolist() for n in ("txp", "peak", "drops", "dropb", "cdrops", "ecn", "cb", "cp",
+                                                       "prio")}
+    for p in ports:
+        i = p.index
+        p.busy_until = busy[i]
+        p.tx_bytes = txb[i]
+        p.tx_packets = cols["txp"][i]
+        p.peak_ps = cols["peak"][i]
+        p.drops = cols["drops"][i]
+        p.dropped_bytes = cols["dropb"][i]
+        p.ctrl_drops = cols["cdrops"][i]
+        p.ecn_marks = cols["ecn"][i]
+        p.ctrl_bytes = cols["cb"][i]
+        p.ctrl_packets = cols["cp"][i]
+        p.prio_bytes = cols["prio"][i]
+
+
+def _packet(X: State, i: int, qps, ports) -> Packet:
+    kind = int(X.K[C.K_KIND, i])
+    hop = int(X.K[C.K_HOP, i])
+    pkt = Packet(qps[int(X.K[C.K_QP, i])], int(X.K[C.K_DST, i]), int(X.K[C.K_WIRE, i]), int(X.K[C.K_PAY, i]), int(X.K[C.K_SEQ, i]),
+                 int(X.K[C.K_TTX, i]), int(X.K[C.K_NPK, i]), ports[hop] if hop >= 0 else None, kind)
+    pkt.ce = int(X.K[C.K_CE, i])
+    pkt.sack = int(X.K[C.K_SACK, i])
+    pkt.t_data = int(X.K[C.K_TDATA, i])
+    if kind:
+        pkt.sacks = None
+        pkt.dsack = -1
+    return pkt
+
+
+def write_back(X: State, engine, qps, nics) -> None:
+    """The whole state onto the engine's objects, as the Python kernel would have left them
+    (docs/compiled-core.md 4.4): what the end of ``PacketEngine.run`` reads."""
+    g = X.g
+    ports = engine.ports
+    write_ports(X, ports)
+    # packets still in flight: back into the ports' inflight queues (and the NICs' ctrlq)
+    for p in ports:
+        p.inflight = deque()
+        i = int(X.P[C.P_IH, p.index])
+        while i >= 0:
+            p.inflight.append((int(X.K[C.K_AT, i]), int(X.K[C.K_ASEQ, i]), p.deliver, _packet(X, i, qps, ports)))
+            i = int(X.K[C.K_NEXT, i])
+        p.pend = deque()              # (settled samples are not needed once the run is over)
+    for nic, i in nics.items():
+        nic.tx_calls = int(X.N[C.N_CALLS, i])
+        nic.tx_sent = int(X.N[C.N_SENT, i])
+        nic.busy = bool(X.N[C.N_BUSY, i])
+        nic.token = int(X.N[C.N_TOKEN, i])
+        nic.pending_at = int(X.N[C.N_PEND, i])
+        nic.ctrlq = []
+        c = int(X.N[C.N_CH, i])
+        while c >= 0:
+            nic.ctrlq.append(_packet(X, c, qps, ports))
+            c = int(X.K[C.K_NEXT, c])
+    for qi, qp in enumerate(qps):
+        qp.seq, qp.una, qp.high = int(X.Q[C.Q_SEQ, qi]), int(X.Q[C.Q_UNA, qi]), int(X.Q[C.Q_HIGH, qi])
+        qp.out_bytes, qp.sent_done = int(X.Q[C.Q_OUTB, qi]), bool(X.Q[C.Q_DONE, qi])
+        qp.timeouts, qp.rto_armed, qp.rto_at = int(X.Q[C.Q_TMO, qi]), bool(X.Q[C.Q_ARMED, qi]), int(X.Q[C.Q_RTO_AT, qi])
+        qp.r_cum, qp.r_max, qp.r_hold, qp.r_acks = int(X.Q[C.Q_RCUM, qi]), int(X.Q[C.Q_RMAX, qi]), int(X.Q[C.Q_RHOLD, qi]), \
+            int(X.Q[C.Q_RACKS, qi])
+        qp.reo, qp.rack_t = int(X.Q[C.Q_REO, qi]), int(X.Q[C.Q_RACK, qi])
+        qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[C.Q_SENTB, qi]), int(X.Q[C.Q_ACKB, qi])
+        qp.flow.active = bool(X.Q[C.Q_ACTIVE, qi])
+    fold_reorder(X, engine._rows)
+    for st in engine._rows:
+        sync_message(X, st)
+    engine.dropped_payload = int(g[C.G_DROP_PAY])
+    engine.dropped_packets = int(g[C.G_DROP_PK])
+    engine.dropped_ctrl = int(g[C.G_DROP_CTRL])
+    engine.sender.timeouts = int(g[C.G_TIMEOUTS])
+    engine.sender.spurious = int(g[C.G_SPURIOUS])
+    hosts = engine.receiver.hosts
+    hosts.clear()
+    for h in X.HO[C.H_ORDER, :int(g[C.G_HN_MADE])].tolist():
+        hr = hosts[h] = HostRx()
+        hr.hold, hr.peak_hold = int(X.HO[C.H_HOLD, h]), int(X.HO[C.H_PEAK, h])
+    rec = engine.recorder
+    sync_recorder(X, rec)
+    rec.latency.counts[:] = X.hist.tolist()
+    rec.goodput[:] = X.good[:int(g[C.G_GOOD_HI]) + 1].tolist()
