@@ -1,0 +1,166 @@
+"""The compiled packet core (``simulation.kernel: compiled``, fabricsim/engine/compiled/):
+bit-identical to ``heap`` on the cases docs/compiled-core.md section 5 adds to the equivalence
+suite, the shared model arithmetic equal in both kernels, and the fallback rule.
+
+tests/test_kernel_equivalence.py runs every routing policy, receiver and CC case on ``compiled``
+too; the cases here reach what those do not: link sampling on (``pending()``, the sampler's
+re-arm, the final snapshot), timeouts and failures (``retry_limit``), a run cut by its time limit
+with packets in flight, ECN sampled at enqueue, unbounded buffers, two serialisation rates,
+dependencies with compute gaps and GPU jobs, and a time limit beyond 2**40 ps.
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fabricsim
+from fabricsim.flows import identity
+from fabricsim.net import switch as switch_mod
+from fabricsim.routing import ecmp
+
+from test_kernel_equivalence import FABRIC, _comparable
+
+pytest.importorskip("numba")
+
+
+def _small(**over):
+    sc = {"name": "cc_perm", "topology": dict(FABRIC),
+          "traffic": {"pattern": "permutation", "locality": "cross_leaf", "message_size": "256KiB"},
+          "routing": {"policy": "spray"}, "simulation": {"seed": 1, "time_limit": "20ms"}}
+    for k, v in over.items():
+        sc[k] = {**sc.get(k, {}), **v} if isinstance(v, dict) else v
+    return sc
+
+
+def _lossy_incast(**over):
+    sc = {"name": "cc_incast", "topology": {**FABRIC, "buffer": {"mode": "per_port", "size": "32KiB"}},
+          "traffic": {"pattern": "incast", "senders": 6, "receiver": 0, "message_size": "256KiB"},
+          "routing": {"policy": "ecmp"},
+          "switch": {"ecn": {"enabled": True, "kmin": "8KB", "kmax": "24KB"}},
+          "simulation": {"seed": 1, "time_limit": "20ms"}, "outputs": {"link_sample_interval": "off"}}
+    for k, v in over.items():
+        sc[k] = {**sc.get(k, {}), **v} if isinstance(v, dict) else v
+    return sc
+
+
+def _dependent_trace(tmp_path):
+    """Three rounds of a ring over 8 GPUs: each message waits for the one its source received in
+    the round before, then a compute gap; some sources start late."""
+    rows, last = ["id,src,dst,size_bytes,start_ps,gap_ps,deps,conn"], {}
+    mid = 0
+    for step in range(3):
+        cur = {}
+        for h in range(8):
+            dep = last.get(h)
+            rows.append(f"{mid},{h},{(h + 1) % 8},{32768 + 4096 * h},{2_000_000 * step if h % 3 == 1 else 0},"
+                        f"{0 if dep is None else 1_500_000 + 250_000 * (h % 2)},{'' if dep is None else dep},-1")
+            cur[(h + 1) % 8] = mid
+            mid += 1
+        last = cur
+    p = tmp_path / "ring.csv"
+    p.write_text("\n".join(rows) + "\n")
+    return str(p)
+
+
+CASES = {
+    "sampling-on": lambda tmp: _small(),                                  # link samples every 10 us
+    "sampling-on-ecmp-seed2": lambda tmp: _small(routing={"policy": "ecmp"}, simulation={"seed": 2}),
+    "timeouts": lambda tmp: _lossy_incast(receiver={"rto_low": "8us", "rto_high": "12us"}),
+    "retry-limit-0": lambda tmp: _lossy_incast(receiver={"rto_low": "8us", "rto_high": "12us", "retry_limit": 0}),
+    "time-limit-cut": lambda tmp: _small(simulation={"time_limit": "12us"}),
+    "ecn-at-enqueue": lambda tmp: _lossy_incast(switch={"ecn": {"enabled": True, "kmin": "8KB", "kmax": "24KB",
+                                                                "sample": "enqueue"}}),
+    "unbounded-buffers": lambda tmp: _lossy_incast(topology={**FABRIC, "buffer": {"size": "unbounded"}}),
+    "100G-hosts": lambda tmp: _small(topology={**FABRIC, "host_link": {"rate": "100Gbps", "delay": "500ns"}}),
+    "dependencies-gpu-compute": lambda tmp: {
+        "name": "cc_ring", "topology": {**FABRIC, "buffer": {"mode": "per_port", "size": "128KiB"}},
+        "traffic": {"pattern": "csv", "path": _dependent_trace(tmp), "qps_per_message": 2},
+        "routing": {"policy": "spray"}, "simulation": {"seed": 2, "compute": "gpu"}},
+    "time-limit-beyond-2^40ps": lambda tmp: _small(simulation={"time_limit": "2s", "seed": 3}),
+}
+
+
+def _run(sc, kernel):
+    sc = {**sc, "simulation": {**sc.get("simulation", {}), "kernel": kernel}}
+    return fabricsim.run(sc)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_compiled_core_gives_the_heap_kernels_tables(case, tmp_path):
+    sc = CASES[case](tmp_path)
+    a = _run(sc, "heap")
+    b = _run(sc, "compiled")
+    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
+    assert b.summary["kernel"] == "compiled" and a.summary["kernel"] == "heap"
+    pd.testing.assert_frame_equal(a.messages, b.messages)
+    pd.testing.assert_frame_equal(a.links, b.links)
+    assert _comparable(a.summary) == _comparable(b.summary)
+    assert a.summary["run"]["events"] == b.summary["run"]["events"]       # the same agenda entries
+    for table in ("latency", "goodput", "link_timeseries", "nics", "collectives"):
+        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
+    # each case reaches what it is for
+    run = a.summary["run"]
+    if case.startswith("sampling-on"):
+        assert len(a.link_timeseries)
+    if case == "timeouts":
+        assert run["retransmission_timeouts"] > 0 and a.summary["status"] == "complete"
+    if case == "retry-limit-0":
+        assert a.summary["status"] == "incomplete_failed"
+    if case == "time-limit-cut":
+        assert a.summary["status"] == "time_limit" and run["in_network_payload_bytes"] > 0
+    if case in ("ecn-at-enqueue", "timeouts"):
+        assert a.links["ecn_marked_packets"].sum() > 0
+    if case == "unbounded-buffers":
+        assert a.links["drops_buffer_full"].sum() == 0
+
+
+def test_outside_the_slice_the_run_says_why_and_runs_on_heap():
+    sc = _small(routing={"policy": "adaptive"}, congestion_control={"algorithm": "dcqcn"},
+                outputs={"link_sample_interval": "off"})
+    b = _run(sc, "compiled")
+    info = b.summary["run"]["kernel"]
+    assert info["ran"] == "heap" and b.summary["kernel"] == "heap"
+    assert "routing: adaptive" in info["fallback"] and "congestion_control: dcqcn" in info["fallback"]
+    assert info["fallback"] in b.summary["warnings"]
+    a = _run(sc, "heap")
+    pd.testing.assert_frame_equal(a.messages, b.messages)
+
+
+def test_the_compiled_arithmetic_is_the_models_own():
+    """ECMP's pick, the packet draw (CPython's tuple hash, written out for a core compiled without
+    reference counting) and RED's comparison, compiled from the models' source, equal the Python
+    functions on random and edge-case inputs."""
+    from numba import njit
+
+    from fabricsim.engine.compiled import core
+
+    @njit(_nrt=False)
+    def pick(h, salt, sw, n, c):
+        return core.ecmp_pick(h, salt, np.uint64(sw), np.uint64(n), c)
+
+    @njit(_nrt=False)
+    def draw(salt, a, b, c, d, e):
+        return core.packet_draw_fields(salt, a, b, c, d, e)
+
+    @njit(_nrt=False)
+    def red(d, q, kmin, kmax, pmax):
+        return core.red_below(d, q, kmin, kmax, pmax)
+
+    rng = random.Random(7)
+    edges = [0, 1, 2**61 - 2, 2**61 - 1, 2**61, 2**63 - 1, 2**63, 2**64 - 1]
+    for i in range(4000):
+        salt = edges[i] if i < len(edges) else rng.getrandbits(64)
+        h = edges[-1 - i] if i < len(edges) else rng.getrandbits(64)
+        sw, n, c = rng.randrange(5000), rng.randrange(1, 130), bool(i & 1)
+        assert int(pick(np.uint64(h), np.uint64(salt), sw, n, c)) == ecmp.ecmp_index(h, salt, sw, n, c)
+        f = (rng.choice([0, 5, 2**61 - 1, 2**61, rng.randrange(1 << 40)]), rng.randrange(1 << 30),
+             rng.randrange(1 << 50), rng.randrange(4), rng.randrange(5000))
+        assert int(draw(np.uint64(salt), *f)) == identity.packet_draw_fields(salt, *f)
+        kmin = rng.randrange(0, 200_000)
+        kmax = kmin + 1 + rng.randrange(2_000_000)
+        q = rng.randrange(kmin + 1, kmax + 1)
+        d = rng.getrandbits(64)
+        assert bool(red(np.uint64(d), q, kmin, kmax, 0.2)) == switch_mod.red_below(d, q, kmin, kmax, 0.2)
