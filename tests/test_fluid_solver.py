@@ -827,3 +827,129 @@ def test_wide_over_shared_links_settled_without_merging(monkeypatch):
     F2, V2, cap2, _ = ported_instance(1, n_flows=800, ports=18)
     FluidProblem(F2, V2, cap2).solve(method="compiled")
     assert calls
+
+
+def _appended_run(seed, monkeypatch, incremental, n_flows=2400, ports=4, far=None, steps=14):
+    """An engine-like sequence on ECMP-like rows (direct solves of a DirectImage): rows appended
+    in batches at the end (``with_flows(extends=True)``), the fastest and some random flows
+    ending, every solve warm from the last. Returns each solve's rates and the image."""
+    from fabricsim.flows import fluid_compiled
+    monkeypatch.setattr(fluid_compiled, "_INCREMENTAL", incremental)
+    if far is not None:
+        monkeypatch.setattr(fluid_compiled, "_FAR", far)
+    F, V, cap, _ = ported_instance(seed, n_flows=n_flows, ports=ports)
+    rng = np.random.default_rng(7000 + seed)
+    n = F.shape[0]
+    rows = n // 4
+    prob = FluidProblem(F[:rows], V, cap)
+    active = np.ones(rows, bool)
+    earlier, r_gone = None, np.inf
+    out = []
+    for step in range(steps):
+        if step % 3 != 2 and rows < n:
+            new = min(n, rows + int(rng.integers(1, n // 8)))
+            prob = prob.with_flows(F[:new], extends=True)
+            active = np.concatenate([active, np.ones(new - rows, bool)])
+            rows = new
+        warm = None if earlier is None else (earlier, r_gone)
+        sol = prob.solve(active=active, method="compiled", warm=warm)
+        out.append(sol.rates.copy())
+        alive = np.flatnonzero(active)
+        r = sol.rates[alive]
+        end = alive[np.argsort(-r, kind="stable")[:max(1, alive.size // 20)]]
+        end = np.unique(np.concatenate([end, rng.choice(alive, max(1, alive.size // 15), replace=False)]))
+        earlier = np.where(active, sol.rates, np.nan)
+        r_gone = float(earlier[end].min())
+        active[end] = False
+    return out, prob._image, (F, V, cap, active)
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("ports", [3, 4])
+@pytest.mark.parametrize("far", [None, 0.0])
+def test_kept_link_lists_give_the_rates_of_lists_built_every_solve(seed, ports, far, monkeypatch):
+    # the same engine-like sequence solved with the link lists and sums kept between solves
+    # (LinkLists, _inc_kernel) and with them built from every active row at each solve
+    # (_kernel): the same rates within rounding at every solve (1/3 coefficients: the sums are
+    # taken in another order), and the kept lists did serve most solves (far 0: the rows are
+    # laid out after every solve, so the lists are built again each time: the build path)
+    from fabricsim.flows import fluid_compiled
+    built, image, _ = _appended_run(seed, monkeypatch, False, ports=ports, far=far)
+    assert image.lists is None
+    kept, image, (F, V, cap, _a) = _appended_run(seed, monkeypatch, True, ports=ports, far=far)
+    assert len(kept) == len(built)
+    for a, b in zip(kept, built):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+    lists = image.lists
+    assert isinstance(lists, fluid_compiled.LinkLists)
+    if far is None:
+        assert lists.builds <= 1 + image.layouts       # built once, then again only after a layout
+        assert lists.builds < len(kept) - 4
+    else:
+        assert lists.builds >= len(kept) - 2
+
+
+def test_kept_link_lists_against_the_vectorised_solver(monkeypatch):
+    # the kept path is max-min fair on its own: its rates are the vectorised solver's and pass
+    # the optimality check, solve after solve
+    from fabricsim.flows import fluid_compiled
+    monkeypatch.setattr(fluid_compiled, "_INCREMENTAL", True)
+    F, V, cap, _ = ported_instance(11, n_flows=1500, ports=3)
+    rows, active, earlier, r_gone = 500, np.ones(500, bool), None, np.inf
+    prob = FluidProblem(F[:rows], V, cap)
+    rng = np.random.default_rng(3)
+    for step in range(8):
+        if step % 2:
+            new = rows + 120
+            prob = prob.with_flows(F[:new], extends=True)
+            active = np.concatenate([active, np.ones(new - rows, bool)])
+            rows = new
+        sol = prob.solve(active=active, method="compiled", warm=None if earlier is None else (earlier, r_gone))
+        vec = FluidProblem(F[:rows], V, cap).solve(active=active, method="vectorised")
+        np.testing.assert_allclose(sol.rates, vec.rates, rtol=1e-9)
+        assert check_max_min(F[:rows][active], V, cap, sol.rates[active]) == []
+        alive = np.flatnonzero(active)
+        end = rng.choice(alive, alive.size // 8, replace=False)
+        earlier = np.where(active, sol.rates, np.nan)
+        r_gone = float(earlier[end].min())
+        active[end] = False
+    assert prob._image.lists.builds < 8
+
+
+def test_kept_link_lists_built_again_when_prev_is_not_the_last_solve(monkeypatch):
+    # a warm start whose earlier rates are not those of the image's last solve (here: of the
+    # solve before it) cannot use the kept sums: the lists are built again from the rows, and
+    # the rates are still a cold solve's
+    from fabricsim.flows import fluid_compiled
+    monkeypatch.setattr(fluid_compiled, "_INCREMENTAL", True)
+    F, V, cap, _ = ported_instance(5, n_flows=1200)
+    prob = FluidProblem(F, V, cap)
+    active = np.ones(F.shape[0], bool)
+    first = prob.solve(active=active, method="compiled", warm=(np.full(F.shape[0], np.nan), np.inf))
+    end = np.argsort(first.rates)[:50]              # the slowest end: the others speed up
+    active[end] = False
+    e1 = first.rates.copy()
+    second = prob.solve(active=active, method="compiled", warm=(e1, float(first.rates[end].min())))
+    builds = prob._image.lists.builds
+    assert not np.array_equal(second.rates[active], first.rates[active])
+    end2 = np.argsort(np.where(active, second.rates, np.inf))[:50]
+    active[end2] = False
+    # stale: the first solve's rates, not the second's (a valid warm start from the first solve)
+    r_gone = float(min(first.rates[end].min(), first.rates[end2].min()))
+    third = prob.solve(active=active, method="compiled", warm=(e1, r_gone))
+    assert prob._image.lists.builds == builds + 1
+    monkeypatch.setattr(fluid_compiled, "_INCREMENTAL", False)
+    cold = FluidProblem(F, V, cap).solve(active=active, method="compiled")
+    np.testing.assert_allclose(third.rates, cold.rates, rtol=1e-9)
+
+
+def test_kept_link_lists_repacked_without_ended_rows(monkeypatch):
+    # lists with little room at the tail are packed again (dropping the rows that ended) rather
+    # than built from the rows; the rates stay those of lists built every solve
+    from fabricsim.flows import fluid_compiled
+    monkeypatch.setattr(fluid_compiled, "_TAIL", 0.0)
+    kept, image, _ = _appended_run(2, monkeypatch, True, n_flows=9000, ports=3, steps=16)
+    assert image.lists.repacks >= 2
+    built, _image, _ = _appended_run(2, monkeypatch, False, n_flows=9000, ports=3, steps=16)
+    for a, b in zip(kept, built):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)

@@ -76,6 +76,12 @@ _DIRECT = 1.0
 #: direct solves of a problem after its first keep its rows' view between solves
 #: (:class:`DirectImage`; off: each solve renumbers its active rows, :func:`solve_rows`)
 _IMAGE = True
+#: direct warm solves of an image keep their per-link flow lists and link sums between solves and
+#: bring them up to date by the rows that started or ended (:class:`LinkLists`; off: each solve
+#: builds them from all its active rows, :func:`_kernel`)
+_INCREMENTAL = True
+#: room at the tail of :class:`LinkLists` for lists that outgrow theirs, per active entry
+_TAIL = 0.75
 #: a direct image lays its rows out in the order the last solve set their rates
 #: (:meth:`DirectImage.solve`; off: in the order they were added)
 _LAYOUT = True
@@ -511,6 +517,156 @@ def _work_sizes(n: int, n_seg: int, n_links: int) -> tuple[int, int, int]:
 
 
 @njit(cache=True, nogil=True)
+def _fill(lim, lim_order, free, rates, f_ptr, f_ind, f_dat, sg, tsegs, gone, bl, bt, hk, hl, pos, size, lk, lazy,
+          direct, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ss, seg_ptr, seg_end, seg_fl, batch, pops, seq, nq):
+    """The filling of :func:`_kernel` once its set-up is done: step by step, the lowest link of the
+    heap (``hk``, ``hl``, ``pos``, ``size`` entries) saturates with the links tied with it, or a
+    flow reaches its limit (``lim_order``: the limited flows by limit); ``seg_ptr .. seg_end`` of
+    each segment (each link in the direct mode) lists the flows ``seg_fl`` that may cross it, the
+    frozen ones skipped. Flows still ``free`` at the end cross no link that binds them. Rows
+    whose rates it sets are appended to ``seq`` (if not empty) from position ``nq``. Returns
+    ``(steps, nq)``. (Shared by :func:`_kernel` and :func:`_inc_kernel`.)"""
+    record = seq.size > 0
+    lp = 0
+    nlim = lim_order.size
+    steps = 0
+    while True:
+        while lp < nlim and not free[lim_order[lp]]:
+            lp += 1
+        # the lowest link whose key is its current level
+        t = np.inf
+        l = -1
+        while size > 0:
+            l = hl[0]
+            t, c0 = _link_level(l, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
+            if c0 <= 0.0:
+                size = _remove(hk, hl, pos, l, size)
+                l = -1
+                continue
+            if t > hk[0]:
+                hk[0] = t
+                _sift_down(hk, hl, pos, 0, size)
+                l = -1
+                continue
+            break
+        if l < 0 and lp >= nlim:
+            break
+        steps += 1
+        nt = 0
+        ng = 0
+        if lp < nlim and (l < 0 or lim[lim_order[lp]] < t):
+            # a flow's own limit binds first
+            f = lim_order[lp]
+            if direct:
+                ng = _freeze_direct(f, lim[f], rates, free, f_ptr, f_ind, f_dat, lk, gone, ng)
+            else:
+                nt = _freeze(f, lim[f], rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt)
+            if record:
+                seq[nq] = f
+                nq += 1
+        else:
+            # l saturates at level t, and with it every link whose current level is within
+            # `batch` of t (levels tied but for rounding; freezing flows at about t keeps them
+            # there): each link's unfrozen flows freeze at its own level, and the links' sums
+            # are updated once for the whole batch
+            nb = 0
+            bl[nb] = l
+            bt[nb] = t
+            nb += 1
+            size = _remove(hk, hl, pos, l, size)
+            t_hi = t * (1.0 + batch)
+            while size > 0:
+                l2 = hl[0]
+                t2, c2 = _link_level(l2, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
+                if c2 <= 0.0:
+                    size = _remove(hk, hl, pos, l2, size)
+                    continue
+                if t2 > hk[0]:
+                    hk[0] = t2
+                    _sift_down(hk, hl, pos, 0, size)
+                    continue
+                if t2 > t_hi:
+                    break
+                if nb >= pops:
+                    # a large tie (a symmetric fabric): take the rest of it in one pass over the
+                    # heap (keys are lower bounds, so every candidate has key <= t_hi), refresh
+                    # the keys met, and rebuild the heap
+                    j = 0
+                    for i in range(size):
+                        x = hl[i]
+                        k = hk[i]
+                        if k <= t_hi:
+                            tx, cx = _link_level(x, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
+                            if cx <= 0.0:
+                                pos[x] = -1
+                                continue
+                            if tx <= t_hi:
+                                bl[nb] = x
+                                bt[nb] = tx
+                                nb += 1
+                                pos[x] = -1
+                                continue
+                            k = tx
+                        hk[j] = k
+                        hl[j] = x
+                        pos[x] = j
+                        j += 1
+                    size = j
+                    for i in range((size - 2) // 4, -1, -1):
+                        _sift_down(hk, hl, pos, i, size)
+                    break
+                bl[nb] = l2
+                bt[nb] = t2
+                nb += 1
+                size = _remove(hk, hl, pos, l2, size)
+            for b in range(nb):
+                lb = bl[b]
+                tb = bt[b]
+                for e in range(vt_ptr[lb], vt_ptr[lb + 1]):
+                    s0 = vt_ind[e]
+                    for q in range(seg_ptr[s0], seg_end[s0]):
+                        f = seg_fl[q]
+                        if not free[f]:
+                            continue
+                        if direct:
+                            ng = _freeze_direct(f, tb, rates, free, f_ptr, f_ind, f_dat, lk, gone, ng)
+                        else:
+                            nt = _freeze(f, tb, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt)
+                        if record:
+                            seq[nq] = f
+                            nq += 1
+                    seg_end[s0] = seg_ptr[s0]
+        # direct: the links left without unfrozen flows leave the heap
+        for i in range(ng):
+            if pos[gone[i]] >= 0:
+                size = _remove(hk, hl, pos, gone[i], size)
+        # take the frozen flows out of their links
+        for i in range(nt):
+            s = tsegs[i]
+            dd = sg[s, 0]
+            dl = sg[s, 1]
+            dc = sg[s, 2]
+            sg[s, 0] = 0.0
+            sg[s, 1] = 0.0
+            sg[s, 2] = 0.0
+            if lazy:
+                ss[s, 0] -= dd
+                ss[s, 1] += dl
+                ss[s, 2] -= dc                # (a count: exact, so an emptied segment counts 0)
+                continue
+            for e in range(v_ptr[s], v_ptr[s + 1]):
+                l2 = v_ind[e]
+                c = v_dat[e]
+                lk[l2, 1] += c * dl
+                lk[l2, 2] -= c * dd
+                lk[l2, 3] -= dc
+                if lk[l2, 3] <= 0.0 and pos[l2] >= 0:
+                    lk[l2, 2] = 0.0
+                    size = _remove(hk, hl, pos, l2, size)
+    return steps, nq
+
+
+@njit(cache=True, nogil=True)
 def _kernel(f_ptr, f_ind, f_dat, act, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, cap, lim, limited, prev,
             r_gone, tie, batch, pops, lazy, direct, fl_buf, fws, iws, bws, seq):
     """Progressive filling of the flows ``act`` (rows of CSR ``F``, ascending) over local ``V``
@@ -689,8 +845,6 @@ def _kernel(f_ptr, f_ind, f_dat, act, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_da
         lim_order = fin[np.argsort(lim[fin], kind="mergesort")]
     else:
         lim_order = np.empty(0, np.int64)
-    lp = 0
-    nlim = lim_order.size
     tsegs = iws[io:io + n_seg]
     io += n_seg
     gone = iws[io:io + L]                 # (direct) links emptied in a step
@@ -699,141 +853,9 @@ def _kernel(f_ptr, f_ind, f_dat, act, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_da
     io += L
     bt = fws[fo:fo + L]
     fo += L
-    steps = 0
-    nq = kept                             # rows recorded in seq
-    while True:
-        while lp < nlim and not free[lim_order[lp]]:
-            lp += 1
-        # the lowest link whose key is its current level
-        t = np.inf
-        l = -1
-        while size > 0:
-            l = hl[0]
-            t, c0 = _link_level(l, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
-            if c0 <= 0.0:
-                size = _remove(hk, hl, pos, l, size)
-                l = -1
-                continue
-            if t > hk[0]:
-                hk[0] = t
-                _sift_down(hk, hl, pos, 0, size)
-                l = -1
-                continue
-            break
-        if l < 0 and lp >= nlim:
-            break
-        steps += 1
-        nt = 0
-        ng = 0
-        if lp < nlim and (l < 0 or lim[lim_order[lp]] < t):
-            # a flow's own limit binds first
-            f = lim_order[lp]
-            if direct:
-                ng = _freeze_direct(f, lim[f], rates, free, f_ptr, f_ind, f_dat, lk, gone, ng)
-            else:
-                nt = _freeze(f, lim[f], rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt)
-            if record:
-                seq[nq] = f
-                nq += 1
-        else:
-            # l saturates at level t, and with it every link whose current level is within
-            # `batch` of t (levels tied but for rounding; freezing flows at about t keeps them
-            # there): each link's unfrozen flows freeze at its own level, and the links' sums
-            # are updated once for the whole batch
-            nb = 0
-            bl[nb] = l
-            bt[nb] = t
-            nb += 1
-            size = _remove(hk, hl, pos, l, size)
-            t_hi = t * (1.0 + batch)
-            while size > 0:
-                l2 = hl[0]
-                t2, c2 = _link_level(l2, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
-                if c2 <= 0.0:
-                    size = _remove(hk, hl, pos, l2, size)
-                    continue
-                if t2 > hk[0]:
-                    hk[0] = t2
-                    _sift_down(hk, hl, pos, 0, size)
-                    continue
-                if t2 > t_hi:
-                    break
-                if nb >= pops:
-                    # a large tie (a symmetric fabric): take the rest of it in one pass over the
-                    # heap (keys are lower bounds, so every candidate has key <= t_hi), refresh
-                    # the keys met, and rebuild the heap
-                    j = 0
-                    for i in range(size):
-                        x = hl[i]
-                        k = hk[i]
-                        if k <= t_hi:
-                            tx, cx = _link_level(x, lazy, lk, vt_ptr, vt_ind, vt_dat, ss)
-                            if cx <= 0.0:
-                                pos[x] = -1
-                                continue
-                            if tx <= t_hi:
-                                bl[nb] = x
-                                bt[nb] = tx
-                                nb += 1
-                                pos[x] = -1
-                                continue
-                            k = tx
-                        hk[j] = k
-                        hl[j] = x
-                        pos[x] = j
-                        j += 1
-                    size = j
-                    for i in range((size - 2) // 4, -1, -1):
-                        _sift_down(hk, hl, pos, i, size)
-                    break
-                bl[nb] = l2
-                bt[nb] = t2
-                nb += 1
-                size = _remove(hk, hl, pos, l2, size)
-            for b in range(nb):
-                lb = bl[b]
-                tb = bt[b]
-                for e in range(vt_ptr[lb], vt_ptr[lb + 1]):
-                    s0 = vt_ind[e]
-                    for q in range(seg_ptr[s0], seg_end[s0]):
-                        f = seg_fl[q]
-                        if not free[f]:
-                            continue
-                        if direct:
-                            ng = _freeze_direct(f, tb, rates, free, f_ptr, f_ind, f_dat, lk, gone, ng)
-                        else:
-                            nt = _freeze(f, tb, rates, free, f_ptr, f_ind, f_dat, sg, tsegs, nt)
-                        if record:
-                            seq[nq] = f
-                            nq += 1
-                    seg_end[s0] = seg_ptr[s0]
-        # direct: the links left without unfrozen flows leave the heap
-        for i in range(ng):
-            if pos[gone[i]] >= 0:
-                size = _remove(hk, hl, pos, gone[i], size)
-        # take the frozen flows out of their links
-        for i in range(nt):
-            s = tsegs[i]
-            dd = sg[s, 0]
-            dl = sg[s, 1]
-            dc = sg[s, 2]
-            sg[s, 0] = 0.0
-            sg[s, 1] = 0.0
-            sg[s, 2] = 0.0
-            if lazy:
-                ss[s, 0] -= dd
-                ss[s, 1] += dl
-                ss[s, 2] -= dc                # (a count: exact, so an emptied segment counts 0)
-                continue
-            for e in range(v_ptr[s], v_ptr[s + 1]):
-                l2 = v_ind[e]
-                c = v_dat[e]
-                lk[l2, 1] += c * dl
-                lk[l2, 2] -= c * dd
-                lk[l2, 3] -= dc
-                if lk[l2, 3] <= 0.0 and pos[l2] >= 0:
-                    lk[l2, 2] = 0.0
-                    size = _remove(hk, hl, pos, l2, size)
+    steps, nq = _fill(lim, lim_order, free, rates, f_ptr, f_ind, f_dat, sg, tsegs, gone, bl, bt, hk, hl, pos, size,
+                      lk, lazy, direct, v_ptr, v_ind, v_dat, vt_ptr, vt_ind, vt_dat, ss, seg_ptr, seg_end, seg_fl,
+                      batch, pops, seq, kept)
     for i in range(na):
         k = act[i]
         if free[k]:
@@ -975,6 +997,7 @@ class DirectImage:
         self.slot_row = self.row_slot = None
         self._spare = None                                    # the other layout's arrays
         self.layouts = 0
+        self.lists = None                                     # LinkLists of the last warm solve
         self.last_far = 0                                      # the last solve's far jumps (_far_jumps)
 
     @staticmethod
@@ -1079,18 +1102,97 @@ class DirectImage:
         ones = work.ones(nl)
         nf, ni, nb = _work_sizes(rows, nl, nl)
         seq = work.take("seq", sl.size, np.int64)[:sl.size] if _LAYOUT else _NO_SEQ
-        rates, steps, kept = _kernel(
-            f_ptr, self.a_ind[:end], self.a_dat[:end], sl, ident_ptr, ident,
-            ones, ident_ptr, ident, ones, self.cap[:nl], np.empty(0), False,
-            prev, float(r_gone), _TIE, _BATCH, _POPS, False, True,
-            work.take("seg_fl", n_act, np.int64), work.take("fws", nf, np.float64),
-            work.take("iws", ni, np.int64), work.take("bws", nb, np.bool_), seq)
+        if _INCREMENTAL and sl.size and prev.size == sl.size:
+            rates, steps, kept = self._solve_kept(sl, prev, float(r_gone), n_act, work, seq)
+        else:
+            self.lists = None            # (a cold solve: the lists are built again by the next warm one)
+            rates, steps, kept = _kernel(
+                f_ptr, self.a_ind[:end], self.a_dat[:end], sl, ident_ptr, ident,
+                ones, ident_ptr, ident, ones, self.cap[:nl], np.empty(0), False,
+                prev, float(r_gone), _TIE, _BATCH, _POPS, False, True,
+                work.take("seg_fl", n_act, np.int64), work.take("fws", nf, np.float64),
+                work.take("iws", ni, np.int64), work.take("bws", nb, np.bool_), seq)
         out = rates[sl_of] if permuted else rates[act]
         if _LAYOUT and sl.size:
             self.last_far = _far_jumps(seq, sl.size)
             if self.last_far > _FAR * sl.size:
                 self._layout(seq, sl.size, work)
         return out, steps, kept
+
+    def _solve_kept(self, sl, prev, r_gone: float, n_act: int, work: "Workspace", seq):
+        """:meth:`solve`'s warm solve of the slots ``sl`` (``prev`` their earlier rates, ``n_act``
+        their entries) from the :class:`LinkLists` of the last solve, brought up to date
+        (:func:`_inc_update`), or built for these rows (:func:`_inc_build`) when there are none
+        for this layout and these links, they do not fit, half their entries are dead, or
+        ``prev`` is not what they expect. Returns :func:`_inc_kernel`'s ``(rates, steps, kept)``."""
+        nl, rows = self.nl, self.rows
+        f_ptr = self.a_ptr[:rows + 1]
+        end = int(f_ptr[rows])
+        a_ind, a_dat = self.a_ind[:end], self.a_dat[:end]
+        k = self.lists
+        ok = k is not None and k.layouts == self.layouts
+        if ok and k.nl < nl:
+            k.grow(nl)
+        if ok:
+            if k.last_on.size < rows:
+                k.last_on = self._room(k.last_on, rows, False)
+                k.last_rate = self._room(k.last_rate, rows, 0.0)
+            # room at the tail for the new rows' entries (the rows added since; their lists may
+            # move there): else the lists are packed again without the rows that ended
+            new = int(f_ptr[rows] - f_ptr[min(k.rows, rows)])
+            used = int(k.ll_len[:nl].sum())
+            if k.ll_slot.size - k.tail < 2 * new + 4 * (nl - k.nl_packed) + 1024 or used > 2 * (n_act + 1024):
+                k.repack(used, nl, 2 * new + int(_TAIL * n_act))
+            on = work.take("on", rows, np.bool_)[:rows]
+            on[:] = False
+            why, tail, live = _inc_update(sl, prev, f_ptr, a_ind, a_dat, nl, k.ll_start, k.ll_len, k.ll_room,
+                                         k.ll_slot, k.ll_dat, k.tail, k.D, k.U, k.C, k.Dn, k.Cn, k.last_rate,
+                                         k.last_on, k.last_sl, on)
+            k.tail = tail
+            ok = why == 0
+        if not ok:
+            k = self._build_lists(sl, prev, n_act, f_ptr, a_ind, a_dat, k)
+        nf, ni = _inc_sizes(nl)
+        rates, steps, kept = _inc_kernel(
+            f_ptr, a_ind, a_dat, sl, self.cap[:nl], prev, r_gone, _TIE, _BATCH, _POPS, k.ll_start, k.ll_len,
+            k.ll_slot, k.D, k.U, k.C, k.Dn, k.Cn, k.last_rate, k.last_on, k.last_sl,
+            work.take("fws", rows + nf, np.float64), work.take("iws", ni, np.int64),
+            work.take("bws", rows, np.bool_), seq)
+        if k.sl_buf.size < sl.size:
+            k.sl_buf = np.empty(max(sl.size, int(1.25 * k.sl_buf.size)), np.int64)
+        k.sl_buf[:sl.size] = sl
+        k.last_sl = k.sl_buf[:sl.size]
+        k.rows = rows
+        return rates, steps, kept
+
+    def _build_lists(self, sl, prev, n_act, f_ptr, a_ind, a_dat, old):
+        """:class:`LinkLists` of the slots ``sl`` (:func:`_inc_build`), in the arrays of ``old``
+        where they are long enough."""
+        nl, rows = self.nl, self.rows
+        k = old if old is not None else LinkLists()
+        room = _inc_room(n_act, nl, int(_TAIL * n_act))
+
+        def arr(name, size, dtype, fill=None):
+            a = getattr(k, name, None) if old is not None else None
+            if a is None or a.size < size or a.dtype != dtype:
+                a = np.empty(max(size, int(1.25 * a.size) if a is not None else 0), dtype)
+            if fill is not None:
+                a[:size] = fill
+            return a
+
+        k.ll_slot, k.ll_dat = arr("ll_slot", room, np.int64), arr("ll_dat", room, np.float64)
+        k.ll_start, k.ll_len, k.ll_room = (arr(x, nl, np.int64)[:nl] for x in ("ll_start", "ll_len", "ll_room"))
+        k.D, k.U, k.C, k.Dn, k.Cn = (arr(x, nl, np.float64)[:nl] for x in ("D", "U", "C", "Dn", "Cn"))
+        k.last_rate = np.zeros(rows)
+        k.last_on = np.zeros(rows, np.bool_)
+        k.last_sl = np.zeros(0, np.int64)
+        k.tail = _inc_build(sl, prev, f_ptr, a_ind, a_dat, nl, k.ll_start, k.ll_len, k.ll_room, k.ll_slot,
+                            k.ll_dat, k.D, k.U, k.C, k.Dn, k.Cn)
+        k.nl = k.nl_packed = nl
+        k.layouts = self.layouts
+        k.builds += 1
+        self.lists = k
+        return k
 
     def _layout(self, seq, n_seq: int, work: "Workspace"):
         """Lay the rows out again: the slots ``seq`` first, in that order, then the others in
@@ -1225,3 +1327,368 @@ def _image_place(f_ptr, f_ind, f_dat, r0, r1, v_ptr, v_ind, v_dat, cap, seg_loc,
             annz = _row_add(w, sv_ptr[ls], sv_ptr[ls + 1], sv_ind, sv_dat, mark, row, a_ind, a_dat, annz)
         a_ptr[r + 1] = annz
     return ns, snnz, nl, annz
+
+
+# ---------------------------------------------------------------------------- kept link lists
+class LinkLists:
+    """What a direct solve of a :class:`DirectImage` builds from all its active rows, kept to the
+    next solve and brought up to date by the rows that started or ended since, instead of being
+    built again (:meth:`DirectImage.solve`, ``_INCREMENTAL``):
+
+    * per link, the list of the image slots whose rows cross it, ascending, each with its
+      coefficient there (the flows :func:`_fill` walks when the link saturates), with room to
+      append: a list that runs out of room moves to the free tail of the arrays. Rows that ended
+      stay in their lists until the lists are built again (the walk skips them as it skips frozen
+      flows), so a list meets its live flows in the same order as one built afresh;
+    * per link, the sums over the active rows of the last solve: coefficient ``D``, load at their
+      rates ``U``, count ``C`` (the warm start's sums, :func:`solve_rows`, and the filling's initial
+      sums follow from them and from the rows that changed, :func:`_inc_kernel`);
+    * per slot, the last solve's rate and whether it was active, and that solve's active slots.
+
+    Valid for one layout of the image (a layout renumbers the slots) and one number of links; it
+    is built again then, when the dead entries reach half of the lists, and when the rows handed
+    to a solve are not what these records expect (``prev`` not the last solve's rates)."""
+
+    __slots__ = ("ll_start", "ll_len", "ll_room", "ll_slot", "ll_dat", "tail", "D", "U", "C", "Dn", "Cn",
+                 "last_rate", "last_on", "last_sl", "sl_buf", "nl", "nl_packed", "layouts", "builds", "repacks",
+                 "rows")
+
+    def __init__(self):
+        self.nl = -1
+        self.layouts = -1
+        self.builds = self.repacks = self.rows = self.nl_packed = 0
+        self.sl_buf = np.zeros(0, np.int64)
+
+    def grow(self, nl: int):
+        """Links ``self.nl .. nl - 1`` added (the image covered new links): empty lists without
+        room (their first entry moves them to the tail) and zero sums."""
+        for name in ("ll_start", "ll_len", "ll_room", "D", "U", "C", "Dn", "Cn"):
+            a = getattr(self, name)
+            b = np.zeros(nl, a.dtype)
+            b[:a.size] = a
+            setattr(self, name, b)
+        self.ll_start[self.nl:nl] = self.tail
+        self.nl = nl
+
+    def repack(self, used: int, nl: int, extra: int):
+        """The lists (``used`` entries) packed again (:func:`_inc_repack`) without the slots the
+        last solve did not have active, into arrays with ``extra`` entries free at the tail."""
+        size = _inc_room(used, nl, extra)
+        to_slot, to_dat = np.empty(size, np.int64), np.empty(size)
+        self.tail = _inc_repack(nl, self.ll_start, self.ll_len, self.ll_room, self.ll_slot, self.ll_dat,
+                                self.last_on, to_slot, to_dat)
+        self.ll_slot, self.ll_dat = to_slot, to_dat
+        self.nl_packed = nl
+        self.repacks += 1
+
+
+@njit(cache=True, nogil=True)
+def _inc_build(sl, prev, f_ptr, a_ind, a_dat, nl, ll_start, ll_len, ll_room, ll_slot, ll_dat,
+               Dc, Uc, Cc, Dn, Cn):
+    """:class:`LinkLists` built from the active slots ``sl`` (ascending; ``prev[i]``: slot
+    ``sl[i]``'s earlier rate, ``-1`` if new): each link's list of slots with room (a quarter
+    again, and 4), and the sums the warm start needs, over the continuing rows (``Dc``, ``Uc``,
+    ``Cc``: coefficient, load at the earlier rates, count) and the new ones (``Dn``, ``Cn``), each
+    summed in slot order (as :func:`_kernel` sums them). ``ll_slot``/``ll_dat`` must hold
+    :func:`_inc_room` entries (``extra`` 0 will do). Returns the first free entry (the tail)."""
+    na = sl.size
+    ll_len[:nl] = 0
+    for i in range(na):
+        f = sl[i]
+        for e in range(f_ptr[f], f_ptr[f + 1]):
+            ll_len[a_ind[e]] += 1
+    at = 0
+    for l in range(nl):
+        ll_start[l] = at
+        ll_room[l] = ll_len[l] + ll_len[l] // 4 + 4
+        at += ll_room[l]
+        ll_len[l] = 0
+        Dc[l] = 0.0
+        Uc[l] = 0.0
+        Cc[l] = 0.0
+        Dn[l] = 0.0
+        Cn[l] = 0.0
+    for i in range(na):
+        f = sl[i]
+        r = prev[i]
+        for e in range(f_ptr[f], f_ptr[f + 1]):
+            l = a_ind[e]
+            a = a_dat[e]
+            if r >= 0.0:
+                Dc[l] += a
+                Uc[l] += a * r
+                Cc[l] += 1.0
+            else:
+                Dn[l] += a
+                Cn[l] += 1.0
+            p = ll_start[l] + ll_len[l]
+            ll_slot[p] = f
+            ll_dat[p] = a
+            ll_len[l] += 1
+    return at
+
+
+@njit(cache=True, nogil=True)
+def _inc_repack(nl, ll_start, ll_len, ll_room, ll_slot, ll_dat, keep, to_slot, to_dat):
+    """The lists of :class:`LinkLists` copied into ``to_slot``, ``to_dat`` one after the other with
+    room again (a quarter, and 4), keeping only the slots ``keep`` (the last solve's active ones:
+    the others have ended); returns the first free entry."""
+    at = 0
+    for l in range(nl):
+        s0 = ll_start[l]
+        n = 0
+        for q in range(s0, s0 + ll_len[l]):
+            f = ll_slot[q]
+            if keep[f]:
+                to_slot[at + n] = f
+                to_dat[at + n] = ll_dat[q]
+                n += 1
+        ll_start[l] = at
+        ll_len[l] = n
+        ll_room[l] = n + n // 4 + 4
+        at += ll_room[l]
+    return at
+
+
+def _inc_room(entries: int, nl: int, extra: int) -> int:
+    """Entries the lists of :func:`_inc_build` (or :func:`_inc_repack`) take at most for
+    ``entries`` entries over ``nl`` links, each list with its room, and ``extra`` at the tail (for
+    lists that move there)."""
+    return entries + entries // 4 + 4 * nl + extra + 1024
+
+
+@njit(cache=True, nogil=True)
+def _inc_update(sl, prev, f_ptr, a_ind, a_dat, nl, ll_start, ll_len, ll_room, ll_slot, ll_dat, tail,
+                D, U, C, Dn, Cn, last_rate, last_on, last_sl, on):
+    """:class:`LinkLists` of the last solve brought to the active slots ``sl`` (ascending,
+    ``prev`` as :func:`_inc_build`): the rows that ended since (active then, not now) leave the
+    sums ``D``, ``U``, ``C`` (which then hold the continuing rows'), the rows new since (all of them
+    slots above every slot listed) are summed into ``Dn``, ``Cn`` and appended to their links'
+    lists. ``on`` (one bool per slot, all False) is working space, left so. Returns
+    ``(why, tail, live entries)``: ``why`` is 0, or (the records are then half updated, and must be
+    built again) 1 if a continuing row's ``prev`` is not its last rate, 2 if a new one has an
+    earlier rate, 3 if a new slot is not above its links' last, 4 if the tail is full."""
+    na = sl.size
+    for i in range(na):
+        on[sl[i]] = True
+    why = 0
+    for j in range(last_sl.size):
+        f = last_sl[j]
+        if not on[f]:
+            r = last_rate[f]
+            for e in range(f_ptr[f], f_ptr[f + 1]):
+                l = a_ind[e]
+                a = a_dat[e]
+                D[l] -= a
+                U[l] -= a * r
+                C[l] -= 1.0
+    for l in range(nl):
+        Dn[l] = 0.0
+        Cn[l] = 0.0
+    live = 0
+    for i in range(na):
+        f = sl[i]
+        live += f_ptr[f + 1] - f_ptr[f]
+        if last_on[f]:
+            r = last_rate[f]
+            if (prev[i] != r) if r < np.inf else (prev[i] >= 0.0):
+                why = 1
+                break
+            continue
+        if prev[i] >= 0.0:
+            why = 2
+            break
+        for e in range(f_ptr[f], f_ptr[f + 1]):
+            l = a_ind[e]
+            a = a_dat[e]
+            Dn[l] += a
+            Cn[l] += 1.0
+            n = ll_len[l]
+            p = ll_start[l] + n
+            if n > 0 and ll_slot[p - 1] >= f:
+                why = 3
+                break
+            if n == ll_room[l]:
+                # out of room: the list moves to the tail, with room for as many again
+                room = 2 * n + 4
+                if tail + room > ll_slot.size:
+                    why = 4
+                    break
+                for q in range(n):
+                    ll_slot[tail + q] = ll_slot[ll_start[l] + q]
+                    ll_dat[tail + q] = ll_dat[ll_start[l] + q]
+                ll_start[l] = tail
+                ll_room[l] = room
+                tail += room
+                p = ll_start[l] + n
+            ll_slot[p] = f
+            ll_dat[p] = a
+            ll_len[l] = n + 1
+        if why:
+            break
+    for i in range(na):
+        on[sl[i]] = False
+    return why, tail, live
+
+
+@njit(cache=True, nogil=True)
+def _inc_kernel(f_ptr, f_ind, f_dat, sl, cap, prev, r_gone, tie, batch, pops, ll_start, ll_len, ll_slot,
+                D, U, C, Dn, Cn, last_rate, last_on, last_sl, fws, iws, bws, seq):
+    """:func:`_kernel`'s direct, warm, unlimited solve of the image slots ``sl`` (rows ``f_ptr``,
+    ``f_ind``, ``f_dat`` over the links) from kept :class:`LinkLists` (updated for this solve by
+    :func:`_inc_update` or built by :func:`_inc_build`: ``D``, ``U``, ``C`` the continuing rows'
+    sums, ``Dn``, ``Cn`` the new rows'), touching only the rows it keeps or fills rather than every
+    active row four times:
+
+    * the warm start's level ``t*`` is :func:`_kernel`'s, from those sums;
+    * the filling's initial sums (frozen load, unfrozen coefficient and count per link) are summed
+      over the smaller of the kept rows and the refilled ones, the other part following from the
+      totals (``D + Dn`` less the kept rows'; or ``U`` less the refilled rows' earlier loads);
+    * the walk (:func:`_fill`) reads the kept lists, skipping the rows not free.
+
+    The rates are those of :func:`_kernel` within rounding (the sums are taken in another order;
+    the flows freeze in the same order). Then the records are those of this solve: ``D``, ``C``
+    over the active rows, ``U`` their loads (the filling's final frozen load), ``last_*``.
+    Returns ``(rates, steps, kept)`` (rates one per slot, those of ``sl`` set; a view of
+    ``fws``)."""
+    n = f_ptr.size - 1
+    na = sl.size
+    L = cap.size
+    fo = 0
+    io = 0
+    rates = fws[fo:fo + n]
+    fo += n
+    free = bws[:n]
+    free[:] = False
+    for i in range(na):
+        f = sl[i]
+        rates[f] = 0.0
+        free[f] = True
+    record = seq.size > 0
+    # the warm start (as _kernel)
+    t_star = r_gone
+    for l in range(L):
+        a_new = Dn[l]
+        if a_new > 0.0:
+            tb = cap[l] / (D[l] + a_new)
+            tb2 = (cap[l] - U[l]) / a_new
+            if tb2 > tb:
+                tb = tb2
+            if tb < t_star:
+                t_star = tb
+    t_keep = t_star * (1.0 - tie)
+    kept = 0
+    k_ent = 0
+    f_ent = 0
+    for i in range(na):
+        f = sl[i]
+        w = f_ptr[f + 1] - f_ptr[f]
+        if prev[i] >= 0.0 and prev[i] < t_keep:
+            rates[f] = prev[i]
+            free[f] = False
+            if record:
+                seq[kept] = f
+            kept += 1
+            k_ent += w
+        else:
+            f_ent += w
+    lk = fws[fo:fo + 4 * L].reshape((L, 4))
+    fo += 4 * L
+    for l in range(L):
+        lk[l, 0] = cap[l]
+        lk[l, 1] = 0.0
+        lk[l, 2] = 0.0
+        lk[l, 3] = 0.0
+    if k_ent <= f_ent:
+        # the kept rows' load and share, the unfrozen ones' the rest of the totals
+        for i in range(na):
+            f = sl[i]
+            if not free[f]:
+                r = rates[f]
+                for e in range(f_ptr[f], f_ptr[f + 1]):
+                    l = f_ind[e]
+                    lk[l, 1] += f_dat[e] * r
+                    lk[l, 2] += f_dat[e]
+                    lk[l, 3] += 1.0
+        for l in range(L):
+            c = (C[l] + Cn[l]) - lk[l, 3]
+            w = (D[l] + Dn[l]) - lk[l, 2]
+            lk[l, 3] = c
+            lk[l, 2] = w if c > 0.0 else 0.0
+    else:
+        # the unfrozen rows' share and count, the kept ones' load the rest of U
+        for i in range(na):
+            f = sl[i]
+            if free[f]:
+                r = prev[i]
+                for e in range(f_ptr[f], f_ptr[f + 1]):
+                    l = f_ind[e]
+                    lk[l, 2] += f_dat[e]
+                    lk[l, 3] += 1.0
+                    if r >= 0.0:
+                        lk[l, 1] += f_dat[e] * r
+        for l in range(L):
+            u = U[l] - lk[l, 1]
+            lk[l, 1] = u if u > 0.0 else 0.0
+    # the heap of the links with unfrozen flows (as _kernel)
+    hk = fws[fo:fo + L]
+    fo += L
+    hl = iws[io:io + L]
+    io += L
+    pos = iws[io:io + L]
+    io += L
+    pos[:] = -1
+    size = 0
+    for l in range(L):
+        if lk[l, 3] > 0.0:
+            hk[size] = _level(lk, l)
+            hl[size] = l
+            pos[l] = size
+            size += 1
+    for i in range((size - 2) // 4, -1, -1):
+        _sift_down(hk, hl, pos, i, size)
+    gone = iws[io:io + L]
+    io += L
+    bl = iws[io:io + L]
+    io += L
+    lend = iws[io:io + L]                 # the lists' ends, emptied as links saturate
+    io += L
+    for l in range(L):
+        lend[l] = ll_start[l] + ll_len[l]
+    bt = fws[fo:fo + L]
+    fo += L
+    ident = iws[io:io + L + 1]
+    io += L + 1
+    for l in range(L + 1):
+        ident[l] = l
+    no_f = fws[fo:fo]
+    no_i = iws[io:io]
+    ss = fws[fo:fo].reshape((0, 3))
+    steps, nq = _fill(no_f, no_i, free, rates, f_ptr, f_ind, f_dat, ss, no_i, gone, bl, bt, hk, hl, pos, size,
+                      lk, False, True, ident, ident, no_f, ident, ident, no_f, ss, ll_start, lend, ll_slot,
+                      batch, pops, seq, kept)
+    for i in range(na):
+        f = sl[i]
+        if free[f]:
+            rates[f] = np.inf
+            if record:
+                seq[nq] = f
+                nq += 1
+    # the records of this solve
+    for l in range(L):
+        D[l] += Dn[l]
+        C[l] += Cn[l]
+        U[l] = lk[l, 1]
+    for j in range(last_sl.size):
+        last_on[last_sl[j]] = False
+    for i in range(na):
+        f = sl[i]
+        last_on[f] = True
+        last_rate[f] = rates[f]
+    return rates, steps, kept
+
+
+def _inc_sizes(n_links: int) -> tuple[int, int]:
+    """Entries of the float64 and int64 working buffers :func:`_inc_kernel` needs beyond one per
+    row (float64) over ``n_links`` links."""
+    return 6 * n_links, 6 * n_links + 1
