@@ -110,27 +110,27 @@ class CompiledKernel:
                                   "a paced rate)")
         self._need("qp", q + 1)
         X = self.X
-        base = int(X.Q[C.Q_BASE, q - 1] + X.Q[C.Q_NPSN, q - 1]) if q else 0
+        base = int(X.Q[q - 1, C.Q_BASE] + X.Q[q - 1, C.Q_NPSN]) if q else 0
         self._need("arena", base + qp.npsn + 1)
         X = self.X
         st = qp.msg
         row = st.row
-        if X.M[C.M_QN, row] == 0:
-            X.M[C.M_Q0, row] = q
-        elif X.M[C.M_Q0, row] + X.M[C.M_QN, row] != q:
+        if X.M[row, C.M_QN] == 0:
+            X.M[row, C.M_Q0] = q
+        elif X.M[row, C.M_Q0] + X.M[row, C.M_QN] != q:
             raise SimulationError("kernel: compiled: a message's queue pairs were not created together")
-        X.M[C.M_QN, row] += 1
-        X.Q[C.Q_UID, q] = qp.uid
-        X.Q[C.Q_MSG, q] = row
-        X.Q[C.Q_SRC, q] = qp.src
-        X.Q[C.Q_DST, q] = qp.dst
+        X.M[row, C.M_QN] += 1
+        X.Q[q, C.Q_UID] = qp.uid
+        X.Q[q, C.Q_MSG] = row
+        X.Q[q, C.Q_SRC] = qp.src
+        X.Q[q, C.Q_DST] = qp.dst
         X.q_hash[q] = qp.hash
-        X.Q[C.Q_SIZE, q] = qp.size
-        X.Q[C.Q_NPSN, q] = qp.npsn
-        X.Q[C.Q_NIC, q] = nic
-        X.Q[C.Q_RPORT, q] = self._host_nic[qp.dst]    # = reply_nic: the receiving host's one port
-        X.Q[C.Q_BASE, q] = base
-        X.Q[C.Q_ACTIVE, q] = 1
+        X.Q[q, C.Q_SIZE] = qp.size
+        X.Q[q, C.Q_NPSN] = qp.npsn
+        X.Q[q, C.Q_NIC] = nic
+        X.Q[q, C.Q_RPORT] = self._host_nic[qp.dst]    # = reply_nic: the receiving host's one port
+        X.Q[q, C.Q_BASE] = base
+        X.Q[q, C.Q_ACTIVE] = 1
         self.qps.append(qp)
         self.qp_row[id(qp)] = q
         return q
@@ -142,9 +142,9 @@ class CompiledKernel:
         X = self.X
         g = X.g
         if g[C.G_PNFREE] < 4 * C.SPACE:
-            self._need("pkt", 2 * X.K.shape[1])
+            self._need("pkt", 2 * X.K.shape[0])
         if g[C.G_DNFREE] < 4 * C.SPACE:
-            self._need("node", 2 * self.X.D.shape[1])
+            self._need("node", 2 * self.X.D.shape[0])
         self._need("heap", int(g[C.G_HN]) + 4 * C.SPACE)
         if g[C.G_OLOG_N] + C.SPACE > X.OL.shape[1]:
             S.fold_reorder(self.X, self.engine._rows)

@@ -94,8 +94,8 @@ red_below = njit(_nrt=False)(switch_mod.red_below)
 
 
 # ---------------------------------------------------------------- state layout
-# The rows of the state's 2-D int64 arrays (state.py builds them): one array per kind of object,
-# one row per field, so that a call passes a few arrays (each argument costs a reference count
+# The columns of the state's 2-D int64 arrays (state.py builds them): one array per kind of object,
+# one row per object and one column per field (an object's fields share cache lines), so that a call passes a few arrays (each argument costs a reference count
 # when numba's reference counting is on; every function here is compiled without it).
 PORT_FIELDS = ("busy", "txb", "txp", "peak", "ih", "it", "ph", "pt", "k", "offset", "deliver", "peer_sw", "sw",
                "buffer", "drops", "dropb", "cdrops", "ecn", "cb", "cp", "prio", "rate")
@@ -156,56 +156,56 @@ def push(X, t, s, kind, a, b):
     X.g[G_HN] = i + 1
     while i > 0:
         p = (i - 1) >> 1
-        pt = H[0, p]
-        if pt < t or (pt == t and H[1, p] < s):
+        pt = H[p, 0]
+        if pt < t or (pt == t and H[p, 1] < s):
             break
-        H[0, i] = pt
-        H[1, i] = H[1, p]
-        H[2, i] = H[2, p]
-        H[3, i] = H[3, p]
-        H[4, i] = H[4, p]
+        H[i, 0] = pt
+        H[i, 1] = H[p, 1]
+        H[i, 2] = H[p, 2]
+        H[i, 3] = H[p, 3]
+        H[i, 4] = H[p, 4]
         i = p
-    H[0, i] = t
-    H[1, i] = s
-    H[2, i] = kind
-    H[3, i] = a
-    H[4, i] = b
+    H[i, 0] = t
+    H[i, 1] = s
+    H[i, 2] = kind
+    H[i, 3] = a
+    H[i, 4] = b
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _pop_into(X):
-    """Remove the head; it is left in the heap arrays' slot ``n`` (the old last) for the caller."""
+def _sift_root(X, n, t, s, k, a, b):
+    """Put entry ``(t, s, k, a, b)`` at the root of the heap's first ``n`` slots and sift it down."""
     H = X.HP
-    n = X.g[G_HN] - 1
-    X.g[G_HN] = n
-    t0, s0, k0, a0, b0 = H[0, 0], H[1, 0], H[2, 0], H[3, 0], H[4, 0]
-    t, s, k, a, b = H[0, n], H[1, n], H[2, n], H[3, n], H[4, n]
     i = 0
     while True:
         c = 2 * i + 1
         if c >= n:
             break
-        if c + 1 < n and (H[0, c + 1] < H[0, c] or (H[0, c + 1] == H[0, c] and H[1, c + 1] < H[1, c])):
+        if c + 1 < n and (H[c + 1, 0] < H[c, 0] or (H[c + 1, 0] == H[c, 0] and H[c + 1, 1] < H[c, 1])):
             c += 1
-        if t < H[0, c] or (t == H[0, c] and s < H[1, c]):
+        if t < H[c, 0] or (t == H[c, 0] and s < H[c, 1]):
             break
-        H[0, i] = H[0, c]
-        H[1, i] = H[1, c]
-        H[2, i] = H[2, c]
-        H[3, i] = H[3, c]
-        H[4, i] = H[4, c]
+        H[i, 0] = H[c, 0]
+        H[i, 1] = H[c, 1]
+        H[i, 2] = H[c, 2]
+        H[i, 3] = H[c, 3]
+        H[i, 4] = H[c, 4]
         i = c
-    H[0, i] = t
-    H[1, i] = s
-    H[2, i] = k
-    H[3, i] = a
-    H[4, i] = b
-    H[0, n] = t0
-    H[1, n] = s0
-    H[2, n] = k0
-    H[3, n] = a0
-    H[4, n] = b0
-    return n
+    H[i, 0] = t
+    H[i, 1] = s
+    H[i, 2] = k
+    H[i, 3] = a
+    H[i, 4] = b
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _pop_root(X):
+    """Remove the root entry (the event being run)."""
+    H = X.HP
+    n = X.g[G_HN] - 1
+    X.g[G_HN] = n
+    if n:
+        _sift_root(X, n, H[n, 0], H[n, 1], H[n, 2], H[n, 3], H[n, 4])
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -221,30 +221,30 @@ def _seq(X):
 def _pkt(X, qp, dst, wire, payload, seq, t_tx, npk, hop, kind):
     # = Packet(qp, dst, wire, payload, seq, t_tx, npk, hop, kind)
     i = X.g[G_PFREE]
-    X.g[G_PFREE] = X.K[K_NEXT, i]
+    X.g[G_PFREE] = X.K[i, K_NEXT]
     X.g[G_PNFREE] -= 1
-    X.K[K_QP, i] = qp
-    X.K[K_DST, i] = dst
-    X.K[K_WIRE, i] = wire
-    X.K[K_PAY, i] = payload
-    X.K[K_SEQ, i] = seq
-    X.K[K_TTX, i] = t_tx
-    X.K[K_NPK, i] = npk
-    X.K[K_HOP, i] = hop
-    X.K[K_KIND, i] = kind
-    X.K[K_CE, i] = 0
-    X.K[K_SACK, i] = 0
-    X.K[K_TDATA, i] = 0
-    X.K[K_NEXT, i] = -1
-    X.K[K_PNEXT, i] = -1
-    X.K[K_LIVE, i] = 1
+    X.K[i, K_QP] = qp
+    X.K[i, K_DST] = dst
+    X.K[i, K_WIRE] = wire
+    X.K[i, K_PAY] = payload
+    X.K[i, K_SEQ] = seq
+    X.K[i, K_TTX] = t_tx
+    X.K[i, K_NPK] = npk
+    X.K[i, K_HOP] = hop
+    X.K[i, K_KIND] = kind
+    X.K[i, K_CE] = 0
+    X.K[i, K_SACK] = 0
+    X.K[i, K_TDATA] = 0
+    X.K[i, K_NEXT] = -1
+    X.K[i, K_PNEXT] = -1
+    X.K[i, K_LIVE] = 1
     return i
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _free_pkt(X, i):
-    X.K[K_LIVE, i] = 0
-    X.K[K_NEXT, i] = X.g[G_PFREE]
+    X.K[i, K_LIVE] = 0
+    X.K[i, K_NEXT] = X.g[G_PFREE]
     X.g[G_PFREE] = i
     X.g[G_PNFREE] += 1
 
@@ -252,17 +252,17 @@ def _free_pkt(X, i):
 @njit(cache=True, nogil=True, _nrt=False)
 def _node(X, psn, val):
     i = X.g[G_DFREE]
-    X.g[G_DFREE] = X.D[D_NEXT, i]
+    X.g[G_DFREE] = X.D[i, D_NEXT]
     X.g[G_DNFREE] -= 1
-    X.D[D_PSN, i] = psn
-    X.D[D_VAL, i] = val
-    X.D[D_NEXT, i] = -1
+    X.D[i, D_PSN] = psn
+    X.D[i, D_VAL] = val
+    X.D[i, D_NEXT] = -1
     return i
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _free_node(X, i):
-    X.D[D_NEXT, i] = X.g[G_DFREE]
+    X.D[i, D_NEXT] = X.g[G_DFREE]
     X.g[G_DFREE] = i
     X.g[G_DNFREE] += 1
 
@@ -270,52 +270,52 @@ def _free_node(X, i):
 @njit(cache=True, nogil=True, _nrt=False)
 def _rtx_append(X, q, psn, cause):
     d = _node(X, psn, cause)
-    if X.Q[Q_RH, q] < 0:
-        X.Q[Q_RH, q] = d
+    if X.Q[q, Q_RH] < 0:
+        X.Q[q, Q_RH] = d
     else:
-        X.D[D_NEXT, X.Q[Q_RT, q]] = d
-    X.Q[Q_RT, q] = d
+        X.D[X.Q[q, Q_RT], D_NEXT] = d
+    X.Q[q, Q_RT] = d
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _rtx_popleft(X, q):
-    d = X.Q[Q_RH, q]
-    X.Q[Q_RH, q] = X.D[D_NEXT, d]
-    if X.Q[Q_RH, q] < 0:
-        X.Q[Q_RT, q] = -1
+    d = X.Q[q, Q_RH]
+    X.Q[q, Q_RH] = X.D[d, D_NEXT]
+    if X.Q[q, Q_RH] < 0:
+        X.Q[q, Q_RT] = -1
     _free_node(X, d)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _rtx_clear(X, q):
-    while X.Q[Q_RH, q] >= 0:
+    while X.Q[q, Q_RH] >= 0:
         _rtx_popleft(X, q)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _out_append(X, q, psn, ts):
     d = _node(X, psn, ts)
-    if X.Q[Q_OH, q] < 0:
-        X.Q[Q_OH, q] = d
+    if X.Q[q, Q_OH] < 0:
+        X.Q[q, Q_OH] = d
     else:
-        X.D[D_NEXT, X.Q[Q_OT, q]] = d
-    X.Q[Q_OT, q] = d
-    X.Q[Q_OL, q] += 1
+        X.D[X.Q[q, Q_OT], D_NEXT] = d
+    X.Q[q, Q_OT] = d
+    X.Q[q, Q_OL] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _out_popleft(X, q):
-    d = X.Q[Q_OH, q]
-    X.Q[Q_OH, q] = X.D[D_NEXT, d]
-    if X.Q[Q_OH, q] < 0:
-        X.Q[Q_OT, q] = -1
-    X.Q[Q_OL, q] -= 1
+    d = X.Q[q, Q_OH]
+    X.Q[q, Q_OH] = X.D[d, D_NEXT]
+    if X.Q[q, Q_OH] < 0:
+        X.Q[q, Q_OT] = -1
+    X.Q[q, Q_OL] -= 1
     _free_node(X, d)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _out_clear(X, q):
-    while X.Q[Q_OH, q] >= 0:
+    while X.Q[q, Q_OH] >= 0:
         _out_popleft(X, q)
 
 # ---------------------------------------------------------------- ports: inflight FIFOs
@@ -326,29 +326,33 @@ def _enqueue_arrival(X, port, pkt, at):
     # = entry = (at, next(seq), port.deliver, pkt); pkt.hop = port; inflight.append(entry);
     #   if len(inflight) == 1: push(entry)
     s = _seq(X)
-    X.K[K_AT, pkt] = at
-    X.K[K_ASEQ, pkt] = s
-    X.K[K_HOP, pkt] = port
-    X.K[K_NEXT, pkt] = -1
-    if X.P[P_IH, port] < 0:
-        X.P[P_IH, port] = pkt
-        X.P[P_IT, port] = pkt
+    X.K[pkt, K_AT] = at
+    X.K[pkt, K_ASEQ] = s
+    X.K[pkt, K_HOP] = port
+    X.K[pkt, K_NEXT] = -1
+    if X.P[port, P_IH] < 0:
+        X.P[port, P_IH] = pkt
+        X.P[port, P_IT] = pkt
         push(X, at, s, E_DELIVER, pkt, 0)
     else:
-        X.K[K_NEXT, X.P[P_IT, port]] = pkt
-        X.P[P_IT, port] = pkt
+        X.K[X.P[port, P_IT], K_NEXT] = pkt
+        X.P[port, P_IT] = pkt
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _advance_inflight(X, port):
     # = inflight.popleft(); if inflight: push(inflight[0])
-    h = X.P[P_IH, port]
-    nx = X.K[K_NEXT, h]
-    X.P[P_IH, port] = nx
+    #   The arrival being run is still the agenda's root (run() leaves a delivery there): the
+    #   port's next arrival takes its place (one sift-down instead of a pop and a push; the same
+    #   order, every key being distinct).
+    h = X.P[port, P_IH]
+    nx = X.K[h, K_NEXT]
+    X.P[port, P_IH] = nx
     if nx < 0:
-        X.P[P_IT, port] = -1
+        X.P[port, P_IT] = -1
+        _pop_root(X)
     else:
-        push(X, X.K[K_AT, nx], X.K[K_ASEQ, nx], E_DELIVER, nx, 0)
+        _sift_root(X, X.g[G_HN], X.K[nx, K_AT], X.K[nx, K_ASEQ], E_DELIVER, nx, 0)
 
 # ---------------------------------------------------------------- switch
 
@@ -358,7 +362,7 @@ def _mark(X, sw, q, pkt):
     # = Switch.mark
     if q > X.s_kmax[sw]:
         return True
-    d = packet_draw_fields(X.s_salt[sw], X.Q[Q_UID, X.K[K_QP, pkt]], X.K[K_SEQ, pkt], X.K[K_TTX, pkt], X.K[K_KIND, pkt],
+    d = packet_draw_fields(X.s_salt[sw], X.Q[X.K[pkt, K_QP], Q_UID], X.K[pkt, K_SEQ], X.K[pkt, K_TTX], X.K[pkt, K_KIND],
                            X.s_node[sw])
     return red_below(d, q, X.s_kmin[sw], X.s_kmax[sw], X.s_pmax[sw])
 
@@ -366,105 +370,105 @@ def _mark(X, sw, q, pkt):
 @njit(cache=True, nogil=True, _nrt=False)
 def _settle(X, port, t):
     # = Switch.settle (the port's owning switch), without INT
-    sw = X.P[P_SW, port]
-    count = X.P[P_TXB, port] - X.P[P_PRIO, port]
+    sw = X.P[port, P_SW]
+    count = X.P[port, P_TXB] - X.P[port, P_PRIO]
     kmin = X.s_kmin[sw]
     while True:
-        h = X.P[P_PH, port]
-        if h < 0 or X.K[K_PSTART, h] > t:
+        h = X.P[port, P_PH]
+        if h < 0 or X.K[h, K_PSTART] > t:
             break
-        X.P[P_PH, port] = X.K[K_PNEXT, h]
-        if X.P[P_PH, port] < 0:
-            X.P[P_PT, port] = -1
-        q = count - (X.K[K_PTX, h] - X.K[K_PPRIO, h])
+        X.P[port, P_PH] = X.K[h, K_PNEXT]
+        if X.P[port, P_PH] < 0:
+            X.P[port, P_PT] = -1
+        q = count - (X.K[h, K_PTX] - X.K[h, K_PPRIO])
         if kmin >= 0 and q > kmin and _mark(X, sw, q, h):
-            X.K[K_CE, h] = 1
-            X.P[P_ECN, port] += 1
+            X.K[h, K_CE] = 1
+            X.P[port, P_ECN] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _drop(X, port, pkt):
     # = PacketEngine.drop
-    X.P[P_DROPS, port] += 1
-    X.P[P_DROPB, port] += X.K[K_WIRE, pkt]
-    row = X.Q[Q_MSG, X.K[K_QP, pkt]]
-    if X.K[K_KIND, pkt] != DATA:
-        X.P[P_CDROPS, port] += 1
+    X.P[port, P_DROPS] += 1
+    X.P[port, P_DROPB] += X.K[pkt, K_WIRE]
+    row = X.Q[X.K[pkt, K_QP], Q_MSG]
+    if X.K[pkt, K_KIND] != DATA:
+        X.P[port, P_CDROPS] += 1
         X.g[G_DROP_CTRL] += 1
-        X.M[M_CTRL_DROP, row] += 1
+        X.M[row, M_CTRL_DROP] += 1
     else:
-        X.g[G_DROP_PAY] += X.K[K_PAY, pkt]
-        X.g[G_DROP_PK] += X.K[K_NPK, pkt]
-        X.M[M_DROP, row] += X.K[K_PAY, pkt]
+        X.g[G_DROP_PAY] += X.K[pkt, K_PAY]
+        X.g[G_DROP_PK] += X.K[pkt, K_NPK]
+        X.M[row, M_DROP] += X.K[pkt, K_PAY]
     _free_pkt(X, pkt)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _switch_arrive(X, sw, t, pkt):
     # = Switch.arrive (lossy, no INT, no shared pool; strict-priority kinds never occur: coverage)
-    hop = X.K[K_HOP, pkt]
+    hop = X.K[pkt, K_HOP]
     _advance_inflight(X, hop)
-    h = X.P[P_PH, hop]
-    if h >= 0 and X.K[K_PSTART, h] <= t:
+    h = X.P[hop, P_PH]
+    if h >= 0 and X.K[h, K_PSTART] <= t:
         _settle(X, hop, t)
-    dst = X.K[K_DST, pkt]
+    dst = X.K[pkt, K_DST]
     n = X.r_cnt[sw, dst]
     off = X.r_off[sw, dst]
-    kind = X.K[K_KIND, pkt]
+    kind = X.K[pkt, K_KIND]
     if n == 1:
         port = X.r_ports[off]
     elif X.g[G_ROUTE] == ROUTE_ECMP:
         # = Ecmp.choose (its cache memoises a pure function)
-        qp = X.K[K_QP, pkt]
+        qp = X.K[pkt, K_QP]
         port = X.r_ports[off + np.int64(ecmp_pick(X.q_hash[qp], X.route_salt[0], np.uint64(X.s_node[sw]),
                                                  np.uint64(n), kind != DATA))]
     else:
         # = Spray.choose
-        d = packet_draw_fields(X.route_salt[0], X.Q[Q_UID, X.K[K_QP, pkt]], X.K[K_SEQ, pkt], X.K[K_TTX, pkt], kind,
+        d = packet_draw_fields(X.route_salt[0], X.Q[X.K[pkt, K_QP], Q_UID], X.K[pkt, K_SEQ], X.K[pkt, K_TTX], kind,
                                X.s_node[sw])
         port = X.r_ports[off + np.int64(d % np.uint64(n))]
-    h = X.P[P_PH, port]
-    if h >= 0 and X.K[K_PSTART, h] <= t:
+    h = X.P[port, P_PH]
+    if h >= 0 and X.K[h, K_PSTART] <= t:
         _settle(X, port, t)
-    wire = X.K[K_WIRE, pkt]
-    bu = X.P[P_BUSY, port]
-    k = X.P[P_K, port]
+    wire = X.K[pkt, K_WIRE]
+    bu = X.P[port, P_BUSY]
+    k = X.P[port, P_K]
     if bu < t:
         bu = t
         q = 0
     else:
         q = (bu - t) // k                   # = (bu - t) * port.rate // PS_BITS (rate * k == PS_BITS)
-        if X.P[P_BUFFER, port] >= 0 and q + wire > X.P[P_BUFFER, port]:
+        if X.P[port, P_BUFFER] >= 0 and q + wire > X.P[port, P_BUFFER]:
             _drop(X, port, pkt)
             return
     kmin = X.s_kmin[sw]
     at_dequeue = X.s_deq[sw]
     if kmin >= 0 and not at_dequeue and q > kmin and kind == DATA and _mark(X, sw, q, pkt):
-        X.K[K_CE, pkt] = 1
-        X.P[P_ECN, port] += 1
+        X.K[pkt, K_CE] = 1
+        X.P[port, P_ECN] += 1
     start = bu
     bu += wire * k
-    X.P[P_BUSY, port] = bu
-    if bu - t > X.P[P_PEAK, port]:
-        X.P[P_PEAK, port] = bu - t
-    X.P[P_TXB, port] += wire
-    X.P[P_TXP, port] += X.K[K_NPK, pkt]
+    X.P[port, P_BUSY] = bu
+    if bu - t > X.P[port, P_PEAK]:
+        X.P[port, P_PEAK] = bu - t
+    X.P[port, P_TXB] += wire
+    X.P[port, P_TXP] += X.K[pkt, K_NPK]
     if kind != DATA:
-        X.P[P_CB, port] += wire
-        X.P[P_CP, port] += 1
+        X.P[port, P_CB] += wire
+        X.P[port, P_CP] += 1
     elif at_dequeue:
         if start > t and kmin >= 0:
             # = pend.append((start, bu, port.tx_bytes, port.prio_bytes, pkt))
-            X.K[K_PSTART, pkt] = start
-            X.K[K_PTX, pkt] = X.P[P_TXB, port]
-            X.K[K_PPRIO, pkt] = X.P[P_PRIO, port]
-            X.K[K_PNEXT, pkt] = -1
-            if X.P[P_PH, port] < 0:
-                X.P[P_PH, port] = pkt
+            X.K[pkt, K_PSTART] = start
+            X.K[pkt, K_PTX] = X.P[port, P_TXB]
+            X.K[pkt, K_PPRIO] = X.P[port, P_PRIO]
+            X.K[pkt, K_PNEXT] = -1
+            if X.P[port, P_PH] < 0:
+                X.P[port, P_PH] = pkt
             else:
-                X.K[K_PNEXT, X.P[P_PT, port]] = pkt
-            X.P[P_PT, port] = pkt
-    _enqueue_arrival(X, port, pkt, bu + X.P[P_OFFSET, port])
+                X.K[X.P[port, P_PT], K_PNEXT] = pkt
+            X.P[port, P_PT] = pkt
+    _enqueue_arrival(X, port, pkt, bu + X.P[port, P_OFFSET])
 
 # ---------------------------------------------------------------- NIC
 
@@ -472,50 +476,50 @@ def _switch_arrive(X, sw, t, pkt):
 @njit(cache=True, nogil=True, _nrt=False)
 def _kick(X, nic, t):
     # = Nic.kick (no PFC)
-    bu = X.P[P_BUSY, X.N[N_PORT, nic]]
+    bu = X.P[X.N[nic, N_PORT], P_BUSY]
     if bu > t:
         t = bu
-    if X.N[N_BUSY, nic] and X.N[N_PEND, nic] <= t:
+    if X.N[nic, N_BUSY] and X.N[nic, N_PEND] <= t:
         return
-    X.N[N_BUSY, nic] = 1
-    X.N[N_PEND, nic] = t
-    X.N[N_TOKEN, nic] += 1
-    push(X, t, _seq(X), E_TX, nic, X.N[N_TOKEN, nic])
+    X.N[nic, N_BUSY] = 1
+    X.N[nic, N_PEND] = t
+    X.N[nic, N_TOKEN] += 1
+    push(X, t, _seq(X), E_TX, nic, X.N[nic, N_TOKEN])
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _act_append(X, nic, q):
-    X.Q[Q_ANEXT, q] = -1
-    if X.N[N_AH, nic] < 0:
-        X.N[N_AH, nic] = q
+    X.Q[q, Q_ANEXT] = -1
+    if X.N[nic, N_AH] < 0:
+        X.N[nic, N_AH] = q
     else:
-        X.Q[Q_ANEXT, X.N[N_AT, nic]] = q
-    X.N[N_AT, nic] = q
-    X.N[N_AL, nic] += 1
+        X.Q[X.N[nic, N_AT], Q_ANEXT] = q
+    X.N[nic, N_AT] = q
+    X.N[nic, N_AL] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _act_popleft(X, nic):
-    q = X.N[N_AH, nic]
-    X.N[N_AH, nic] = X.Q[Q_ANEXT, q]
-    if X.N[N_AH, nic] < 0:
-        X.N[N_AT, nic] = -1
-    X.N[N_AL, nic] -= 1
+    q = X.N[nic, N_AH]
+    X.N[nic, N_AH] = X.Q[q, Q_ANEXT]
+    if X.N[nic, N_AH] < 0:
+        X.N[nic, N_AT] = -1
+    X.N[nic, N_AL] -= 1
     return q
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def nic_add(X, nic, q, t):
     # = Nic.add (no window: congestion control none)
-    if X.Q[Q_RH, q] < 0:
-        psn = X.Q[Q_SEQ, q]
-        if psn >= X.Q[Q_NPSN, q]:
+    if X.Q[q, Q_RH] < 0:
+        psn = X.Q[q, Q_SEQ]
+        if psn >= X.Q[q, Q_NPSN]:
             return
-        nok = X.Q[Q_NOK, q]
+        nok = X.Q[q, Q_NOK]
         if nok > t:
             t = nok
-    if not X.Q[Q_INACT, q]:
-        X.Q[Q_INACT, q] = 1
+    if not X.Q[q, Q_INACT]:
+        X.Q[q, Q_INACT] = 1
         _act_append(X, nic, q)
     _kick(X, nic, t)
 
@@ -523,31 +527,31 @@ def nic_add(X, nic, q, t):
 @njit(cache=True, nogil=True, _nrt=False)
 def _ctrl_out(X, nic, t, pkt):
     # = Nic._ctrl_out
-    port = X.N[N_PORT, nic]
-    bu = X.P[P_BUSY, port]
+    port = X.N[nic, N_PORT]
+    bu = X.P[port, P_BUSY]
     if bu < t:
         bu = t
-    wire = X.K[K_WIRE, pkt]
-    bu += wire * X.P[P_K, port]
-    X.P[P_BUSY, port] = bu
-    X.P[P_TXB, port] += wire
-    X.P[P_CB, port] += wire
-    X.P[P_CP, port] += 1
-    X.P[P_TXP, port] += 1
-    _enqueue_arrival(X, port, pkt, bu + X.P[P_OFFSET, port])
+    wire = X.K[pkt, K_WIRE]
+    bu += wire * X.P[port, P_K]
+    X.P[port, P_BUSY] = bu
+    X.P[port, P_TXB] += wire
+    X.P[port, P_CB] += wire
+    X.P[port, P_CP] += 1
+    X.P[port, P_TXP] += 1
+    _enqueue_arrival(X, port, pkt, bu + X.P[port, P_OFFSET])
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _send_ctrl(X, nic, t, pkt):
     # = Nic.send_ctrl
-    bu = X.P[P_BUSY, X.N[N_PORT, nic]]
-    if X.N[N_CH, nic] >= 0 or (X.N[N_BUSY, nic] and X.N[N_PEND, nic] == (bu if bu > t else t)):
-        X.K[K_NEXT, pkt] = -1
-        if X.N[N_CH, nic] < 0:
-            X.N[N_CH, nic] = pkt
+    bu = X.P[X.N[nic, N_PORT], P_BUSY]
+    if X.N[nic, N_CH] >= 0 or (X.N[nic, N_BUSY] and X.N[nic, N_PEND] == (bu if bu > t else t)):
+        X.K[pkt, K_NEXT] = -1
+        if X.N[nic, N_CH] < 0:
+            X.N[nic, N_CH] = pkt
         else:
-            X.K[K_NEXT, X.N[N_CT, nic]] = pkt
-        X.N[N_CT, nic] = pkt
+            X.K[X.N[nic, N_CT], K_NEXT] = pkt
+        X.N[nic, N_CT] = pkt
         return
     _ctrl_out(X, nic, t, pkt)
 
@@ -555,115 +559,115 @@ def _send_ctrl(X, nic, t, pkt):
 @njit(cache=True, nogil=True, _nrt=False)
 def _rto(X, q):
     # = Sender.rto, rto_mode fixed
-    return X.g[G_RTO_LOW] if X.Q[Q_OL, q] <= X.g[G_RTO_LOW_UNITS] else X.g[G_RTO_HIGH]
+    return X.g[G_RTO_LOW] if X.Q[q, Q_OL] <= X.g[G_RTO_LOW_UNITS] else X.g[G_RTO_HIGH]
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _arm(X, q, t):
     # = Sender.arm
-    X.Q[Q_ARMED, q] = 1
-    X.Q[Q_RTO_AT, q] = t + _rto(X, q)
-    push(X, X.Q[Q_RTO_AT, q], _seq(X), E_RTO, q, 0)
+    X.Q[q, Q_ARMED] = 1
+    X.Q[q, Q_RTO_AT] = t + _rto(X, q)
+    push(X, X.Q[q, Q_RTO_AT], _seq(X), E_RTO, q, 0)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _nic_tx(X, nic, t, token):
     # = Nic.tx (no PFC, no window, no pacing below line rate, no on_sent: coverage)
-    X.N[N_CALLS, nic] += 1
-    if token != X.N[N_TOKEN, nic]:
+    X.N[nic, N_CALLS] += 1
+    if token != X.N[nic, N_TOKEN]:
         return
-    port = X.N[N_PORT, nic]
-    if X.N[N_CH, nic] >= 0:
-        c = X.N[N_CH, nic]
+    port = X.N[nic, N_PORT]
+    if X.N[nic, N_CH] >= 0:
+        c = X.N[nic, N_CH]
         while c >= 0:
-            nx = X.K[K_NEXT, c]
+            nx = X.K[c, K_NEXT]
             _ctrl_out(X, nic, t, c)
             c = nx
-        X.N[N_CH, nic] = -1
-        X.N[N_CT, nic] = -1
-        t = X.P[P_BUSY, port]
-    bu = X.P[P_BUSY, port]
+        X.N[nic, N_CH] = -1
+        X.N[nic, N_CT] = -1
+        t = X.P[port, P_BUSY]
+    bu = X.P[port, P_BUSY]
     if bu > t:
-        X.N[N_PEND, nic] = bu
+        X.N[nic, N_PEND] = bu
         push(X, bu, _seq(X), E_TX, nic, token)
         return
     mtu = X.g[G_MTU]
     seg = X.g[G_SEG]
     wake = -1
-    for _ in range(X.N[N_AL, nic]):
+    for _ in range(X.N[nic, N_AL]):
         q = _act_popleft(X, nic)
         cause = -1
         psn = 0
-        while X.Q[Q_RH, q] >= 0:
-            d = X.Q[Q_RH, q]
-            psn = X.D[D_PSN, d]
-            cause = X.D[D_VAL, d]
-            if X.a_flag[X.Q[Q_BASE, q] + psn] & F_LOST:
+        while X.Q[q, Q_RH] >= 0:
+            d = X.Q[q, Q_RH]
+            psn = X.D[d, D_PSN]
+            cause = X.D[d, D_VAL]
+            if X.a_flag[X.Q[q, Q_BASE] + psn] & F_LOST:
                 break
             _rtx_popleft(X, q)
             cause = -1
         if cause < 0:
-            psn = X.Q[Q_SEQ, q]
-            if psn >= X.Q[Q_NPSN, q]:
-                X.Q[Q_INACT, q] = 0
+            psn = X.Q[q, Q_SEQ]
+            if psn >= X.Q[q, Q_NPSN]:
+                X.Q[q, Q_INACT] = 0
                 continue
-        nok = X.Q[Q_NOK, q]
+        nok = X.Q[q, Q_NOK]
         if nok > t:
             _act_append(X, nic, q)
             if wake < 0 or nok < wake:
                 wake = nok
             continue
-        size = X.Q[Q_SIZE, q]
+        size = X.Q[q, Q_SIZE]
         payload = size - psn * mtu
         if payload > seg:
             payload = seg
         npk = -(-payload // mtu)
-        row = X.Q[Q_MSG, q]
-        a = X.Q[Q_BASE, q] + psn
+        row = X.Q[q, Q_MSG]
+        a = X.Q[q, Q_BASE] + psn
         if cause >= 0:
             _rtx_popleft(X, q)
             X.a_flag[a] &= ~F_LOST
             X.a_resent[a] = t
         else:
-            X.Q[Q_SEQ, q] = psn + npk
-            if psn < X.Q[Q_HIGH, q]:
-                cause = X.Q[Q_GBC, q]
+            X.Q[q, Q_SEQ] = psn + npk
+            if psn < X.Q[q, Q_HIGH]:
+                cause = X.Q[q, Q_GBC]
                 X.a_resent[a] = t
             else:
-                X.Q[Q_HIGH, q] = psn + npk
-                X.M[M_INJ, row] += payload
+                X.Q[q, Q_HIGH] = psn + npk
+                X.M[row, M_INJ] += payload
         if cause >= 0:
             X.m_rtx[row, cause] += payload
-        X.Q[Q_OUTB, q] += payload
+        X.Q[q, Q_OUTB] += payload
         _out_append(X, q, psn, t)
-        end = X.Q[Q_SEQ, q] * mtu
-        X.Q[Q_SENTB, q] = end if end < size else size
+        end = X.Q[q, Q_SEQ] * mtu
+        X.Q[q, Q_SENTB] = end if end < size else size
         wire = payload + npk * X.g[G_HDR]
-        pkt = _pkt(X, q, X.Q[Q_DST, q], wire, payload, psn, t, npk, port, DATA)
-        ser = wire * X.P[P_K, port]
+        pkt = _pkt(X, q, X.Q[q, Q_DST], wire, payload, psn, t, npk, port, DATA)
+        ser = wire * X.P[port, P_K]
         done = t + ser
-        X.P[P_BUSY, port] = done
-        X.P[P_TXB, port] += wire
-        X.P[P_TXP, port] += npk
-        if ser > X.P[P_PEAK, port]:
-            X.P[P_PEAK, port] = ser
-        if not X.Q[Q_ARMED, q]:
+        X.P[port, P_BUSY] = done
+        X.P[port, P_TXB] += wire
+        X.P[port, P_TXP] += npk
+        if ser > X.P[port, P_PEAK]:
+            X.P[port, P_PEAK] = ser
+        if not X.Q[q, Q_ARMED]:
             _arm(X, q, t)
-        X.N[N_SENT, nic] += 1
-        _enqueue_arrival(X, port, pkt, done + X.P[P_OFFSET, port])
-        if X.N[N_AL, nic] == 0 and X.Q[Q_RH, q] < 0 and X.Q[Q_SEQ, q] >= X.Q[Q_NPSN, q]:
-            X.Q[Q_INACT, q] = 0
-            X.N[N_BUSY, nic] = 0
+        X.N[nic, N_SENT] += 1
+        _enqueue_arrival(X, port, pkt, done + X.P[port, P_OFFSET])
+        if X.N[nic, N_AL] == 0 and X.Q[q, Q_RH] < 0 and X.Q[q, Q_SEQ] >= X.Q[q, Q_NPSN]:
+            X.Q[q, Q_INACT] = 0
+            X.N[nic, N_BUSY] = 0
             return
         _act_append(X, nic, q)
-        X.N[N_PEND, nic] = done
+        X.N[nic, N_PEND] = done
         push(X, done, _seq(X), E_TX, nic, token)
         return
     if wake >= 0:
-        X.N[N_PEND, nic] = wake
+        X.N[nic, N_PEND] = wake
         push(X, wake, _seq(X), E_TX, nic, token)
     else:
-        X.N[N_BUSY, nic] = 0
+        X.N[nic, N_BUSY] = 0
 
 # ---------------------------------------------------------------- sender
 
@@ -671,23 +675,23 @@ def _nic_tx(X, nic, t, token):
 @njit(cache=True, nogil=True, _nrt=False)
 def _payload(X, q, psn):
     # = Sender.payload
-    p = X.Q[Q_SIZE, q] - psn * X.g[G_MTU]
+    p = X.Q[q, Q_SIZE] - psn * X.g[G_MTU]
     return p if p < X.g[G_SEG] else X.g[G_SEG]
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _kick_qp(X, q, t):
     # = Sender.kick (one NIC port per queue pair in slice 1)
-    nic_add(X, X.Q[Q_NIC, q], q, t)
+    nic_add(X, X.Q[q, Q_NIC], q, t)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _advance(X, q, t, cum):
     # = Sender._advance
     newly = 0
-    if cum > X.Q[Q_UNA, q]:
-        psn = X.Q[Q_UNA, q]
-        base = X.Q[Q_BASE, q]
+    if cum > X.Q[q, Q_UNA]:
+        psn = X.Q[q, Q_UNA]
+        base = X.Q[q, Q_BASE]
         while psn < cum:
             f = X.a_flag[base + psn]
             if f & F_SACKED:
@@ -697,20 +701,20 @@ def _advance(X, q, t, cum):
             else:
                 newly += _payload(X, q, psn)
             psn += 1
-        X.Q[Q_UNA, q] = cum
-        X.Q[Q_TMO, q] = 0
-        X.Q[Q_RTO_AT, q] = t + _rto(X, q)
+        X.Q[q, Q_UNA] = cum
+        X.Q[q, Q_TMO] = 0
+        X.Q[q, Q_RTO_AT] = t + _rto(X, q)
         end = cum * X.g[G_MTU]
-        X.Q[Q_ACKB, q] = end if end < X.Q[Q_SIZE, q] else X.Q[Q_SIZE, q]
+        X.Q[q, Q_ACKB] = end if end < X.Q[q, Q_SIZE] else X.Q[q, Q_SIZE]
     return newly
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _stale(X, q, psn, ts):
     # psn < una or psn in sacked or (psn in resent and resent[psn] != ts) or psn in lost
-    a = X.Q[Q_BASE, q] + psn
+    a = X.Q[q, Q_BASE] + psn
     r = X.a_resent[a]
-    return (psn < X.Q[Q_UNA, q] or X.a_flag[a] & F_SACKED or (r != ABSENT and r != ts)
+    return (psn < X.Q[q, Q_UNA] or X.a_flag[a] & F_SACKED or (r != ABSENT and r != ts)
             or X.a_flag[a] & F_LOST)
 
 
@@ -718,35 +722,35 @@ def _stale(X, q, psn, ts):
 def _on_ack(X, q, t, pkt):
     # = Sender._on_ack: the legacy set-up (one ACK per unit, fixed timeouts: no D-SACK, no RTT
     #   samples), selective, no congestion-control hook
-    newly = _advance(X, q, t, X.K[K_SEQ, pkt])
-    s = X.K[K_SACK, pkt]
-    base = X.Q[Q_BASE, q]
+    newly = _advance(X, q, t, X.K[pkt, K_SEQ])
+    s = X.K[pkt, K_SACK]
+    base = X.Q[q, Q_BASE]
     if s >= 0:
         a = base + s
-        if s >= X.Q[Q_UNA, q] and not X.a_flag[a] & F_SACKED:
+        if s >= X.Q[q, Q_UNA] and not X.a_flag[a] & F_SACKED:
             X.a_flag[a] |= F_SACKED
             if X.a_flag[a] & F_LOST:
                 X.a_flag[a] &= ~F_LOST
             else:
                 newly += _payload(X, q, s)
-        td = X.K[K_TDATA, pkt]
-        if td > X.Q[Q_RACK, q]:
-            X.Q[Q_RACK, q] = td
+        td = X.K[pkt, K_TDATA]
+        if td > X.Q[q, Q_RACK]:
+            X.Q[q, Q_RACK] = td
         r = X.a_resent[a]
         if r != ABSENT and td < r:
             X.g[G_SPURIOUS] += 1
-            w = 2 * (X.Q[Q_REO, q] if X.Q[Q_REO, q] else X.g[G_REO])
-            X.Q[Q_REO, q] = w if w < X.g[G_REO_MAX] else X.g[G_REO_MAX]
-    X.Q[Q_OUTB, q] -= newly
+            w = 2 * (X.Q[q, Q_REO] if X.Q[q, Q_REO] else X.g[G_REO])
+            X.Q[q, Q_REO] = w if w < X.g[G_REO_MAX] else X.g[G_REO_MAX]
+    X.Q[q, Q_OUTB] -= newly
     if newly:
-        X.Q[Q_TMO, q] = 0
-        X.Q[Q_RTO_AT, q] = t + _rto(X, q)
+        X.Q[q, Q_TMO] = 0
+        X.Q[q, Q_RTO_AT] = t + _rto(X, q)
     found = False
-    limit = X.Q[Q_RACK, q] - (X.Q[Q_REO, q] if X.Q[Q_REO, q] else X.g[G_REO])
-    while X.Q[Q_OH, q] >= 0:
-        d = X.Q[Q_OH, q]
-        psn = X.D[D_PSN, d]
-        ts = X.D[D_VAL, d]
+    limit = X.Q[q, Q_RACK] - (X.Q[q, Q_REO] if X.Q[q, Q_REO] else X.g[G_REO])
+    while X.Q[q, Q_OH] >= 0:
+        d = X.Q[q, Q_OH]
+        psn = X.D[d, D_PSN]
+        ts = X.D[d, D_VAL]
         if _stale(X, q, psn, ts):
             _out_popleft(X, q)
             continue
@@ -754,14 +758,14 @@ def _on_ack(X, q, t, pkt):
             break
         _out_popleft(X, q)
         X.a_flag[base + psn] |= F_LOST
-        X.Q[Q_OUTB, q] -= _payload(X, q, psn)
+        X.Q[q, Q_OUTB] -= _payload(X, q, psn)
         _rtx_append(X, q, psn, C_SACK)
         found = True
-    if X.Q[Q_UNA, q] >= X.Q[Q_NPSN, q]:
+    if X.Q[q, Q_UNA] >= X.Q[q, Q_NPSN]:
         # = Sender._finish
-        X.Q[Q_DONE, q] = 1
-        X.Q[Q_OUTB, q] = 0
-        X.Q[Q_ACTIVE, q] = 0
+        X.Q[q, Q_DONE] = 1
+        X.Q[q, Q_OUTB] = 0
+        X.Q[q, Q_ACTIVE] = 0
         return
     if found or newly:
         _kick_qp(X, q, t)
@@ -770,49 +774,49 @@ def _on_ack(X, q, t, pkt):
 @njit(cache=True, nogil=True, _nrt=False)
 def _stop_message(X, row):
     # = PacketEngine._stop
-    for q in range(X.M[M_Q0, row], X.M[M_Q0, row] + X.M[M_QN, row]):
-        X.Q[Q_DONE, q] = 1
-        X.Q[Q_ACTIVE, q] = 0
+    for q in range(X.M[row, M_Q0], X.M[row, M_Q0] + X.M[row, M_QN]):
+        X.Q[q, Q_DONE] = 1
+        X.Q[q, Q_ACTIVE] = 0
         _rtx_clear(X, q)
-        X.Q[Q_SEQ, q] = X.Q[Q_NPSN, q]
+        X.Q[q, Q_SEQ] = X.Q[q, Q_NPSN]
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_rto(X, q, t):
     # = Sender._on_rto, fixed timeouts, selective
-    if X.Q[Q_DONE, q] or (X.Q[Q_UNA, q] >= X.Q[Q_HIGH, q] and X.Q[Q_RH, q] < 0 and X.Q[Q_SEQ, q] >= X.Q[Q_NPSN, q]):
-        X.Q[Q_ARMED, q] = 0
+    if X.Q[q, Q_DONE] or (X.Q[q, Q_UNA] >= X.Q[q, Q_HIGH] and X.Q[q, Q_RH] < 0 and X.Q[q, Q_SEQ] >= X.Q[q, Q_NPSN]):
+        X.Q[q, Q_ARMED] = 0
         return
-    if X.Q[Q_UNA, q] >= X.Q[Q_HIGH, q]:
-        X.Q[Q_ARMED, q] = 0
+    if X.Q[q, Q_UNA] >= X.Q[q, Q_HIGH]:
+        X.Q[q, Q_ARMED] = 0
         return
-    if t < X.Q[Q_RTO_AT, q]:
-        push(X, X.Q[Q_RTO_AT, q], _seq(X), E_RTO, q, 0)
+    if t < X.Q[q, Q_RTO_AT]:
+        push(X, X.Q[q, Q_RTO_AT], _seq(X), E_RTO, q, 0)
         return
-    X.Q[Q_TMO, q] += 1
+    X.Q[q, Q_TMO] += 1
     X.g[G_TIMEOUTS] += 1
-    if X.Q[Q_TMO, q] > X.g[G_RETRY]:
-        X.Q[Q_ARMED, q] = 0
+    if X.Q[q, Q_TMO] > X.g[G_RETRY]:
+        X.Q[q, Q_ARMED] = 0
         # = PacketEngine.fail_qp: stop the message's queue pairs here; Python records the failure
-        row = X.Q[Q_MSG, q]
+        row = X.Q[q, Q_MSG]
         _stop_message(X, row)
-        if not X.M[M_DONE, row]:
-            X.M[M_DONE, row] = 1
+        if not X.M[row, M_DONE]:
+            X.M[row, M_DONE] = 1
             X.g[G_PY_KIND] = P_FAIL
             X.g[G_PY_A] = q
         return
-    d = X.Q[Q_OH, q]
-    base = X.Q[Q_BASE, q]
+    d = X.Q[q, Q_OH]
+    base = X.Q[q, Q_BASE]
     while d >= 0:
-        psn = X.D[D_PSN, d]
-        if not _stale(X, q, psn, X.D[D_VAL, d]):
+        psn = X.D[d, D_PSN]
+        if not _stale(X, q, psn, X.D[d, D_VAL]):
             X.a_flag[base + psn] |= F_LOST
-            X.Q[Q_OUTB, q] -= _payload(X, q, psn)
+            X.Q[q, Q_OUTB] -= _payload(X, q, psn)
             _rtx_append(X, q, psn, C_TIMEOUT)
-        d = X.D[D_NEXT, d]
+        d = X.D[d, D_NEXT]
     _out_clear(X, q)
-    X.Q[Q_RTO_AT, q] = t + _rto(X, q)
-    push(X, X.Q[Q_RTO_AT, q], _seq(X), E_RTO, q, 0)
+    X.Q[q, Q_RTO_AT] = t + _rto(X, q)
+    push(X, X.Q[q, Q_RTO_AT], _seq(X), E_RTO, q, 0)
     _kick_qp(X, q, t)
 
 # ---------------------------------------------------------------- receiver
@@ -821,18 +825,18 @@ def _on_rto(X, q, t):
 @njit(cache=True, nogil=True, _nrt=False)
 def _send_ack(X, q, t, seq, trigger):
     # = Receiver.send_now (kind ACK; ``trigger`` -1 = None), then reply_nic (one port: r_port)
-    pkt = _pkt(X, q, X.Q[Q_SRC, q], X.g[G_ACK], 0, seq, t, 1, -1, ACK)
+    pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, seq, t, 1, -1, ACK)
     if trigger >= 0:
-        X.K[K_SACK, pkt] = X.K[K_SEQ, trigger]
-        X.K[K_TDATA, pkt] = X.K[K_TTX, trigger]
+        X.K[pkt, K_SACK] = X.K[trigger, K_SEQ]
+        X.K[pkt, K_TDATA] = X.K[trigger, K_TTX]
     else:
-        X.K[K_SACK, pkt] = -1
-    X.K[K_CE, pkt] = X.Q[Q_RCE, q]
-    X.Q[Q_RCE, q] = 0
-    X.Q[Q_RUNACK, q] = 0
-    X.Q[Q_RACKS, q] += 1
-    _send_ctrl(X, X.Q[Q_RPORT, q], t, pkt)
-    X.M[M_ACKS, X.Q[Q_MSG, q]] += 1
+        X.K[pkt, K_SACK] = -1
+    X.K[pkt, K_CE] = X.Q[q, Q_RCE]
+    X.Q[q, Q_RCE] = 0
+    X.Q[q, Q_RUNACK] = 0
+    X.Q[q, Q_RACKS] += 1
+    _send_ctrl(X, X.Q[q, Q_RPORT], t, pkt)
+    X.M[X.Q[q, Q_MSG], M_ACKS] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -841,39 +845,39 @@ def _accept(X, t, pkt, row):
     b = t // X.g[G_BIN]
     if b > X.g[G_GOOD_HI]:
         X.g[G_GOOD_HI] = b
-    X.good[b] += X.K[K_PAY, pkt]
-    X.g[G_DELIV] += X.K[K_PAY, pkt]
-    if not X.M[M_DELIV, row]:
+    X.good[b] += X.K[pkt, K_PAY]
+    X.g[G_DELIV] += X.K[pkt, K_PAY]
+    if not X.M[row, M_DELIV]:
         # = Recorder.on_first_arrival
         X.g[G_LFA] = t
         X.g[G_DLFA] = X.g[G_DELIV]
-    X.M[M_DELIV, row] += X.K[K_PAY, pkt]
+    X.M[row, M_DELIV] += X.K[pkt, K_PAY]
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_packet(X, t, pkt):
     # = Receiver.on_packet, ack_every 1, legacy duplicates, ddp (on_gap holds), no CNPs
-    npk = X.K[K_NPK, pkt]
-    X.hist[int(math.log(t - X.K[K_TTX, pkt]) * X.f[0])] += npk
-    q = X.K[K_QP, pkt]
-    row = X.Q[Q_MSG, q]
-    if X.K[K_CE, pkt]:
+    npk = X.K[pkt, K_NPK]
+    X.hist[int(math.log(t - X.K[pkt, K_TTX]) * X.f[0])] += npk
+    q = X.K[pkt, K_QP]
+    row = X.Q[q, Q_MSG]
+    if X.K[pkt, K_CE]:
         # = Receiver._marked (cnp_interval None)
-        X.M[M_ECN, row] += npk
-        X.Q[Q_RCE, q] += npk
-    seq = X.K[K_SEQ, pkt]
-    cum = X.Q[Q_RCUM, q]
-    base = X.Q[Q_BASE, q]
-    if seq < cum or (X.Q[Q_RN, q] and X.a_flag[base + seq] & F_HELD):
-        X.M[M_DUP, row] += X.K[K_PAY, pkt]
+        X.M[row, M_ECN] += npk
+        X.Q[q, Q_RCE] += npk
+    seq = X.K[pkt, K_SEQ]
+    cum = X.Q[q, Q_RCUM]
+    base = X.Q[q, Q_BASE]
+    if seq < cum or (X.Q[q, Q_RN] and X.a_flag[base + seq] & F_HELD):
+        X.M[row, M_DUP] += X.K[pkt, K_PAY]
         _send_ack(X, q, t, cum, -1)
         return
-    X.M[M_RX, row] += 1
+    X.M[row, M_RX] += 1
     end = seq + npk
     # = record_reorder
-    if X.K[K_TTX, pkt] < X.Q[Q_RMAXT, q]:
-        X.M[M_OOO, row] += 1
-        d = X.Q[Q_RMAX, q] - end
+    if X.K[pkt, K_TTX] < X.Q[q, Q_RMAXT]:
+        X.M[row, M_OOO] += 1
+        d = X.Q[q, Q_RMAX] - end
         if d < 0:
             d = 0
         n = X.g[G_OLOG_N]
@@ -881,56 +885,56 @@ def _on_packet(X, t, pkt):
         X.OL[1, n] = d
         X.g[G_OLOG_N] = n + 1
     else:
-        X.Q[Q_RMAXT, q] = X.K[K_TTX, pkt]
-    if end > X.Q[Q_RMAX, q]:
-        X.Q[Q_RMAX, q] = end
+        X.Q[q, Q_RMAXT] = X.K[pkt, K_TTX]
+    if end > X.Q[q, Q_RMAX]:
+        X.Q[q, Q_RMAX] = end
     if seq == cum:
         _accept(X, t, pkt, row)
         cum = end
-        if X.Q[Q_RN, q]:
+        if X.Q[q, Q_RN]:
             # = Receiver._join_held
-            h = X.Q[Q_DST, q]
-            npsn = X.Q[Q_NPSN, q]
+            h = X.Q[q, Q_DST]
+            npsn = X.Q[q, Q_NPSN]
             while cum < npsn and X.a_flag[base + cum] & F_HELD:
                 X.a_flag[base + cum] &= ~F_HELD
-                X.Q[Q_RN, q] -= 1
-                p = X.Q[Q_SIZE, q] - cum * X.g[G_MTU]
+                X.Q[q, Q_RN] -= 1
+                p = X.Q[q, Q_SIZE] - cum * X.g[G_MTU]
                 if p > X.g[G_SEG]:
                     p = X.g[G_SEG]
-                X.Q[Q_RHOLD, q] -= p
-                X.HO[H_HOLD, h] -= p
+                X.Q[q, Q_RHOLD] -= p
+                X.HO[h, H_HOLD] -= p
                 w = t - X.a_rarr[base + cum]
-                X.M[M_RW, row] += w
-                if w > X.M[M_RWMAX, row]:
-                    X.M[M_RWMAX, row] = w
+                X.M[row, M_RW] += w
+                if w > X.M[row, M_RWMAX]:
+                    X.M[row, M_RWMAX] = w
                 cum += 1
             if cum > npsn:
                 cum = npsn
-        X.Q[Q_RCUM, q] = cum
-        X.Q[Q_RUNACK, q] += 1
+        X.Q[q, Q_RCUM] = cum
+        X.Q[q, Q_RUNACK] += 1
         _send_ack(X, q, t, cum, pkt)          # (r_unacked >= ack_every = 1)
     else:
         # = Receiver._hold
         a = base + seq
         X.a_flag[a] |= F_HELD
-        X.Q[Q_RN, q] += 1
+        X.Q[q, Q_RN] += 1
         X.a_rarr[a] = t
-        p = X.K[K_PAY, pkt]
-        X.Q[Q_RHOLD, q] += p
-        if X.Q[Q_RHOLD, q] > X.M[M_PEAKH, row]:
-            X.M[M_PEAKH, row] = X.Q[Q_RHOLD, q]
-        h = X.Q[Q_DST, q]
-        if not X.HO[H_MADE, h]:
-            X.HO[H_MADE, h] = 1
-            X.HO[H_ORDER, X.g[G_HN_MADE]] = h
+        p = X.K[pkt, K_PAY]
+        X.Q[q, Q_RHOLD] += p
+        if X.Q[q, Q_RHOLD] > X.M[row, M_PEAKH]:
+            X.M[row, M_PEAKH] = X.Q[q, Q_RHOLD]
+        h = X.Q[q, Q_DST]
+        if not X.HO[h, H_MADE]:
+            X.HO[h, H_MADE] = 1
+            X.HO[X.g[G_HN_MADE], H_ORDER] = h
             X.g[G_HN_MADE] += 1
-        X.HO[H_HOLD, h] += p
-        if X.HO[H_HOLD, h] > X.HO[H_PEAK, h]:
-            X.HO[H_PEAK, h] = X.HO[H_HOLD, h]
+        X.HO[h, H_HOLD] += p
+        if X.HO[h, H_HOLD] > X.HO[h, H_PEAK]:
+            X.HO[h, H_PEAK] = X.HO[h, H_HOLD]
         _accept(X, t, pkt, row)
         _send_ack(X, q, t, cum, pkt)
-    if X.M[M_DELIV, row] >= X.M[M_SIZE, row] and not X.M[M_DONE, row]:
-        X.M[M_DONE, row] = 1
+    if X.M[row, M_DELIV] >= X.M[row, M_SIZE] and not X.M[row, M_DONE]:
+        X.M[row, M_DONE] = 1
         X.g[G_PY_KIND] = P_DONE
         X.g[G_PY_A] = row
 
@@ -938,13 +942,13 @@ def _on_packet(X, t, pkt):
 @njit(cache=True, nogil=True, _nrt=False)
 def _to_host(X, t, pkt):
     # = PacketEngine._to_host (data to the receiver; control counted, then to the sender)
-    _advance_inflight(X, X.K[K_HOP, pkt])
-    if X.K[K_KIND, pkt] == DATA:
+    _advance_inflight(X, X.K[pkt, K_HOP])
+    if X.K[pkt, K_KIND] == DATA:
         _on_packet(X, t, pkt)
     else:
-        q = X.K[K_QP, pkt]
-        X.M[M_CTRL_ARR, X.Q[Q_MSG, q]] += 1
-        if not X.Q[Q_DONE, q]:                 # = Sender.on_ctrl (ACKs only: no NAK, no CNP)
+        q = X.K[pkt, K_QP]
+        X.M[X.Q[q, Q_MSG], M_CTRL_ARR] += 1
+        if not X.Q[q, Q_DONE]:                 # = Sender.on_ctrl (ACKs only: no NAK, no CNP)
             _on_ack(X, q, t, pkt)
     _free_pkt(X, pkt)
 
@@ -954,8 +958,8 @@ def _to_host(X, t, pkt):
 @njit(cache=True, nogil=True, _nrt=False)
 def settle_all(X, t):
     """= the settling loop of ``PacketEngine._finish``: every switch port's pending samples."""
-    for port in range(X.P.shape[1]):
-        if X.P[P_SW, port] >= 0 and X.P[P_PH, port] >= 0:
+    for port in range(X.P.shape[0]):
+        if X.P[port, P_SW] >= 0 and X.P[port, P_PH] >= 0:
             _settle(X, port, t)
 
 
@@ -970,23 +974,25 @@ def run(X, until_ps):
         if t > until_ps:
             g[G_NOW] = until_ps
             return R_TIME_LIMIT
-        if (g[G_PNFREE] < SPACE or g[G_DNFREE] < SPACE or g[G_HN] + SPACE > X.HP.shape[1]
+        if (g[G_PNFREE] < SPACE or g[G_DNFREE] < SPACE or g[G_HN] + SPACE > X.HP.shape[0]
                 or g[G_OLOG_N] + SPACE > X.OL.shape[1] or t // g[G_BIN] + 1 >= len(X.good)):
             return R_SPACE
-        i = _pop_into(X)
-        kind = X.HP[2, i]
-        a = X.HP[3, i]
+        kind = X.HP[0, 2]
+        a = X.HP[0, 3]
+        b = X.HP[0, 4]
         g[G_NOW] = t
+        if kind != E_DELIVER:
+            _pop_root(X)                    # (a delivery leaves the root to _advance_inflight)
         if kind == E_DELIVER:
-            code = X.P[P_DELIVER, X.K[K_HOP, a]]
+            code = X.P[X.K[a, K_HOP], P_DELIVER]
             if code == D_SWITCH:
-                _switch_arrive(X, X.P[P_PEER_SW, X.K[K_HOP, a]], t, a)
+                _switch_arrive(X, X.P[X.K[a, K_HOP], P_PEER_SW], t, a)
             else:
-                if code == D_HOST_SETTLE and X.P[P_PH, X.K[K_HOP, a]] >= 0:
-                    _settle(X, X.K[K_HOP, a], t)
+                if code == D_HOST_SETTLE and X.P[X.K[a, K_HOP], P_PH] >= 0:
+                    _settle(X, X.K[a, K_HOP], t)
                 _to_host(X, t, a)
         elif kind == E_TX:
-            _nic_tx(X, a, t, X.HP[4, i])
+            _nic_tx(X, a, t, b)
         elif kind == E_RTO:
             _on_rto(X, a, t)
         elif kind == E_RELEASE:

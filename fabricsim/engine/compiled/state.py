@@ -21,8 +21,8 @@ from . import core as C
 
 _I = np.int64
 
-#: the state's arrays: name -> (dtype, rows (fields; 0: 1-D), pool group). A pool group's arrays
-#: grow together along their last axis.
+#: the state's arrays: name -> (dtype, fields (columns; 0: 1-D), pool group). A pool group's arrays
+#: grow together along their first axis (one row per object).
 _ARRAYS = {
     "g": (_I, 0, None), "f": (np.float64, 0, None),
     "HP": (_I, 5, "heap"),
@@ -58,17 +58,19 @@ def _arr(name, n):
         return np.full(n, C.ABSENT, dtype=dt)
     if not rows:
         return np.zeros(n, dtype=dt)
-    a = np.zeros((rows, n), dtype=dt)
+    if name == "OL":
+        return np.zeros((rows, n), dtype=dt)
+    a = np.zeros((n, rows), dtype=dt)
     for i, f in enumerate(_FIELDS_OF.get(name, ())):
         v = _FILL.get((name, f))
         if v is not None:
-            a[i] = v
+            a[:, i] = v
     return a
 
 
 def row(X, name: str, field: str):
     """One field of a 2-D state array, as a view (e.g. ``row(X, "P", "busy")``)."""
-    return getattr(X, name)[_FIELDS_OF[name].index(field)]
+    return getattr(X, name)[:, _FIELDS_OF[name].index(field)]
 
 
 def build(engine, nic_index: dict) -> State:
@@ -109,44 +111,44 @@ def build(engine, nic_index: dict) -> State:
     col = {f: i for i, f in enumerate(C.PORT_FIELDS)}
     for p in ports:
         i = p.index
-        P[col["rate"], i] = p.rate
-        P[col["k"], i] = p.ps_per_byte
-        P[col["offset"], i] = p.offset
+        P[i, col["rate"]] = p.rate
+        P[i, col["k"]] = p.ps_per_byte
+        P[i, col["offset"]] = p.offset
         if p.peer in s_local:
-            P[col["deliver"], i] = C.D_SWITCH
-            P[col["peer_sw"], i] = s_local[p.peer]
+            P[i, col["deliver"]] = C.D_SWITCH
+            P[i, col["peer_sw"]] = s_local[p.peer]
         else:
-            P[col["deliver"], i] = C.D_HOST if p.deliver == engine._to_host else C.D_HOST_SETTLE
+            P[i, col["deliver"]] = C.D_HOST if p.deliver == engine._to_host else C.D_HOST_SETTLE
         if p.owner in s_local:
-            P[col["sw"], i] = s_local[p.owner]
-        P[col["buffer"], i] = -1 if p.buffer is None else p.buffer
+            P[i, col["sw"]] = s_local[p.owner]
+        P[i, col["buffer"]] = -1 if p.buffer is None else p.buffer
     # NIC ports (one per host: coverage)
     nics = [nic for h in sim.topology.hosts for nic in engine.nics[h]]
     for i, nic in enumerate(nics):
         nic_index[nic] = i
     a["N"] = _arr("N", len(nics))
-    a["N"][C.N_PORT] = [nic.port.index for nic in nics]
+    a["N"][:, C.N_PORT] = [nic.port.index for nic in nics]
     # messages
     rows = engine._rows
     a["M"] = _arr("M", len(rows))
-    a["M"][C.M_SIZE] = [st.size for st in rows]
+    a["M"][:, C.M_SIZE] = [st.size for st in rows]
     a["m_rtx"] = np.zeros((len(rows), len(CAUSES)), dtype=_I)
     # hosts, recorder
     a["HO"] = _arr("HO", n_nodes)
     rec = engine.recorder
     a["hist"] = np.array(rec.latency.counts, dtype=_I)
     a["good"] = np.zeros(1024, dtype=_I)
-    a["OL"] = np.zeros((2, 1 << 16), dtype=_I)
+    a["OL"] = _arr("OL", 1 << 16)
     # growable pools
     for name, (_dt, _rows, group) in _ARRAYS.items():
         if name not in a:
             a[name] = _arr(name, {"heap": 4096, "qp": 64, "arena": 4096, "node": 8192, "pkt": 8192}[group])
     X = State(**a)
-    _link_free(X.K[C.K_NEXT], 0)
-    _link_free(X.D[C.D_NEXT], 0)
+    _link_free(X.K[:, C.K_NEXT], 0)
+    _link_free(X.D[:, C.D_NEXT], 0)
     gv = X.g
-    gv[C.G_PFREE], gv[C.G_PNFREE] = 0, X.K.shape[1]
-    gv[C.G_DFREE], gv[C.G_DNFREE] = 0, X.D.shape[1]
+    gv[C.G_PFREE], gv[C.G_PNFREE] = 0, X.K.shape[0]
+    gv[C.G_DFREE], gv[C.G_DNFREE] = 0, X.D.shape[0]
     gv[C.G_LFA] = -1
     gv[C.G_GOOD_HI] = -1
     gv[C.G_MTU] = engine.mtu
@@ -173,7 +175,7 @@ def _link_free(nxt, start):
 
 def _size(X, group):
     name = next(n for n, (_d, _r, gr) in _ARRAYS.items() if gr == group)
-    return getattr(X, name).shape[-1]
+    return getattr(X, name).shape[0]
 
 
 def grow(X: State, group: str, need: int) -> State:
@@ -188,18 +190,18 @@ def grow(X: State, group: str, need: int) -> State:
     for n, (_d, _rows, gr) in _ARRAYS.items():
         if gr == group:
             arr = _arr(n, new)
-            arr[..., :old] = getattr(X, n)
+            arr[:old] = getattr(X, n)
             rep[n] = arr
     X = X._replace(**rep)
     g = X.g
     if group == "pkt":
-        nxt = X.K[C.K_NEXT]
+        nxt = X.K[:, C.K_NEXT]
         _link_free(nxt, old)
         nxt[new - 1] = g[C.G_PFREE]
         g[C.G_PFREE] = old
         g[C.G_PNFREE] += new - old
     elif group == "node":
-        nxt = X.D[C.D_NEXT]
+        nxt = X.D[:, C.D_NEXT]
         _link_free(nxt, old)
         nxt[new - 1] = g[C.G_DFREE]
         g[C.G_DFREE] = old
@@ -208,31 +210,37 @@ def grow(X: State, group: str, need: int) -> State:
 
 
 def fold_reorder(X: State, rows) -> None:
-    """Add the logged reorder distances to their messages' ``reorder_hist`` dicts, in log order."""
+    """Add the logged reorder distances to their messages' ``reorder_hist`` dicts (counted per
+    distinct (message, distance) first: spraying logs one entry per out-of-order unit)."""
     n = int(X.g[C.G_OLOG_N])
-    for r, d in zip(X.OL[0, :n].tolist(), X.OL[1, :n].tolist()):
-        h = rows[r].reorder_hist
-        h[d] = h.get(d, 0) + 1
+    if n:
+        r = X.OL[0, :n]
+        key = r * (int(X.OL[1, :n].max()) + 1) + X.OL[1, :n]
+        uniq, first, counts = np.unique(key, return_index=True, return_counts=True)
+        order = np.argsort(first, kind="stable")      # first-seen order, as the receiver adds keys
+        for row, d, c in zip(r[first[order]].tolist(), X.OL[1, first[order]].tolist(), counts[order].tolist()):
+            h = rows[row].reorder_hist
+            h[d] = h.get(d, 0) + c
     X.g[C.G_OLOG_N] = 0
 
 
 def sync_message(X: State, st) -> None:
     """Copy one message's transport counters onto its MessageState."""
     r = st.row
-    st.delivered = int(X.M[C.M_DELIV, r])
-    st.dropped = int(X.M[C.M_DROP, r])
-    st.injected = int(X.M[C.M_INJ, r])
+    st.delivered = int(X.M[r, C.M_DELIV])
+    st.dropped = int(X.M[r, C.M_DROP])
+    st.injected = int(X.M[r, C.M_INJ])
     st.rtx_bytes = {c: int(v) for c, v in zip(CAUSES, X.m_rtx[r]) if v}
-    st.dup_bytes = int(X.M[C.M_DUP, r])
-    st.rx_units = int(X.M[C.M_RX, r])
-    st.ooo_units = int(X.M[C.M_OOO, r])
-    st.peak_hold = int(X.M[C.M_PEAKH, r])
-    st.reorder_wait_ps = int(X.M[C.M_RW, r])
-    st.reorder_wait_max_ps = int(X.M[C.M_RWMAX, r])
-    st.ecn_marked = int(X.M[C.M_ECN, r])
-    st.acks = int(X.M[C.M_ACKS, r])
-    st.ctrl_arrived = int(X.M[C.M_CTRL_ARR, r])
-    st.ctrl_dropped = int(X.M[C.M_CTRL_DROP, r])
+    st.dup_bytes = int(X.M[r, C.M_DUP])
+    st.rx_units = int(X.M[r, C.M_RX])
+    st.ooo_units = int(X.M[r, C.M_OOO])
+    st.peak_hold = int(X.M[r, C.M_PEAKH])
+    st.reorder_wait_ps = int(X.M[r, C.M_RW])
+    st.reorder_wait_max_ps = int(X.M[r, C.M_RWMAX])
+    st.ecn_marked = int(X.M[r, C.M_ECN])
+    st.acks = int(X.M[r, C.M_ACKS])
+    st.ctrl_arrived = int(X.M[r, C.M_CTRL_ARR])
+    st.ctrl_dropped = int(X.M[r, C.M_CTRL_DROP])
 
 
 def sync_recorder(X: State, rec) -> None:
@@ -246,7 +254,7 @@ def sync_recorder(X: State, rec) -> None:
 def write_ports(X: State, ports, counters: bool = True) -> None:
     """Port state onto the Port objects: ``busy_until`` and ``tx_bytes`` (what a link sample
     reads), and with ``counters`` every other counter."""
-    busy, txb = X.P[C.P_BUSY].tolist(), X.P[C.P_TXB].tolist()
+    busy, txb = X.P[:, C.P_BUSY].tolist(), X.P[:, C.P_TXB].tolist()
     if not counters:
         for p in ports:
             p.busy_until = busy[p.index]
@@ -270,13 +278,13 @@ def write_ports(X: State, ports, counters: bool = True) -> None:
 
 
 def _packet(X: State, i: int, qps, ports) -> Packet:
-    kind = int(X.K[C.K_KIND, i])
-    hop = int(X.K[C.K_HOP, i])
-    pkt = Packet(qps[int(X.K[C.K_QP, i])], int(X.K[C.K_DST, i]), int(X.K[C.K_WIRE, i]), int(X.K[C.K_PAY, i]), int(X.K[C.K_SEQ, i]),
-                 int(X.K[C.K_TTX, i]), int(X.K[C.K_NPK, i]), ports[hop] if hop >= 0 else None, kind)
-    pkt.ce = int(X.K[C.K_CE, i])
-    pkt.sack = int(X.K[C.K_SACK, i])
-    pkt.t_data = int(X.K[C.K_TDATA, i])
+    kind = int(X.K[i, C.K_KIND])
+    hop = int(X.K[i, C.K_HOP])
+    pkt = Packet(qps[int(X.K[i, C.K_QP])], int(X.K[i, C.K_DST]), int(X.K[i, C.K_WIRE]), int(X.K[i, C.K_PAY]), int(X.K[i, C.K_SEQ]),
+                 int(X.K[i, C.K_TTX]), int(X.K[i, C.K_NPK]), ports[hop] if hop >= 0 else None, kind)
+    pkt.ce = int(X.K[i, C.K_CE])
+    pkt.sack = int(X.K[i, C.K_SACK])
+    pkt.t_data = int(X.K[i, C.K_TDATA])
     if kind:
         pkt.sacks = None
         pkt.dsack = -1
@@ -292,31 +300,31 @@ def write_back(X: State, engine, qps, nics) -> None:
     # packets still in flight: back into the ports' inflight queues (and the NICs' ctrlq)
     for p in ports:
         p.inflight = deque()
-        i = int(X.P[C.P_IH, p.index])
+        i = int(X.P[p.index, C.P_IH])
         while i >= 0:
-            p.inflight.append((int(X.K[C.K_AT, i]), int(X.K[C.K_ASEQ, i]), p.deliver, _packet(X, i, qps, ports)))
-            i = int(X.K[C.K_NEXT, i])
+            p.inflight.append((int(X.K[i, C.K_AT]), int(X.K[i, C.K_ASEQ]), p.deliver, _packet(X, i, qps, ports)))
+            i = int(X.K[i, C.K_NEXT])
         p.pend = deque()              # (settled samples are not needed once the run is over)
     for nic, i in nics.items():
-        nic.tx_calls = int(X.N[C.N_CALLS, i])
-        nic.tx_sent = int(X.N[C.N_SENT, i])
-        nic.busy = bool(X.N[C.N_BUSY, i])
-        nic.token = int(X.N[C.N_TOKEN, i])
-        nic.pending_at = int(X.N[C.N_PEND, i])
+        nic.tx_calls = int(X.N[i, C.N_CALLS])
+        nic.tx_sent = int(X.N[i, C.N_SENT])
+        nic.busy = bool(X.N[i, C.N_BUSY])
+        nic.token = int(X.N[i, C.N_TOKEN])
+        nic.pending_at = int(X.N[i, C.N_PEND])
         nic.ctrlq = []
-        c = int(X.N[C.N_CH, i])
+        c = int(X.N[i, C.N_CH])
         while c >= 0:
             nic.ctrlq.append(_packet(X, c, qps, ports))
-            c = int(X.K[C.K_NEXT, c])
+            c = int(X.K[c, C.K_NEXT])
     for qi, qp in enumerate(qps):
-        qp.seq, qp.una, qp.high = int(X.Q[C.Q_SEQ, qi]), int(X.Q[C.Q_UNA, qi]), int(X.Q[C.Q_HIGH, qi])
-        qp.out_bytes, qp.sent_done = int(X.Q[C.Q_OUTB, qi]), bool(X.Q[C.Q_DONE, qi])
-        qp.timeouts, qp.rto_armed, qp.rto_at = int(X.Q[C.Q_TMO, qi]), bool(X.Q[C.Q_ARMED, qi]), int(X.Q[C.Q_RTO_AT, qi])
-        qp.r_cum, qp.r_max, qp.r_hold, qp.r_acks = int(X.Q[C.Q_RCUM, qi]), int(X.Q[C.Q_RMAX, qi]), int(X.Q[C.Q_RHOLD, qi]), \
-            int(X.Q[C.Q_RACKS, qi])
-        qp.reo, qp.rack_t = int(X.Q[C.Q_REO, qi]), int(X.Q[C.Q_RACK, qi])
-        qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[C.Q_SENTB, qi]), int(X.Q[C.Q_ACKB, qi])
-        qp.flow.active = bool(X.Q[C.Q_ACTIVE, qi])
+        qp.seq, qp.una, qp.high = int(X.Q[qi, C.Q_SEQ]), int(X.Q[qi, C.Q_UNA]), int(X.Q[qi, C.Q_HIGH])
+        qp.out_bytes, qp.sent_done = int(X.Q[qi, C.Q_OUTB]), bool(X.Q[qi, C.Q_DONE])
+        qp.timeouts, qp.rto_armed, qp.rto_at = int(X.Q[qi, C.Q_TMO]), bool(X.Q[qi, C.Q_ARMED]), int(X.Q[qi, C.Q_RTO_AT])
+        qp.r_cum, qp.r_max, qp.r_hold, qp.r_acks = int(X.Q[qi, C.Q_RCUM]), int(X.Q[qi, C.Q_RMAX]), int(X.Q[qi, C.Q_RHOLD]), \
+            int(X.Q[qi, C.Q_RACKS])
+        qp.reo, qp.rack_t = int(X.Q[qi, C.Q_REO]), int(X.Q[qi, C.Q_RACK])
+        qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[qi, C.Q_SENTB]), int(X.Q[qi, C.Q_ACKB])
+        qp.flow.active = bool(X.Q[qi, C.Q_ACTIVE])
     fold_reorder(X, engine._rows)
     for st in engine._rows:
         sync_message(X, st)
@@ -327,9 +335,9 @@ def write_back(X: State, engine, qps, nics) -> None:
     engine.sender.spurious = int(g[C.G_SPURIOUS])
     hosts = engine.receiver.hosts
     hosts.clear()
-    for h in X.HO[C.H_ORDER, :int(g[C.G_HN_MADE])].tolist():
+    for h in X.HO[:int(g[C.G_HN_MADE]), C.H_ORDER].tolist():
         hr = hosts[h] = HostRx()
-        hr.hold, hr.peak_hold = int(X.HO[C.H_HOLD, h]), int(X.HO[C.H_PEAK, h])
+        hr.hold, hr.peak_hold = int(X.HO[h, C.H_HOLD]), int(X.HO[h, C.H_PEAK])
     rec = engine.recorder
     sync_recorder(X, rec)
     rec.latency.counts[:] = X.hist.tolist()
