@@ -80,6 +80,15 @@ CASES = {
         "traffic": {"pattern": "csv", "path": _dependent_trace(tmp), "qps_per_message": 2},
         "routing": {"policy": "spray"}, "simulation": {"seed": 2, "compute": "gpu"}},
     "time-limit-beyond-2^40ps": lambda tmp: _small(simulation={"time_limit": "2s", "seed": 3}),
+    # adaptive routing: remote grades over parallel spine links (a next switch with several ports
+    # towards the destination), without remote grades, and with a coarse refresh under loss
+    "adaptive-remote-parallel-links": lambda tmp: _small(
+        topology={**FABRIC, "links_per_spine": 2, "fabric_link": {"rate": "100Gbps", "delay": "500ns"}},
+        routing={"policy": "adaptive", "queue_ref": "64KiB", "remote_ref": "64KiB"}),
+    "adaptive-local-only": lambda tmp: _small(routing={"policy": "adaptive", "remote": False},
+                                              simulation={"seed": 2}),
+    "adaptive-lossy-incast": lambda tmp: _lossy_incast(routing={"policy": "adaptive", "refresh": "1us",
+                                                                "remote_period": "500ns"}),
 }
 
 
@@ -115,15 +124,17 @@ def test_compiled_core_gives_the_heap_kernels_tables(case, tmp_path):
         assert a.links["ecn_marked_packets"].sum() > 0
     if case == "unbounded-buffers":
         assert a.links["drops_buffer_full"].sum() == 0
+    if case.startswith("adaptive-"):
+        assert a.messages["out_of_order_fraction"].max() > 0            # per-packet choices reorder
 
 
 def test_outside_the_slice_the_run_says_why_and_runs_on_heap():
-    sc = _small(routing={"policy": "adaptive"}, congestion_control={"algorithm": "dcqcn"},
+    sc = _small(routing={"policy": "flowlet"}, congestion_control={"algorithm": "dcqcn"},
                 outputs={"link_sample_interval": "off"})
     b = _run(sc, "compiled")
     info = b.summary["run"]["kernel"]
     assert info["ran"] == "heap" and b.summary["kernel"] == "heap"
-    assert "routing: adaptive" in info["fallback"] and "congestion_control: dcqcn" in info["fallback"]
+    assert "routing: flowlet" in info["fallback"] and "congestion_control: dcqcn" in info["fallback"]
     assert info["fallback"] in b.summary["warnings"]
     a = _run(sc, "heap")
     pd.testing.assert_frame_equal(a.messages, b.messages)

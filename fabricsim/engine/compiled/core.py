@@ -125,7 +125,8 @@ G_DROP_PAY, G_DROP_PK, G_DROP_CTRL, G_TIMEOUTS, G_SPURIOUS = range(8, 13)
 G_DELIV, G_LFA, G_DLFA, G_HN_MADE, G_OLOG_N, G_GOOD_HI = range(13, 19)
 G_MTU, G_HDR, G_SEG, G_ACK, G_RTO_LOW, G_RTO_HIGH, G_RTO_LOW_UNITS, G_RETRY, G_REO, G_REO_MAX = range(19, 29)
 G_BIN, G_ROUTE, G_PY_KIND, G_PY_A, G_PY_T, G_RUN_N, G_ERR = range(29, 36)
-NG = 36
+G_REFRESH, G_RPER, G_RDEL, G_NTHR, G_RCAP = range(36, 41)
+NG = 41
 
 # agenda entry kinds
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
@@ -141,7 +142,11 @@ C_SACK, C_TIMEOUT, C_NAK = 0, 1, 2
 # per-PSN flags
 F_SACKED, F_LOST, F_HELD = 1, 2, 4
 ABSENT = np.iinfo(np.int64).min
-ROUTE_ECMP, ROUTE_SPRAY = 0, 1
+ROUTE_ECMP, ROUTE_SPRAY, ROUTE_ADAPTIVE = 0, 1, 2
+# per-port state of the adaptive port-quality measure (X.PQ columns): the refresh period of the
+# cached local grade and the grade; the remote grade as known upstream and its key; the ring of
+# measurements advertised (head, length; entries in X.RHM / X.RHG / X.RHB)
+PQ_EP, PQ_GR, PQ_RKEY, PQ_RV, PQ_RHH, PQ_RHN = range(6)
 #: free packets / list nodes / agenda slots an event may need
 SPACE = 16
 PROGRESS_EVERY = 1 << 16
@@ -403,6 +408,118 @@ def _drop(X, port, pkt):
     _free_pkt(X, pkt)
 
 
+
+# ---------------------------------------------------------------- adaptive: routing/quality.py
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _bisect(thr, port, nthr, q):
+    # = bisect_right(thresholds, q) over one port's (non-decreasing) thresholds
+    i = 0
+    while i < nthr and thr[port, i] <= q:
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _remote_grade(X, r, now, key):
+    # = PortQuality._remote_grade (metric queue)
+    per = X.g[G_RPER]
+    cap = X.g[G_RCAP]
+    m = now // per
+    hh = X.PQ[r, PQ_RHH]
+    hn = X.PQ[r, PQ_RHN]
+    if hn == 0 or X.RHM[r, (hh + hn - 1) % cap] != m:
+        q = X.P[r, P_BUSY] - now
+        j = (hh + hn) % cap
+        X.RHM[r, j] = m
+        X.RHG[r, j] = _bisect(X.thr_r, r, X.g[G_NTHR], q) if q > 0 else 0    # = grade(r, now, True)
+        X.RHB[r, j] = X.P[r, P_BUSY]
+        hn += 1
+    k = (now - X.g[G_RDEL]) // per - 1
+    while hn > 1 and X.RHM[r, (hh + 1) % cap] <= k:
+        hh = (hh + 1) % cap
+        hn -= 1
+    X.PQ[r, PQ_RHH] = hh
+    X.PQ[r, PQ_RHN] = hn
+    fm = X.RHM[r, hh]
+    if fm == k:
+        g = X.RHG[r, hh]
+    elif fm < k:
+        q = X.RHB[r, hh] - k * per                          # = PortQuality._drained
+        g = _bisect(X.thr_r, r, X.g[G_NTHR], q) if q > 0 else 0
+    else:
+        g = 0
+    X.PQ[r, PQ_RKEY] = key
+    X.PQ[r, PQ_RV] = g
+    return g
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _known_remote(X, r, now, key):
+    return X.PQ[r, PQ_RV] if X.PQ[r, PQ_RKEY] == key else _remote_grade(X, r, now, key)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _quality_best(X, sw, dst, off, n, now):
+    # = PortQuality.best (metric queue): fills the group's best list (X.qb[off:]), returns its length
+    e = now // X.g[G_REFRESH]
+    if X.qe[sw, dst] == e:
+        return X.qn[sw, dst]
+    per = X.g[G_RPER]
+    m = now // per
+    key = (m << 32) + m - (now - X.g[G_RDEL]) // per
+    nthr = X.g[G_NTHR]
+    best_g = 1 << 30
+    nb = 0
+    for c in range(off, off + n):
+        p = X.r_ports[c]
+        if X.PQ[p, PQ_EP] == e:
+            lg = X.PQ[p, PQ_GR]
+        else:
+            q = X.P[p, P_BUSY] - now
+            lg = _bisect(X.thr_l, p, nthr, q) if q > 0 else 0
+            X.PQ[p, PQ_EP] = e
+            X.PQ[p, PQ_GR] = lg
+        if lg > best_g:
+            continue
+        j = X.qj[c]
+        if j >= 0:
+            rg = _known_remote(X, j, now, key)
+            if rg > lg:
+                lg = rg
+        elif j == -2:
+            ro = X.qro[c]
+            rg = _known_remote(X, X.r_ports[ro], now, key)
+            for rc in range(ro + 1, ro + X.qrn[c]):
+                v = _known_remote(X, X.r_ports[rc], now, key)
+                if v < rg:
+                    rg = v
+            if rg > lg:
+                lg = rg
+        if lg < best_g:
+            best_g = lg
+            X.qb[off] = p
+            nb = 1
+        elif lg == best_g:
+            X.qb[off + nb] = p
+            nb += 1
+    X.qe[sw, dst] = e
+    X.qn[sw, dst] = nb
+    return nb
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _quality_pick(X, sw, dst, off, n, pkt, now):
+    # = PortQuality.pick
+    nb = _quality_best(X, sw, dst, off, n, now)
+    if nb == 1:
+        return X.qb[off]
+    d = packet_draw_fields(X.route_salt[0], X.Q[X.K[pkt, K_QP], Q_UID], X.K[pkt, K_SEQ], X.K[pkt, K_TTX],
+                           X.K[pkt, K_KIND], X.s_node[sw])
+    return X.qb[off + np.int64(d % np.uint64(nb))]
+
+
 @njit(cache=True, nogil=True, _nrt=False)
 def _switch_arrive(X, sw, t, pkt):
     # = Switch.arrive (lossy, no INT, no shared pool; strict-priority kinds never occur: coverage)
@@ -422,11 +539,13 @@ def _switch_arrive(X, sw, t, pkt):
         qp = X.K[pkt, K_QP]
         port = X.r_ports[off + np.int64(ecmp_pick(X.q_hash[qp], X.route_salt[0], np.uint64(X.s_node[sw]),
                                                  np.uint64(n), kind != DATA))]
-    else:
+    elif X.g[G_ROUTE] == ROUTE_SPRAY:
         # = Spray.choose
         d = packet_draw_fields(X.route_salt[0], X.Q[X.K[pkt, K_QP], Q_UID], X.K[pkt, K_SEQ], X.K[pkt, K_TTX], kind,
                                X.s_node[sw])
         port = X.r_ports[off + np.int64(d % np.uint64(n))]
+    else:
+        port = _quality_pick(X, sw, dst, off, n, pkt, t)
     h = X.P[port, P_PH]
     if h >= 0 and X.K[h, K_PSTART] <= t:
         _settle(X, port, t)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 #: routing policies, receiver models and congestion-control algorithms compiled so far
-ROUTING = ("ecmp", "spray")
+ROUTING = ("ecmp", "spray", "adaptive")
 RECEIVERS = ("ddp",)
 CC = ("none",)
 
@@ -25,6 +25,12 @@ def uncovered(engine) -> list[str]:
         out.append("numba is not installed")
     if sc.routing.name not in ROUTING:
         out.append(f"routing: {sc.routing.name} (slice 2)")
+    elif sc.routing.name == "adaptive":
+        rp = sc.routing.params
+        if rp.exact:
+            out.append("routing.exact: true (slice 7)")
+        elif rp.metric != "queue":
+            out.append(f"routing.metric: {rp.metric} (slice 2)")
     if sc.receiver.name not in RECEIVERS:
         out.append(f"receiver: {sc.receiver.name} (slice 3)")
     p = sc.receiver.params

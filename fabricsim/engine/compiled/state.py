@@ -38,6 +38,10 @@ _ARRAYS = {
     "M": (_I, len(C.MSG_FIELDS), None), "m_rtx": (_I, 0, None),
     "HO": (_I, len(C.HOST_FIELDS), None),
     "hist": (_I, 0, None), "good": (_I, 0, "good"), "OL": (_I, 2, None),
+    # adaptive routing (routing/quality.py): per-port state and grade boundaries, per-group cache
+    "PQ": (_I, 6, None), "RHM": (_I, 0, None), "RHG": (_I, 0, None), "RHB": (_I, 0, None),
+    "thr_l": (_I, 0, None), "thr_r": (_I, 0, None), "qe": (_I, 0, None), "qn": (_I, 0, None),
+    "qb": (_I, 0, None), "qj": (_I, 0, None), "qro": (_I, 0, None), "qrn": (_I, 0, None),
 }
 State = namedtuple("State", list(_ARRAYS))
 
@@ -105,7 +109,11 @@ def build(engine, nic_index: dict) -> State:
             cand.extend(p.index for p in tup)
     a["r_off"], a["r_cnt"] = r_off, r_cnt
     a["r_ports"] = np.array(cand or [0], dtype=_I)
-    a["route_salt"] = np.array([engine.routing._salt], dtype=np.uint64)
+    route = _ROUTES[sim.scenario.routing.name]
+    quality = getattr(engine.routing, "quality", None)
+    a["route_salt"] = np.array([quality._salt if route == C.ROUTE_ADAPTIVE else engine.routing._salt],
+                               dtype=np.uint64)
+    _adaptive(a, engine, quality if route == C.ROUTE_ADAPTIVE else None, s_local, r_off, r_cnt, cand)
     # ports
     P = a["P"] = _arr("P", len(ports))
     col = {f: i for i, f in enumerate(C.PORT_FIELDS)}
@@ -162,8 +170,63 @@ def build(engine, nic_index: dict) -> State:
     gv[C.G_REO] = engine.sender.reo
     gv[C.G_REO_MAX] = engine.sender.reo_max
     gv[C.G_BIN] = rec.goodput_bin_ps
-    gv[C.G_ROUTE] = C.ROUTE_ECMP if engine.routing.__class__.__name__ == "Ecmp" else C.ROUTE_SPRAY
+    gv[C.G_ROUTE] = route
+    if route == C.ROUTE_ADAPTIVE:
+        qp_ = quality.p
+        gv[C.G_REFRESH], gv[C.G_RPER], gv[C.G_RDEL] = qp_.refresh, qp_.remote_period, qp_.remote_delay
+        gv[C.G_NTHR] = len(qp_.queue_thresholds)
+        gv[C.G_RCAP] = X.RHM.shape[1]
     return X
+
+
+#: routing policy -> its code in the core (coverage.ROUTING lists the same names)
+_ROUTES = {"ecmp": C.ROUTE_ECMP, "spray": C.ROUTE_SPRAY, "adaptive": C.ROUTE_ADAPTIVE}
+
+
+def _adaptive(a, engine, quality, s_local, r_off, r_cnt, cand):
+    """The arrays of adaptive routing's port-quality measure (``PortQuality``, metric ``queue``):
+    per port the grade boundaries (computed by ``thresholds_ps``, the model's own arithmetic) and
+    the measure's state; per candidate of a (switch, destination) route the next switch's ports
+    towards the destination (``PortQuality._compile``: -1 none, its one port, or -2 and the
+    slice of several). Empty arrays for the other policies."""
+    ports = engine.ports
+    P = len(ports)
+    if quality is None:
+        for k in ("PQ",):
+            a[k] = np.zeros((1, 6), dtype=_I)
+        for k in ("RHM", "RHG", "RHB", "thr_l", "thr_r", "qe", "qn"):
+            a[k] = np.zeros((1, 1), dtype=_I)
+        for k in ("qb", "qj", "qro", "qrn"):
+            a[k] = np.zeros(1, dtype=_I)
+        return
+    prm = quality.p
+    nthr = len(prm.queue_thresholds)
+    a["thr_l"] = np.array([quality.thresholds_ps(p.rate) for p in ports], dtype=_I).reshape(P, nthr)
+    a["thr_r"] = np.array([quality.thresholds_ps(p.rate, True) for p in ports], dtype=_I).reshape(P, nthr)
+    pq = np.zeros((P, 6), dtype=_I)
+    pq[:, C.PQ_EP] = -1
+    pq[:, C.PQ_RKEY] = -1
+    a["PQ"] = pq
+    cap = -(-prm.remote_delay // prm.remote_period) + 4   # measurements a port keeps (see core)
+    for k in ("RHM", "RHG", "RHB"):
+        a[k] = np.zeros((P, cap), dtype=_I)
+    a["qe"] = np.full(r_off.shape, -1, dtype=_I)
+    a["qn"] = np.zeros(r_off.shape, dtype=_I)
+    n = max(len(cand), 1)
+    a["qb"] = np.zeros(n, dtype=_I)
+    qj, qro, qrn = np.full(n, -1, dtype=_I), np.zeros(n, dtype=_I), np.zeros(n, dtype=_I)
+    if prm.remote:
+        for sw_i in range(r_off.shape[0]):
+            for dst in engine.sim.topology.hosts:
+                off, cnt = r_off[sw_i, dst], r_cnt[sw_i, dst]
+                for c in range(off, off + cnt):
+                    nxt = s_local.get(ports[cand[c]].peer)
+                    if nxt is None:
+                        continue
+                    ro, rn = r_off[nxt, dst], r_cnt[nxt, dst]
+                    qj[c] = cand[ro] if rn == 1 else -2
+                    qro[c], qrn[c] = ro, rn
+    a["qj"], a["qro"], a["qrn"] = qj, qro, qrn
 
 
 def _link_free(nxt, start):
