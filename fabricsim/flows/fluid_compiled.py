@@ -1087,16 +1087,16 @@ class DirectImage:
             # the active rows' slots, ascending, and their earlier rates in that order
             on = work.take("on", rows, np.bool_)[:rows]
             on[:] = False
-            sl_of = self.row_slot[act]
-            on[sl_of] = True
-            sl = np.flatnonzero(on)
+            ps = work.take("prev_s", rows, np.float64)[:rows]
+            sl_b = work.take("sl", act.size, np.int64)
+            pv_b = work.take("prev_sl", act.size if prev.size else 0, np.float64)
+            m, n_act = _to_slots(act, prev, self.row_slot, on, ps, sl_b, pv_b, f_ptr)
+            sl = sl_b[:m]
             if prev.size:
-                ps = work.take("prev_s", rows, np.float64)[:rows]
-                ps[sl_of] = prev
-                prev = ps[sl]
+                prev = pv_b[:m]
         else:
             sl = act
-        n_act = int((f_ptr[sl + 1] - f_ptr[sl]).sum())
+            n_act = _entries(f_ptr, sl)
         ident_ptr = work.iota(nl + 1)
         ident = ident_ptr[:nl]
         ones = work.ones(nl)
@@ -1112,7 +1112,7 @@ class DirectImage:
                 prev, float(r_gone), _TIE, _BATCH, _POPS, False, True,
                 work.take("seg_fl", n_act, np.int64), work.take("fws", nf, np.float64),
                 work.take("iws", ni, np.int64), work.take("bws", nb, np.bool_), seq)
-        out = rates[sl_of] if permuted else rates[act]
+        out = _from_slots(rates, act, self.row_slot) if permuted else rates[act]
         if _LAYOUT and sl.size:
             self.last_far = _far_jumps(seq, sl.size)
             if self.last_far > _FAR * sl.size:
@@ -1146,7 +1146,7 @@ class DirectImage:
             on = work.take("on", rows, np.bool_)[:rows]
             on[:] = False
             why, tail, live = _inc_update(sl, prev, f_ptr, a_ind, a_dat, nl, k.ll_start, k.ll_len, k.ll_room,
-                                         k.ll_slot, k.ll_dat, k.tail, k.D, k.U, k.C, k.Dn, k.Cn, k.last_rate,
+                                         k.ll_slot, k.tail, k.D, k.U, k.C, k.Dn, k.Cn, k.last_rate,
                                          k.last_on, k.last_sl, on)
             k.tail = tail
             ok = why == 0
@@ -1180,14 +1180,13 @@ class DirectImage:
                 a[:size] = fill
             return a
 
-        k.ll_slot, k.ll_dat = arr("ll_slot", room, np.int64), arr("ll_dat", room, np.float64)
-        k.ll_start, k.ll_len, k.ll_room = (arr(x, nl, np.int64)[:nl] for x in ("ll_start", "ll_len", "ll_room"))
-        k.D, k.U, k.C, k.Dn, k.Cn = (arr(x, nl, np.float64)[:nl] for x in ("D", "U", "C", "Dn", "Cn"))
+        k.ll_slot = arr("ll_slot", room, np.int64)
+        k.links(nl)
         k.last_rate = np.zeros(rows)
         k.last_on = np.zeros(rows, np.bool_)
         k.last_sl = np.zeros(0, np.int64)
         k.tail = _inc_build(sl, prev, f_ptr, a_ind, a_dat, nl, k.ll_start, k.ll_len, k.ll_room, k.ll_slot,
-                            k.ll_dat, k.D, k.U, k.C, k.Dn, k.Cn)
+                            k.D, k.U, k.C, k.Dn, k.Cn)
         k.nl = k.nl_packed = nl
         k.layouts = self.layouts
         k.builds += 1
@@ -1214,6 +1213,85 @@ class DirectImage:
         self.row_slot = self._room(self.row_slot, rows)
         self.row_slot[self.slot_row[:rows]] = np.arange(rows, dtype=np.int64)
         self.layouts += 1
+        k = self.lists
+        if k is not None and k.layouts == self.layouts - 1 and k.nl == self.nl and k.last_sl.size == n_seq:
+            self._relist(k, seq[:n_seq], work)
+
+    def _relist(self, k: "LinkLists", seq, work: "Workspace"):
+        """The :class:`LinkLists` of the last solve renumbered to the slots of a layout that put
+        its active rows (``seq``, the old slots in their new order) first: the lists are written
+        again from those rows, in their new order (ascending new slots), each as long as its
+        link's count; the sums stay. If the counts do not match the rows, the lists are dropped
+        (built by the next solve)."""
+        nl, n_seq = self.nl, seq.size
+        need = _inc_room(int(k.C.sum()), nl, int(_TAIL * int(self.a_ptr[n_seq])))
+        if k.ll_slot.size < need:
+            k.ll_slot = np.empty(need, np.int64)
+        tail = _inc_relist(n_seq, self.a_ptr, self.a_ind, nl, k.ll_start, k.ll_len, k.ll_room,
+                           k.ll_slot, k.C)
+        if tail < 0:
+            self.lists = None
+            return
+        rows = self.rows
+        lr = np.zeros(max(rows, k.last_rate.size))
+        lr[:n_seq] = k.last_rate[seq]
+        on = np.zeros(max(rows, k.last_on.size), np.bool_)
+        on[:n_seq] = True
+        k.last_rate, k.last_on, k.tail = lr, on, tail
+        k.sl_buf[:n_seq] = np.arange(n_seq, dtype=np.int64)
+        k.last_sl = k.sl_buf[:n_seq]
+        k.nl_packed = nl
+        k.layouts = self.layouts
+        k.relists += 1
+
+
+@njit(cache=True, nogil=True)
+def _to_slots(act, prev, row_slot, on, ps, sl, prev_sl, f_ptr):
+    """The slots of the rows ``act`` in ascending order into ``sl``, and (if ``prev`` is not
+    empty: one per row of ``act``) their earlier rates in that order into ``prev_sl``; ``on`` and
+    ``ps`` (one per slot) are working space, ``on`` all False on entry and left so. Returns (the
+    number of slots, their rows' entries in ``f_ptr``). (:meth:`DirectImage.solve`.)"""
+    warm = prev.size > 0
+    lo = on.size
+    hi = -1
+    for i in range(act.size):
+        x = row_slot[act[i]]
+        on[x] = True
+        if warm:
+            ps[x] = prev[i]
+        if x < lo:
+            lo = x
+        if x > hi:
+            hi = x
+    m = 0
+    n_act = 0
+    for x in range(lo, hi + 1):
+        if on[x]:
+            on[x] = False
+            sl[m] = x
+            if warm:
+                prev_sl[m] = ps[x]
+            n_act += f_ptr[x + 1] - f_ptr[x]
+            m += 1
+    return m, n_act
+
+
+@njit(cache=True, nogil=True)
+def _entries(f_ptr, rows):
+    """Entries of the CSR rows ``rows``."""
+    n = 0
+    for i in range(rows.size):
+        n += f_ptr[rows[i] + 1] - f_ptr[rows[i]]
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _from_slots(rates, act, row_slot):
+    """The rates of the rows ``act`` from ``rates`` by slot."""
+    out = np.empty(act.size)
+    for i in range(act.size):
+        out[i] = rates[row_slot[act[i]]]
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -1335,10 +1413,10 @@ class LinkLists:
     next solve and brought up to date by the rows that started or ended since, instead of being
     built again (:meth:`DirectImage.solve`, ``_INCREMENTAL``):
 
-    * per link, the list of the image slots whose rows cross it, ascending, each with its
-      coefficient there (the flows :func:`_fill` walks when the link saturates), with room to
-      append: a list that runs out of room moves to the free tail of the arrays. Rows that ended
-      stay in their lists until the lists are built again (the walk skips them as it skips frozen
+    * per link, the list of the image slots whose rows cross it, ascending (the flows
+      :func:`_fill` walks when the link saturates), with room to append: a list that runs out
+      of room moves to the free tail of the array. Rows that ended stay in their lists until
+      the lists are packed or built again (the walk skips them as it skips frozen
       flows), so a list meets its live flows in the same order as one built afresh;
     * per link, the sums over the active rows of the last solve: coefficient ``D``, load at their
       rates ``U``, count ``C`` (the warm start's sums, :func:`solve_rows`, and the filling's initial
@@ -1349,24 +1427,37 @@ class LinkLists:
     is built again then, when the dead entries reach half of the lists, and when the rows handed
     to a solve are not what these records expect (``prev`` not the last solve's rates)."""
 
-    __slots__ = ("ll_start", "ll_len", "ll_room", "ll_slot", "ll_dat", "tail", "D", "U", "C", "Dn", "Cn",
+    __slots__ = ("ll_start", "ll_len", "ll_room", "ll_slot", "tail", "D", "U", "C", "Dn", "Cn", "S", "I",
                  "last_rate", "last_on", "last_sl", "sl_buf", "nl", "nl_packed", "layouts", "builds", "repacks",
-                 "rows")
+                 "rows", "relists")
 
     def __init__(self):
         self.nl = -1
         self.layouts = -1
-        self.builds = self.repacks = self.rows = self.nl_packed = 0
+        self.builds = self.repacks = self.relists = self.rows = self.nl_packed = 0
         self.sl_buf = np.zeros(0, np.int64)
+        self.S = self.I = None
+
+    def links(self, nl: int, keep: int = 0):
+        """The per-link records for ``nl`` links (the first ``keep`` of them kept, the others
+        zero): ``ll_start``, ``ll_len``, ``ll_room`` and ``D``, ``U``, ``C``, ``Dn``, ``Cn`` are
+        columns of two arrays of one row per link, so that a link's records share a cache line."""
+        S, I = getattr(self, "S", None), getattr(self, "I", None)
+        if S is None or S.shape[0] < nl:
+            S2, I2 = np.zeros((max(nl, int(1.25 * (S.shape[0] if S is not None else 0))), 8)), None
+            I2 = np.zeros((S2.shape[0], 4), np.int64)
+            if keep:
+                S2[:keep], I2[:keep] = S[:keep], I[:keep]
+            S, I = self.S, self.I = S2, I2
+        S[keep:nl] = 0.0
+        I[keep:nl] = 0
+        self.D, self.U, self.C, self.Dn, self.Cn = (S[:nl, j] for j in range(5))
+        self.ll_start, self.ll_len, self.ll_room = (I[:nl, j] for j in range(3))
 
     def grow(self, nl: int):
         """Links ``self.nl .. nl - 1`` added (the image covered new links): empty lists without
         room (their first entry moves them to the tail) and zero sums."""
-        for name in ("ll_start", "ll_len", "ll_room", "D", "U", "C", "Dn", "Cn"):
-            a = getattr(self, name)
-            b = np.zeros(nl, a.dtype)
-            b[:a.size] = a
-            setattr(self, name, b)
+        self.links(nl, self.nl)
         self.ll_start[self.nl:nl] = self.tail
         self.nl = nl
 
@@ -1374,22 +1465,22 @@ class LinkLists:
         """The lists (``used`` entries) packed again (:func:`_inc_repack`) without the slots the
         last solve did not have active, into arrays with ``extra`` entries free at the tail."""
         size = _inc_room(used, nl, extra)
-        to_slot, to_dat = np.empty(size, np.int64), np.empty(size)
-        self.tail = _inc_repack(nl, self.ll_start, self.ll_len, self.ll_room, self.ll_slot, self.ll_dat,
-                                self.last_on, to_slot, to_dat)
-        self.ll_slot, self.ll_dat = to_slot, to_dat
+        to_slot = np.empty(size, np.int64)
+        self.tail = _inc_repack(nl, self.ll_start, self.ll_len, self.ll_room, self.ll_slot,
+                                self.last_on, to_slot)
+        self.ll_slot = to_slot
         self.nl_packed = nl
         self.repacks += 1
 
 
 @njit(cache=True, nogil=True)
-def _inc_build(sl, prev, f_ptr, a_ind, a_dat, nl, ll_start, ll_len, ll_room, ll_slot, ll_dat,
+def _inc_build(sl, prev, f_ptr, a_ind, a_dat, nl, ll_start, ll_len, ll_room, ll_slot,
                Dc, Uc, Cc, Dn, Cn):
     """:class:`LinkLists` built from the active slots ``sl`` (ascending; ``prev[i]``: slot
     ``sl[i]``'s earlier rate, ``-1`` if new): each link's list of slots with room (a quarter
     again, and 4), and the sums the warm start needs, over the continuing rows (``Dc``, ``Uc``,
     ``Cc``: coefficient, load at the earlier rates, count) and the new ones (``Dn``, ``Cn``), each
-    summed in slot order (as :func:`_kernel` sums them). ``ll_slot``/``ll_dat`` must hold
+    summed in slot order (as :func:`_kernel` sums them). ``ll_slot`` must hold
     :func:`_inc_room` entries (``extra`` 0 will do). Returns the first free entry (the tail)."""
     na = sl.size
     ll_len[:nl] = 0
@@ -1423,14 +1514,13 @@ def _inc_build(sl, prev, f_ptr, a_ind, a_dat, nl, ll_start, ll_len, ll_room, ll_
                 Cn[l] += 1.0
             p = ll_start[l] + ll_len[l]
             ll_slot[p] = f
-            ll_dat[p] = a
             ll_len[l] += 1
     return at
 
 
 @njit(cache=True, nogil=True)
-def _inc_repack(nl, ll_start, ll_len, ll_room, ll_slot, ll_dat, keep, to_slot, to_dat):
-    """The lists of :class:`LinkLists` copied into ``to_slot``, ``to_dat`` one after the other with
+def _inc_repack(nl, ll_start, ll_len, ll_room, ll_slot, keep, to_slot):
+    """The lists of :class:`LinkLists` copied into ``to_slot`` one after the other with
     room again (a quarter, and 4), keeping only the slots ``keep`` (the last solve's active ones:
     the others have ended); returns the first free entry."""
     at = 0
@@ -1441,12 +1531,35 @@ def _inc_repack(nl, ll_start, ll_len, ll_room, ll_slot, ll_dat, keep, to_slot, t
             f = ll_slot[q]
             if keep[f]:
                 to_slot[at + n] = f
-                to_dat[at + n] = ll_dat[q]
                 n += 1
         ll_start[l] = at
         ll_len[l] = n
         ll_room[l] = n + n // 4 + 4
         at += ll_room[l]
+    return at
+
+
+@njit(cache=True, nogil=True)
+def _inc_relist(n_seq, a_ptr, a_ind, nl, ll_start, ll_len, ll_room, ll_slot, C):
+    """The lists of :class:`LinkLists` written from the rows of slots ``0 .. n_seq - 1`` (a
+    layout's active rows, :meth:`DirectImage._relist`), each list with room for its link's
+    count ``C`` (a quarter again, and 4); returns the first free entry, or -1 if a link has more
+    of these rows than its count."""
+    at = 0
+    for l in range(nl):
+        c = int(C[l])
+        ll_start[l] = at
+        ll_len[l] = 0
+        ll_room[l] = c + c // 4 + 4
+        at += ll_room[l]
+    for i in range(n_seq):
+        for e in range(a_ptr[i], a_ptr[i + 1]):
+            l = a_ind[e]
+            n = ll_len[l]
+            if n == ll_room[l]:
+                return -1
+            ll_slot[ll_start[l] + n] = i
+            ll_len[l] = n + 1
     return at
 
 
@@ -1458,7 +1571,7 @@ def _inc_room(entries: int, nl: int, extra: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def _inc_update(sl, prev, f_ptr, a_ind, a_dat, nl, ll_start, ll_len, ll_room, ll_slot, ll_dat, tail,
+def _inc_update(sl, prev, f_ptr, a_ind, a_dat, nl, ll_start, ll_len, ll_room, ll_slot, tail,
                 D, U, C, Dn, Cn, last_rate, last_on, last_sl, on):
     """:class:`LinkLists` of the last solve brought to the active slots ``sl`` (ascending,
     ``prev`` as :func:`_inc_build`): the rows that ended since (active then, not now) leave the
@@ -1516,13 +1629,11 @@ def _inc_update(sl, prev, f_ptr, a_ind, a_dat, nl, ll_start, ll_len, ll_room, ll
                     break
                 for q in range(n):
                     ll_slot[tail + q] = ll_slot[ll_start[l] + q]
-                    ll_dat[tail + q] = ll_dat[ll_start[l] + q]
                 ll_start[l] = tail
                 ll_room[l] = room
                 tail += room
                 p = ll_start[l] + n
             ll_slot[p] = f
-            ll_dat[p] = a
             ll_len[l] = n + 1
         if why:
             break
