@@ -6,6 +6,7 @@ Usage::
     python3 benchmarks/bench_packet.py              # 128-host fabric, writes results/packet_speed.json
     python3 benchmarks/bench_packet.py --quick      # 32-host fabric, a few seconds
     python3 benchmarks/bench_packet.py --profile    # also cProfile the ecmp and adaptive runs
+    python3 benchmarks/bench_packet.py --compiled --no-simpy   # heap against kernel: compiled
 
 What is measured (all in one process, one after the other, so they share the machine's state):
 
@@ -25,6 +26,11 @@ What is measured (all in one process, one after the other, so they share the mac
   of ``--repeat``) and ``simpy``; the two kernels must give identical messages and links tables
   (asserted). Data and control (ACK/NAK/CNP) packet-hops are counted separately (links table
   ``tx_packets`` and ``tx_control_packets``).
+* with ``--compiled``: first the compiled core's one-time cost (a small run in a fresh interpreter
+  with an empty numba cache: compilation; then with that cache: loading it), then after a warm-up
+  ``simulation.kernel: compiled`` for each workload and policy (best of ``--repeat``), its tables
+  asserted identical to ``heap``'s, with the kernel that ran (a policy outside the compiled slice
+  runs on ``heap``: ``compiled->heap``) and its speed-up over ``heap`` in the same run.
 
 The shared machine makes absolute rates drift by tens of percent between runs; the headline is
 the ratio of engine packet-hops/s to the bare heapq loop measured minutes apart in the same run.

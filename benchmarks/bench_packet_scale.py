@@ -2,7 +2,7 @@
 wall time and peak memory per case (issue 15, "Scaling curve").
 
 Engine: the packet engine (``simulation.engine: packet``, the default) with its default kernel
-(``heap``), profile ``none`` (every model's default: DDP receiver, one ACK per data packet, no
+(``heap``; ``--kernel compiled`` for the compiled core, after one warm-up run that compiles it), profile ``none`` (every model's default: DDP receiver, one ACK per data packet, no
 congestion control, lossy drop-tail 2 MiB per port), 4 KiB MTU (4,096 B payload + 82 B RoCEv2
 headers), seed 1, ``simulation.time_limit: 100ms`` (the largest case's ideal is 1.4 ms) and
 ``outputs.link_sample_interval: off`` (no link time series). Routing: ``adaptive`` by default
@@ -92,7 +92,7 @@ TIME_LIMIT = "100ms"
 SEED = 1
 
 
-def scenario(hosts: int, workload: str, routing: str, shapes: dict, size: int) -> dict:
+def scenario(hosts: int, workload: str, routing: str, shapes: dict, size: int, kernel: str = "heap") -> dict:
     leaves, per_leaf, spines = shapes[hosts]
     assert leaves * per_leaf == hosts and spines == per_leaf, "shapes must be non-blocking"
     traffic = {"pattern": workload, "message_size": f"{size}B"}
@@ -102,7 +102,7 @@ def scenario(hosts: int, workload: str, routing: str, shapes: dict, size: int) -
             "topology": {"kind": "leaf_spine", "hosts_per_leaf": per_leaf, "leaves": leaves, "spines": spines,
                          "host_link": dict(LINK), "fabric_link": dict(LINK)},
             "traffic": traffic, "routing": {"policy": routing},
-            "simulation": {"engine": "packet", "seed": SEED, "time_limit": TIME_LIMIT},
+            "simulation": {"engine": "packet", "seed": SEED, "time_limit": TIME_LIMIT, "kernel": kernel},
             "outputs": {"link_sample_interval": "off"}}
 
 
@@ -247,6 +247,8 @@ def main(argv=None) -> int:
                          f"and {QUICK_SIZES['all_to_all']:,} B per pair (a smoke test, seconds)")
     ap.add_argument("--src", type=Path, default=ROOT, help="the source tree measured (this checkout)")
     ap.add_argument("--no-snapshot", action="store_true", help="run --src's fabricsim in place, not a copy")
+    ap.add_argument("--kernel", default="heap", choices=["heap", "compiled"],
+                    help="simulation.kernel (compiled: numba's cache is warmed by a small run first, timed apart)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "packet_scale.json")
     args = ap.parse_args(argv)
     shapes, sizes = (QUICK_SHAPES, QUICK_SIZES) if args.quick else (SHAPES, SIZES)
@@ -268,6 +270,11 @@ def main(argv=None) -> int:
         print(f"source {src} at {source['commit']}, {len(source['uncommitted_under_fabricsim'])} uncommitted "
               f"file(s) under fabricsim/{'; measuring a snapshot' if not args.no_snapshot else ''}; "
               f"affinity {sorted(os.sched_getaffinity(0))}; --max-wall {args.max_wall:g} s", flush=True)
+        if args.kernel == "compiled":
+            # compile (or load) the core once into the measured tree's cache, so no case pays it
+            warm = scenario(min(shapes), "permutation", args.routing[0], shapes, 65536, "compiled")
+            source["compile_warmup"] = run_case(warm, run_src, args.max_wall)
+            print(f"compiled core warm-up: {source['compile_warmup'].get('wall_s', 0):.1f} s", flush=True)
         print(HEADER, flush=True)
         print("|---" * (HEADER.count("|") - 1) + "|", flush=True)
         for routing in args.routing:
@@ -275,7 +282,7 @@ def main(argv=None) -> int:
             for hosts in hosts_list:
                 for workload in args.workloads:
                     size = sizes[workload]
-                    sc = scenario(hosts, workload, routing, shapes, size)
+                    sc = scenario(hosts, workload, routing, shapes, size, args.kernel)
                     leaves, per_leaf, spines = shapes[hosts]
                     r = {"hosts": hosts, "workload": workload, "routing": routing, "message_size_bytes": size,
                          "messages": messages_of(hosts, workload), "data_packets": data_packets(hosts, workload, size),

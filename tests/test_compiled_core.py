@@ -128,6 +128,14 @@ def test_compiled_core_gives_the_heap_kernels_tables(case, tmp_path):
         assert a.messages["out_of_order_fraction"].max() > 0            # per-packet choices reorder
 
 
+@pytest.mark.parametrize("seed", [3, 4, 9, 12, 17, 20])
+def test_random_scenarios_inside_the_slice_are_identical(seed):
+    """A few of benchmarks/check_compiled.py's random scenarios (it runs hundreds)."""
+    from conftest import load_bench
+    chk = load_bench("check_compiled")
+    assert chk.compare(chk.scenario(seed)) == []
+
+
 def test_outside_the_slice_the_run_says_why_and_runs_on_heap():
     sc = _small(routing={"policy": "flowlet"}, congestion_control={"algorithm": "dcqcn"},
                 outputs={"link_sample_interval": "off"})

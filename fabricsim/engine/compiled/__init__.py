@@ -136,7 +136,8 @@ class CompiledKernel:
         return q
 
     def _need(self, group: str, n: int) -> None:
-        self.X = S.grow(self.X, group, n)
+        if n > getattr(self.X, S.POOLS[group]).shape[0]:
+            self.X = S.grow(self.X, group, n)
 
     def _space(self) -> None:
         X = self.X

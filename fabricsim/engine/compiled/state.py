@@ -236,9 +236,12 @@ def _link_free(nxt, start):
     nxt[n - 1] = -1
 
 
+#: pool group -> one of its arrays (their lengths are equal)
+POOLS = {gr: n for n, (_d, _r, gr) in reversed(list(_ARRAYS.items())) if gr is not None}
+
+
 def _size(X, group):
-    name = next(n for n, (_d, _r, gr) in _ARRAYS.items() if gr == group)
-    return getattr(X, name).shape[0]
+    return getattr(X, POOLS[group]).shape[0]
 
 
 def grow(X: State, group: str, need: int) -> State:

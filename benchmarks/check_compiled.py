@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Randomised equivalence check of ``simulation.kernel: compiled`` against ``heap``.
+
+Draws small scenarios inside the compiled slice (docs/compiled-core.md, "Status") from a seeded
+generator: leaf-spine fabrics of 2-4 leaves, 2-5 hosts per leaf, 1-3 spines and 1-2 links per
+spine, 100/200/400G links, per-port buffers from 16 KiB to unbounded, ECN on or off and sampled at
+enqueue or dequeue, ECMP / spraying / adaptive routing (remote grades on or off, refresh and report
+periods), permutation / all-to-all / incast traffic of 4-256 KiB with 1-3 queue pairs, short and
+long timeouts and retry limits. Each runs on both kernels; every table, the summary and the event
+count must be identical, and the compiled run must really be compiled.
+
+    python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
+    python3 benchmarks/check_compiled.py --cases 50 --seed 7
+
+tests/test_compiled_core.py runs a few of these cases in CI (:func:`scenario`, :func:`compare`).
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+
+RATES = ["100Gbps", "200Gbps", "400Gbps"]
+
+
+def scenario(seed: int) -> dict:
+    """One random scenario inside the compiled slice, a function of ``seed`` only."""
+    r = random.Random(seed)
+    leaves, per_leaf = r.randint(2, 4), r.randint(2, 5)
+    topo = {"kind": "leaf_spine", "hosts_per_leaf": per_leaf, "leaves": leaves, "spines": r.randint(1, 3),
+            "links_per_spine": r.choice([1, 1, 2]),
+            "host_link": {"rate": r.choice(RATES), "delay": r.choice(["200ns", "500ns", "1us"])},
+            "fabric_link": {"rate": r.choice(RATES), "delay": r.choice(["200ns", "500ns", "1us"])},
+            "switch_latency": r.choice(["300ns", "600ns"]),
+            "buffer": {"size": r.choice(["16KiB", "64KiB", "256KiB", "2MiB", "unbounded"])}}
+    hosts = leaves * per_leaf
+    size = r.choice(["4KiB", "17KiB", "64KiB", "256KiB"])
+    qps = r.randint(1, 3)
+    kind = r.choice(["permutation", "all_to_all", "incast"])
+    if kind == "permutation":
+        traffic = {"pattern": "permutation", "message_size": size, "qps_per_message": qps}
+    elif kind == "all_to_all":
+        traffic = {"pattern": "all_to_all", "message_size": r.choice(["4KiB", "17KiB", "32KiB"]), "qps_per_message": qps}
+    else:
+        traffic = {"pattern": "incast", "senders": r.randint(2, hosts - 1), "receiver": r.randrange(hosts),
+                   "message_size": size, "qps_per_message": qps}
+    policy = r.choice(["ecmp", "spray", "adaptive"])
+    routing = {"policy": policy}
+    if policy == "adaptive":
+        routing.update(remote=r.random() < 0.7, refresh=r.choice(["100ns", "1us"]),
+                       remote_period=r.choice(["500ns", "1us"]), remote_delay=r.choice(["500ns", "1us", "3us"]),
+                       queue_ref=r.choice(["64KiB", "2MiB"]), remote_ref=r.choice(["128KiB", "4MiB"]))
+    ecn = {"enabled": r.random() < 0.8, "sample": r.choice(["enqueue", "dequeue"]),
+           "kmin": r.choice(["4KB", "20KB", "150KB"])}
+    ecn["kmax"] = {"4KB": "16KB", "20KB": "100KB", "150KB": "1500KB"}[ecn["kmin"]]
+    short = r.random() < 0.4
+    receiver = {"model": "ddp", "rto_low": "6us" if short else "100us", "rto_high": "10us" if short else "320us",
+                "retry_limit": r.choice([0, 2, 7]), "reorder_window": r.choice(["2us", "5us"])}
+    return {"name": f"check_compiled_{seed}", "topology": topo, "traffic": traffic, "routing": routing,
+            "receiver": receiver, "switch": {"ecn": ecn},
+            "simulation": {"seed": r.randint(1, 1000), "time_limit": r.choice(["30us", "5ms"])},
+            "outputs": {"link_sample_interval": r.choice(["off", "2us", "10us"])}}
+
+
+def compare(sc: dict, status: list | None = None) -> list[str]:
+    """Run ``sc`` on both kernels; the differences found (empty: identical). The heap run's
+    status is appended to ``status`` if given."""
+    import pandas as pd
+
+    import fabricsim
+    res = {}
+    for k in ("heap", "compiled"):
+        res[k] = fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": k}})
+    a, b = res["heap"], res["compiled"]
+    if status is not None:
+        status.append(a.summary["status"])
+    out = []
+    if b.summary["run"]["kernel"].get("ran") != "compiled":
+        out.append(f"did not run compiled: {b.summary['run']['kernel']}")
+    for t in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
+        try:
+            pd.testing.assert_frame_equal(getattr(a, t), getattr(b, t))
+        except AssertionError as e:
+            out.append(f"{t}: {str(e).splitlines()[0]}")
+    sa, sb = _comparable(a.summary), _comparable(b.summary)
+    for key in sorted(set(sa) | set(sb)):
+        if sa.get(key) != sb.get(key):
+            out.append(f"summary.{key} differs")
+    if a.summary["run"]["events"] != b.summary["run"]["events"]:
+        out.append(f"events {a.summary['run']['events']} != {b.summary['run']['events']}")
+    return out
+
+
+def _comparable(summary: dict) -> dict:
+    out = {}
+    for k, v in summary.items():
+        if isinstance(v, dict):
+            v = _comparable(v)
+        if "wall" in k or k.endswith("_per_s") or k == "kernel":
+            continue
+        out[k] = v
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1, help="first case's seed (cases use seed, seed+1, ...)")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    bad = 0
+    for s in range(args.seed, args.seed + args.cases):
+        sc = scenario(s)
+        st: list = []
+        diffs = compare(sc, st)
+        bad += bool(diffs)
+        t = sc["traffic"]
+        print(f"{'DIFFERENT' if diffs else 'same     '} case {s}: {sc['routing']['policy']:8s} {t['pattern']:11s} "
+              f"{sc['topology']['leaves']}x{sc['topology']['hosts_per_leaf']} buffer {sc['topology']['buffer']['size']:9s} "
+              f"{st[0]}"
+              + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
+    print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
