@@ -54,22 +54,41 @@ class Flow:
     ``base_rtt_ps`` (the round trip of one MTU packet and its ACK on an idle path),
     ``mtu_bytes``, ``sent_bytes`` (highest payload byte offset sent so far, i.e. snd_nxt),
     ``acked_bytes`` (cumulative acknowledged offset, i.e. snd_una), ``active`` (False once done).
+
+    ``base_rtt_ps`` may be given as a function of no arguments: it is then computed the first
+    time it is read (a run whose algorithm and timers never read it, such as congestion control
+    ``none`` with fixed timeouts, does not pay for the path walk of every pair of hosts).
+
+    >>> f = Flow(1, 400 * 10**9, lambda: 6_000_000, 4096)
+    >>> f.base_rtt_ps, f.base_rtt_ps
+    (6000000, 6000000)
     """
 
-    __slots__ = ("uid", "line_bps", "rate_bps", "window_bytes", "base_rtt_ps", "mtu_bytes", "sent_bytes",
+    __slots__ = ("uid", "line_bps", "rate_bps", "window_bytes", "_rtt", "mtu_bytes", "sent_bytes",
                  "acked_bytes", "active", "state")
 
-    def __init__(self, uid: int, line_bps: int, base_rtt_ps: int, mtu_bytes: int):
+    def __init__(self, uid: int, line_bps: int, base_rtt_ps, mtu_bytes: int):
         self.uid = uid
         self.line_bps = line_bps
         self.rate_bps = line_bps
         self.window_bytes = None
-        self.base_rtt_ps = base_rtt_ps
+        self._rtt = base_rtt_ps
         self.mtu_bytes = mtu_bytes
         self.sent_bytes = 0
         self.acked_bytes = 0
         self.active = True
         self.state = None
+
+    @property
+    def base_rtt_ps(self) -> int:
+        v = self._rtt
+        if not isinstance(v, int):
+            v = self._rtt = v()
+        return v
+
+    @base_rtt_ps.setter
+    def base_rtt_ps(self, v: int) -> None:
+        self._rtt = v
 
 
 class AckInfo:

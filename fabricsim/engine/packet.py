@@ -428,7 +428,9 @@ class PacketEngine:
                         prev.heir = qp
                     self._conn_qp[uid] = qp
                 nics = qp.nics = self.split.ports(qp, eligible)
-                flow = qp.flow = Flow(uid, sum(n.port.rate for n in nics), self.base_rtt(m.src, m.dst), self.mtu)
+                # (the idle RTT is worked out when first read: CC none with fixed timeouts never does)
+                flow = qp.flow = Flow(uid, sum(n.port.rate for n in nics),
+                                      lambda src=m.src, dst=m.dst: self.base_rtt(src, dst), self.mtu)
                 self.cc.start(flow, t)
             st.qps.append(qp)
             if nvlink and len(nics) > 1:
