@@ -75,7 +75,8 @@ def _print_summary(s: dict, out_dir):
         f"drops         {s['drops']['packets']} packets" if "drops" not in nm else
         f"drops         not modelled ({nm['drops']})",
         (f"run           {s['run']['events']} events in {s['run']['wall_time_s']:.2f}s"
-         f" ({(s['run']['packet_hops_per_s'] or 0) / 1e6:.2f} M packet-hops/s)") if s.get("engine") != "flow" else
+         f" ({(s['run']['packet_hops_per_s'] or 0) / 1e6:.2f} M packet-hops/s"
+         f"{', kernel ' + s['kernel'] if s.get('kernel') not in (None, 'heap') else ''})") if s.get("engine") != "flow" else
         (f"run           flow engine: {s['run'].get('flows', 0)} flows, {s['run'].get('flow_rate_recomputations', 0)} "
          f"rate recomputations in {s['run']['wall_time_s']:.2f}s"),
     ]

@@ -68,6 +68,17 @@ class CompiledKernel:
         for h, nics in engine.nics.items():
             engine.nics[h] = [_CompiledNic(nic, self.nic_row[nic], self) for nic in nics]
         self._host_nic = {h: nics[0].index for h, nics in engine.nics.items() if nics}
+        self._load()
+
+    def _load(self) -> None:
+        """Compile the core's entry points for this state's types, or load them from numba's disk
+        cache: here, when the engine is built, so that the run's own wall time
+        (``summary.run.wall_time_s``) is the simulation's."""
+        import numba
+        x = numba.typeof(self.X)
+        i = numba.int64
+        for fn, args in ((C.run, (i,)), (C.nic_add, (i, i, i)), (C.push, (i, i, i, i, i)), (C.settle_all, (i,))):
+            fn.compile((x, *args))
 
     # ------------------------------------------------------------ the kernel contract
     @property
