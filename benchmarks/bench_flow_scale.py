@@ -21,6 +21,7 @@ has messages) makes the figures comparable across machines::
     python3 benchmarks/bench_flow_scale.py --gpus 512 1024 --placements contiguous
     taskset -c 0 python3 benchmarks/bench_flow_scale.py --gpus 8192 --routing ecmp --placements contiguous \
         --baseline-src /work/wt/base        # and the same case with an older checkout, just before
+    ... --phases                            # with the time of each phase (engine loop, solver, placement, ...)
 
 Writes benchmarks/results/flow_scale.json and prints a table.
 """
@@ -82,9 +83,38 @@ def across_racks(src: Path, topo_gpus: int) -> Path:
 
 
 CHILD = r"""
-import json, resource, sys, time
+import functools, json, resource, sys, time
 t0 = time.perf_counter()
 import fabricsim
+phases = {}
+if len(sys.argv) > 2 and sys.argv[2] == "phases":
+    # phase timers: cumulative wall seconds and calls of the engine's and solver's main parts
+    import importlib
+    def wrap(owner, name, key):
+        f = getattr(owner, name, None)
+        if f is None:
+            return
+        @functools.wraps(f)
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                p = phases.setdefault(key, [0.0, 0])
+                p[0] += time.perf_counter() - t
+                p[1] += 1
+        setattr(owner, name, timed)
+    api = importlib.import_module("fabricsim.api")
+    fl = importlib.import_module("fabricsim.flows.fluid")
+    fc = importlib.import_module("fabricsim.flows.fluid_compiled")
+    eng = importlib.import_module("fabricsim.engine.flow").FlowEngine
+    for owner, name, key in ((api, "prepare", "prepare"), (api, "build_result", "build_result"),
+                             (eng, "_run", "engine loop"), (fl.FluidProblem, "solve", "solve (all)"),
+                             (fc, "_kernel", "compiled kernel"), (fc, "_inc_kernel", "compiled kernel, kept lists"),
+                             (fc, "_inc_build", "kept lists: built"), (fc, "_inc_update", "kept lists: updated"),
+                             (fc.DirectImage, "_layout", "image layout"), (fc.DirectImage, "cover", "image extended"),
+                             (eng, "_open_flows", "placement (opening flows)"), (eng, "_events", "events")):
+        wrap(owner, name, key)
 r = fabricsim.run(json.loads(sys.argv[1]))
 wall = time.perf_counter() - t0
 s = r.summary
@@ -96,18 +126,21 @@ out = {"wall_s": wall, "engine_wall_s": s["run"]["wall_time_s"], "status": s["ru
        "ops": {k: v for k, v in (s.get("collectives") or {}).items() if not isinstance(v, dict)},
        **{k: s["run"].get(k) for k in ("flows", "flow_rate_recomputations", "flow_solver_iterations", "flow_steps",
                                          "flow_segments", "flow_peak_concurrent", "flow_solver", "flow_rates_kept")}}
+if phases:
+    out["phases"] = {k: [round(v[0], 3), v[1]] for k, v in phases.items()}
 print(json.dumps(out))
 """
 
 
-def run_case(trace: Path, topology: str, routing: str, group: float, releases: str, src: Path = ROOT) -> dict:
+def run_case(trace: Path, topology: str, routing: str, group: float, releases: str, src: Path = ROOT,
+             phases: bool = False) -> dict:
     scenario = {"name": "dsv3_layer", "topology": {"kind": "file", "path": str(ROOT / "topologies" / topology)},
                 "traffic": {"pattern": "trace", "path": str(trace)}, "routing": {"policy": routing},
                 "simulation": {"engine": "flow", "time_limit": "1s", "flow": {"group": group, "releases": releases}},
                 "outputs": {"link_sample_interval": "off"}}
     env = {**os.environ, "PYTHONPATH": str(src)}
-    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(scenario)], capture_output=True, text=True,
-                       cwd=src, env=env)
+    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(scenario)] + (["phases"] if phases else []),
+                       capture_output=True, text=True, cwd=src, env=env)
     if p.returncode:
         return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -126,6 +159,10 @@ def main(argv=None):
     ap.add_argument("--baseline-src", type=Path, default=None,
                     help="another checkout (e.g. a git worktree of an older commit): every case is also run "
                          "with its fabricsim, just before this one's, and reported as baseline_*")
+    ap.add_argument("--phases", action="store_true",
+                    help="time the main phases (preparation, engine loop, solver and its parts, placement, "
+                         "results) in each case's process, both trees: reported as phases / baseline_phases "
+                         "(cumulative wall s, calls; the timers add a little overhead)")
     args = ap.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -140,11 +177,13 @@ def main(argv=None):
             for routing in args.routing:
                 b = None
                 if args.baseline_src is not None:
-                    b = run_case(trace, topo, routing, args.group, args.releases, src=args.baseline_src.resolve())
-                r = run_case(trace, topo, routing, args.group, args.releases)
+                    b = run_case(trace, topo, routing, args.group, args.releases, src=args.baseline_src.resolve(),
+                                 phases=args.phases)
+                r = run_case(trace, topo, routing, args.group, args.releases, phases=args.phases)
                 if b is not None:
                     r.update({f"baseline_{k}": b.get(k) for k in ("wall_s", "engine_wall_s", "peak_rss_mb",
-                                                                   "duration_ps", "error")})
+                                                                   "duration_ps", "error", "phases")
+                              if k != "phases" or args.phases})
                 r.update(gpus=gpus, topology=topo, placement=placement, routing=routing, group=args.group,
                          releases=args.releases)
                 rows.append(r)

@@ -835,6 +835,7 @@ def _appended_run(seed, monkeypatch, incremental, n_flows=2400, ports=4, far=Non
     ending, every solve warm from the last. Returns each solve's rates and the image."""
     from fabricsim.flows import fluid_compiled
     monkeypatch.setattr(fluid_compiled, "_INCREMENTAL", incremental)
+    monkeypatch.setattr(fluid_compiled, "_LONG", 0.0)          # (rows of any length)
     if far is not None:
         monkeypatch.setattr(fluid_compiled, "_FAR", far)
     F, V, cap, _ = ported_instance(seed, n_flows=n_flows, ports=ports)
@@ -864,16 +865,20 @@ def _appended_run(seed, monkeypatch, incremental, n_flows=2400, ports=4, far=Non
     return out, prob._image, (F, V, cap, active)
 
 
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("ports", [3, 4])
 @pytest.mark.parametrize("far", [None, 0.0])
-def test_kept_link_lists_give_the_rates_of_lists_built_every_solve(seed, ports, far, monkeypatch):
+@pytest.mark.parametrize("few", [None, 0.0, np.inf])
+def test_kept_link_lists_give_the_rates_of_lists_built_every_solve(seed, ports, far, few, monkeypatch):
     # the same engine-like sequence solved with the link lists and sums kept between solves
     # (LinkLists, _inc_kernel) and with them built from every active row at each solve
     # (_kernel): the same rates within rounding at every solve (1/3 coefficients: the sums are
     # taken in another order), and the kept lists did serve most solves (far 0: the rows are
     # laid out after every solve, and the lists renumbered with them each time)
+    # (few 0 / inf: the walk always over the kept lists / always over lists of the rows to fill)
     from fabricsim.flows import fluid_compiled
+    if few is not None:
+        monkeypatch.setattr(fluid_compiled, "_FEW", few)
     built, image, _ = _appended_run(seed, monkeypatch, False, ports=ports, far=far)
     assert image.lists is None
     kept, image, (F, V, cap, _a) = _appended_run(seed, monkeypatch, True, ports=ports, far=far)
@@ -892,6 +897,7 @@ def test_kept_link_lists_against_the_vectorised_solver(monkeypatch):
     # the optimality check, solve after solve
     from fabricsim.flows import fluid_compiled
     monkeypatch.setattr(fluid_compiled, "_INCREMENTAL", True)
+    monkeypatch.setattr(fluid_compiled, "_LONG", 0.0)
     F, V, cap, _ = ported_instance(11, n_flows=1500, ports=3)
     rows, active, earlier, r_gone = 500, np.ones(500, bool), None, np.inf
     prob = FluidProblem(F[:rows], V, cap)
@@ -920,6 +926,7 @@ def test_kept_link_lists_built_again_when_prev_is_not_the_last_solve(monkeypatch
     # the rates are still a cold solve's
     from fabricsim.flows import fluid_compiled
     monkeypatch.setattr(fluid_compiled, "_INCREMENTAL", True)
+    monkeypatch.setattr(fluid_compiled, "_LONG", 0.0)
     F, V, cap, _ = ported_instance(5, n_flows=1200)
     prob = FluidProblem(F, V, cap)
     active = np.ones(F.shape[0], bool)
@@ -951,3 +958,17 @@ def test_kept_link_lists_repacked_without_ended_rows(monkeypatch):
     built, _image, _ = _appended_run(2, monkeypatch, False, n_flows=9000, ports=3, steps=16)
     for a, b in zip(kept, built):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+
+
+def test_kept_link_lists_only_for_long_rows(monkeypatch):
+    # rows of fewer entries than _LONG on average are solved as before (lists built per solve)
+    from fabricsim.flows import fluid_compiled
+    _rates, image, _ = _appended_run(1, monkeypatch, True, n_flows=1200, steps=6)
+    assert image.lists is not None
+    monkeypatch.setattr(fluid_compiled, "_LONG", 1e9)
+    F, V, cap, _ = ported_instance(1, n_flows=1200)
+    prob = FluidProblem(F, V, cap)
+    active = np.ones(F.shape[0], bool)
+    first = prob.solve(active=active, method="compiled")
+    prob.solve(active=active, method="compiled", warm=(first.rates, np.inf))
+    assert isinstance(prob._image, fluid_compiled.DirectImage) and prob._image.lists is None

@@ -80,6 +80,14 @@ _IMAGE = True
 #: bring them up to date by the rows that started or ended (:class:`LinkLists`; off: each solve
 #: builds them from all its active rows, :func:`_kernel`)
 _INCREMENTAL = True
+#: ... when the active rows have more than this many entries each on average: what the kept lists
+#: save is per entry (the passes over every active row's entries), what they cost is per row
+#: and per layout (measured at 8,192 GPUs: the EP-across-racks ECMP layer, 8.5 entries per row,
+#: gains; the EP-inside-NVL72 one, 2-8, 4.9 on average, does not; benchmarks/README.md)
+_LONG = 6.0
+#: a solve from :class:`LinkLists` whose rows to fill have fewer entries than this share of the
+#: lists' walks lists of those rows alone, built for it (:func:`_inc_kernel`; most rows kept)
+_FEW = 0.25
 #: room at the tail of :class:`LinkLists` for lists that outgrow theirs, per active entry
 _TAIL = 0.75
 #: a direct image lays its rows out in the order the last solve set their rates
@@ -1102,7 +1110,7 @@ class DirectImage:
         ones = work.ones(nl)
         nf, ni, nb = _work_sizes(rows, nl, nl)
         seq = work.take("seq", sl.size, np.int64)[:sl.size] if _LAYOUT else _NO_SEQ
-        if _INCREMENTAL and sl.size and prev.size == sl.size:
+        if _INCREMENTAL and sl.size and prev.size == sl.size and n_act > _LONG * sl.size:
             rates, steps, kept = self._solve_kept(sl, prev, float(r_gone), n_act, work, seq)
         else:
             self.lists = None            # (a cold solve: the lists are built again by the next warm one)
@@ -1156,8 +1164,8 @@ class DirectImage:
         rates, steps, kept = _inc_kernel(
             f_ptr, a_ind, a_dat, sl, self.cap[:nl], prev, r_gone, _TIE, _BATCH, _POPS, k.ll_start, k.ll_len,
             k.ll_slot, k.D, k.U, k.C, k.Dn, k.Cn, k.last_rate, k.last_on, k.last_sl,
-            work.take("fws", rows + nf, np.float64), work.take("iws", ni, np.int64),
-            work.take("bws", rows, np.bool_), seq)
+            work.take("seg_fl", n_act, np.int64), work.take("fws", rows + nf, np.float64), work.take("iws", ni, np.int64),
+            work.take("bws", rows, np.bool_), seq, _FEW)
         if k.sl_buf.size < sl.size:
             k.sl_buf = np.empty(max(sl.size, int(1.25 * k.sl_buf.size)), np.int64)
         k.sl_buf[:sl.size] = sl
@@ -1644,7 +1652,7 @@ def _inc_update(sl, prev, f_ptr, a_ind, a_dat, nl, ll_start, ll_len, ll_room, ll
 
 @njit(cache=True, nogil=True)
 def _inc_kernel(f_ptr, f_ind, f_dat, sl, cap, prev, r_gone, tie, batch, pops, ll_start, ll_len, ll_slot,
-                D, U, C, Dn, Cn, last_rate, last_on, last_sl, fws, iws, bws, seq):
+                D, U, C, Dn, Cn, last_rate, last_on, last_sl, fl_buf, fws, iws, bws, seq, few):
     """:func:`_kernel`'s direct, warm, unlimited solve of the image slots ``sl`` (rows ``f_ptr``,
     ``f_ind``, ``f_dat`` over the links) from kept :class:`LinkLists` (updated for this solve by
     :func:`_inc_update` or built by :func:`_inc_build`: ``D``, ``U``, ``C`` the continuing rows'
@@ -1655,7 +1663,10 @@ def _inc_kernel(f_ptr, f_ind, f_dat, sl, cap, prev, r_gone, tie, batch, pops, ll
     * the filling's initial sums (frozen load, unfrozen coefficient and count per link) are summed
       over the smaller of the kept rows and the refilled ones, the other part following from the
       totals (``D + Dn`` less the kept rows'; or ``U`` less the refilled rows' earlier loads);
-    * the walk (:func:`_fill`) reads the kept lists, skipping the rows not free.
+    * the walk (:func:`_fill`) reads the kept lists, skipping the rows not free; or, when the
+      rows to fill have fewer than ``few`` times the lists' entries (most rows kept), lists of
+      those rows alone built for this solve (in ``fl_buf``, at least their entries long): the
+      same rows in the same order.
 
     The rates are those of :func:`_kernel` within rounding (the sums are taken in another order;
     the flows freeze in the same order). Then the records are those of this solve: ``D``, ``C``
@@ -1764,8 +1775,34 @@ def _inc_kernel(f_ptr, f_ind, f_dat, sl, cap, prev, r_gone, tie, batch, pops, ll
     io += L
     lend = iws[io:io + L]                 # the lists' ends, emptied as links saturate
     io += L
+    listed = 0
     for l in range(L):
         lend[l] = ll_start[l] + ll_len[l]
+        listed += ll_len[l]
+    w_ptr = ll_start
+    w_fl = ll_slot
+    if f_ent < few * listed:
+        # few rows to fill among many listed (most kept): lists of those rows only, as _kernel
+        # builds them (the same rows in the same order: the kept lists without the rows not free)
+        w_ptr = iws[io:io + L + 1]
+        io += L + 1
+        w_ptr[:] = 0
+        for i in range(na):
+            f = sl[i]
+            if free[f]:
+                for e in range(f_ptr[f], f_ptr[f + 1]):
+                    w_ptr[f_ind[e] + 1] += 1
+        for l in range(L):
+            w_ptr[l + 1] += w_ptr[l]
+            lend[l] = w_ptr[l]
+        w_fl = fl_buf
+        for i in range(na):
+            f = sl[i]
+            if free[f]:
+                for e in range(f_ptr[f], f_ptr[f + 1]):
+                    l = f_ind[e]
+                    w_fl[lend[l]] = f
+                    lend[l] += 1
     bt = fws[fo:fo + L]
     fo += L
     ident = iws[io:io + L + 1]
@@ -1776,7 +1813,7 @@ def _inc_kernel(f_ptr, f_ind, f_dat, sl, cap, prev, r_gone, tie, batch, pops, ll
     no_i = iws[io:io]
     ss = fws[fo:fo].reshape((0, 3))
     steps, nq = _fill(no_f, no_i, free, rates, f_ptr, f_ind, f_dat, ss, no_i, gone, bl, bt, hk, hl, pos, size,
-                      lk, False, True, ident, ident, no_f, ident, ident, no_f, ss, ll_start, lend, ll_slot,
+                      lk, False, True, ident, ident, no_f, ident, ident, no_f, ss, w_ptr, lend, w_fl,
                       batch, pops, seq, kept)
     for i in range(na):
         f = sl[i]
@@ -1802,4 +1839,4 @@ def _inc_kernel(f_ptr, f_ind, f_dat, sl, cap, prev, r_gone, tie, batch, pops, ll
 def _inc_sizes(n_links: int) -> tuple[int, int]:
     """Entries of the float64 and int64 working buffers :func:`_inc_kernel` needs beyond one per
     row (float64) over ``n_links`` links."""
-    return 6 * n_links, 6 * n_links + 1
+    return 6 * n_links, 7 * n_links + 2
