@@ -10,6 +10,7 @@ dependencies with compute gaps and GPU jobs, and a time limit beyond 2**40 ps.
 """
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -65,6 +66,14 @@ def _dependent_trace(tmp_path):
     return str(p)
 
 
+def _late_trace(tmp_path):
+    rows = ["id,src,dst,size_bytes,start_ps,gap_ps,deps,conn"]
+    rows += [f"{h},{h},{(h + 4) % 8},65536,{1_200_000_000_000 + 1000 * h},0,,-1" for h in range(8)]
+    p = tmp_path / "late.csv"
+    p.write_text("\n".join(rows) + "\n")
+    return str(p)
+
+
 CASES = {
     "sampling-on": lambda tmp: _small(),                                  # link samples every 10 us
     "sampling-on-ecmp-seed2": lambda tmp: _small(routing={"policy": "ecmp"}, simulation={"seed": 2}),
@@ -79,7 +88,10 @@ CASES = {
         "name": "cc_ring", "topology": {**FABRIC, "buffer": {"mode": "per_port", "size": "128KiB"}},
         "traffic": {"pattern": "csv", "path": _dependent_trace(tmp), "qps_per_message": 2},
         "routing": {"policy": "spray"}, "simulation": {"seed": 2, "compute": "gpu"}},
-    "time-limit-beyond-2^40ps": lambda tmp: _small(simulation={"time_limit": "2s", "seed": 3}),
+    "times-beyond-2^40ps": lambda tmp: {                       # messages start at 1.2 s (2^40 ps = 1.1 s)
+        "name": "cc_late", "topology": dict(FABRIC),
+        "traffic": {"pattern": "csv", "path": _late_trace(tmp)}, "routing": {"policy": "spray"},
+        "simulation": {"seed": 3, "time_limit": "2s"}, "outputs": {"timeseries_bin": "100us"}},
     # adaptive routing: remote grades over parallel spine links (a next switch with several ports
     # towards the destination), without remote grades, and with a coarse refresh under loss
     "adaptive-remote-parallel-links": lambda tmp: _small(
@@ -124,6 +136,8 @@ def test_compiled_core_gives_the_heap_kernels_tables(case, tmp_path):
         assert a.links["ecn_marked_packets"].sum() > 0
     if case == "unbounded-buffers":
         assert a.links["drops_buffer_full"].sum() == 0
+    if case == "times-beyond-2^40ps":
+        assert a.summary["pattern"]["last_end_ps"] > 2**40
     if case.startswith("adaptive-"):
         assert a.messages["out_of_order_fraction"].max() > 0            # per-packet choices reorder
 
@@ -134,6 +148,34 @@ def test_random_scenarios_inside_the_slice_are_identical(seed):
     from conftest import load_bench
     chk = load_bench("check_compiled")
     assert chk.compare(chk.scenario(seed)) == []
+
+
+def test_pools_that_start_small_grow_without_losing_state(monkeypatch):
+    """Every pool starts at a few entries (list nodes: 64) and must grow between events: an RTO of
+    a queue pair with many units outstanding moves them all to its retransmission list in one
+    event (review finding: it used to take a node per unit before freeing any)."""
+    from fabricsim.engine.compiled import core, state
+    build = state.build
+
+    def tiny(engine, nic_index):
+        X = build(engine, nic_index)
+        X = X._replace(D=state._arr("D", 64))
+        state._link_free(X.D[:, core.D_NEXT], 0)
+        X.g[core.G_DFREE], X.g[core.G_DNFREE] = 0, 64
+        return X
+
+    monkeypatch.setattr(state, "build", tiny)
+    sc = _lossy_incast(topology={**FABRIC, "buffer": {"size": "unbounded"}},
+                       traffic={"pattern": "incast", "senders": 7, "receiver": 0, "message_size": "512KiB",
+                                "qps_per_message": 2},
+                       routing={"policy": "spray"}, receiver={"rto_low": "500ns", "rto_high": "500ns",
+                                                                  "retry_limit": 20},
+                       simulation={"time_limit": "400us"})
+    a = _run(sc, "heap")
+    b = _run(sc, "compiled")
+    assert a.summary["run"]["retransmission_timeouts"] > 100
+    pd.testing.assert_frame_equal(a.messages, b.messages)
+    pd.testing.assert_frame_equal(a.links, b.links)
 
 
 def test_outside_the_slice_the_run_says_why_and_runs_on_heap():
@@ -168,6 +210,10 @@ def test_the_compiled_arithmetic_is_the_models_own():
     def red(d, q, kmin, kmax, pmax):
         return core.red_below(d, q, kmin, kmax, pmax)
 
+    @njit(_nrt=False)
+    def bucket(d, inv):
+        return int(math.log(d) * inv)               # = Receiver.on_packet's latency bucket
+
     rng = random.Random(7)
     edges = [0, 1, 2**61 - 2, 2**61 - 1, 2**61, 2**63 - 1, 2**63, 2**64 - 1]
     for i in range(4000):
@@ -183,3 +229,21 @@ def test_the_compiled_arithmetic_is_the_models_own():
         q = rng.randrange(kmin + 1, kmax + 1)
         d = rng.getrandbits(64)
         assert bool(red(np.uint64(d), q, kmin, kmax, 0.2)) == switch_mod.red_below(d, q, kmin, kmax, 0.2)
+        inv = 1.0 / math.log1p(0.01)
+        lat = rng.choice([1, 2, 83_560, rng.randrange(1, 10**12)])
+        assert bucket(lat, inv) == int(math.log(lat) * inv)
+
+
+def test_a_changed_shared_function_discards_the_cached_core(tmp_path):
+    """numba keys the core's disk cache on core.py alone; the shared model functions compiled into
+    it are stamped beside the cache, and a different stamp discards it."""
+    from fabricsim.engine.compiled import core
+    (tmp_path / "core.run-1.py311.nbi").write_text("x")
+    (tmp_path / "core.run-1.py311.1.nbc").write_text("x")
+    (tmp_path / "other.f-1.py311.nbi").write_text("x")
+    (tmp_path / "core.shared").write_text("a stamp of other sources")
+    assert core.check_cache(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["core.shared", "other.f-1.py311.nbi"]
+    assert (tmp_path / "core.shared").read_text() == core.shared_stamp()
+    (tmp_path / "core.run-1.py311.nbi").write_text("x")
+    assert not core.check_cache(tmp_path) and (tmp_path / "core.run-1.py311.nbi").exists()

@@ -92,6 +92,7 @@ def test_every_kernel_gives_the_reference_kernels_tables(scenario, kernel):
         info = b.summary["run"]["kernel"]
         if _compiled_slice(scenario):
             assert info["ran"] == "compiled" and b.summary["kernel"] == "compiled", info
+            assert a.summary["run"]["events"] == b.summary["run"]["events"]     # the same agenda entries
         else:
             assert info["ran"] == "heap" and info["fallback"] in b.summary["warnings"], info
 

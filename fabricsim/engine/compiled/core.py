@@ -117,6 +117,11 @@ HOST_FIELDS = ("hold", "peak", "made", "order")
 (M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN,) = range(len(MSG_FIELDS))
 (H_HOLD, H_PEAK, H_MADE, H_ORDER,) = range(len(HOST_FIELDS))
 
+#: the model functions compiled into the core from their own modules: numba's disk cache of the
+#: core is keyed on this file only, so :func:`check_cache` discards it when one of these changes
+SHARED = (identity.mix64, identity.packet_draw_fields, ecmp_mod.direction_hash, ecmp_mod.ecmp_pick,
+          switch_mod.red_below)
+
 # ---------------------------------------------------------------- codes
 
 # scalar slots of X.g (int64)
@@ -924,16 +929,18 @@ def _on_rto(X, q, t):
             X.g[G_PY_KIND] = P_FAIL
             X.g[G_PY_A] = q
         return
-    d = X.Q[q, Q_OH]
     base = X.Q[q, Q_BASE]
-    while d >= 0:
+    while X.Q[q, Q_OH] >= 0:
+        # (each outstanding node is freed before its retransmission's is taken: the loop needs no
+        #  free nodes of its own, however many units are outstanding)
+        d = X.Q[q, Q_OH]
         psn = X.D[d, D_PSN]
-        if not _stale(X, q, psn, X.D[d, D_VAL]):
+        ts = X.D[d, D_VAL]
+        _out_popleft(X, q)
+        if not _stale(X, q, psn, ts):
             X.a_flag[base + psn] |= F_LOST
             X.Q[q, Q_OUTB] -= _payload(X, q, psn)
             _rtx_append(X, q, psn, C_TIMEOUT)
-        d = X.D[d, D_NEXT]
-    _out_clear(X, q)
     X.Q[q, Q_RTO_AT] = t + _rto(X, q)
     push(X, X.Q[q, Q_RTO_AT], _seq(X), E_RTO, q, 0)
     _kick_qp(X, q, t)
@@ -1130,3 +1137,39 @@ def run(X, until_ps):
             return R_PY
         if not g[G_RUN_N] & (PROGRESS_EVERY - 1):
             return R_PROGRESS
+
+
+# ---------------------------------------------------------------- the disk cache
+
+
+def shared_stamp() -> str:
+    """A hash of the source of every function in :data:`SHARED`."""
+    import hashlib
+    import inspect
+    h = hashlib.sha256()
+    for fn in SHARED:
+        h.update(inspect.getsource(fn).encode())
+    return h.hexdigest()
+
+
+def check_cache(path=None) -> bool:
+    """Discard numba's cached core (``core.*.nbi`` / ``.nbc`` in ``path``, by default where numba
+    keeps this module's cache) if it was compiled from other sources of :data:`SHARED` than the
+    present ones (their stamp is kept next to it, ``core.shared``), so that an edit to a model's
+    shared arithmetic always reaches the compiled core. Returns True if it discarded anything."""
+    from pathlib import Path
+    try:
+        where = Path(path if path is not None else run._cache._cache_path)
+        stamp = where / "core.shared"
+        now = shared_stamp()
+        if stamp.exists() and stamp.read_text() == now:
+            return False
+        gone = False
+        for f in list(where.glob("core.*.nbi")) + list(where.glob("core.*.nbc")):
+            f.unlink()
+            gone = True
+        where.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(now)
+        return gone
+    except OSError:          # a read-only cache: numba then keeps nothing on disk either
+        return False

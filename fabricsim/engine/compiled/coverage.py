@@ -20,9 +20,14 @@ def uncovered(engine) -> list[str]:
     sc = engine.sim.scenario
     out = []
     try:
-        import numba  # noqa: F401
+        import numba
     except ImportError:
         out.append("numba is not installed")
+    else:
+        if getattr(numba.config, "USING_SVML", False):
+            # Intel's short vector math library may round log() differently from libm (the
+            # latency histogram's bucket): set NUMBA_DISABLE_INTEL_SVML=1
+            out.append("numba with Intel SVML (set NUMBA_DISABLE_INTEL_SVML=1)")
     if sc.routing.name not in ROUTING:
         out.append(f"routing: {sc.routing.name} (slice 2)")
     elif sc.routing.name == "adaptive":
@@ -61,5 +66,5 @@ def uncovered(engine) -> list[str]:
         out.append("a link rate that does not divide 8e12 bit-ps per byte (slice 7)")
     table = engine.replay.table
     if len(table) and bool(np.any(np.asarray(table.conn) >= 0)):
-        out.append("persistent connections (slice 2)")
+        out.append("persistent connections (slice 4: the NIC's send-completion hook)")
     return out
