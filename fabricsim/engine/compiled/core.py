@@ -278,22 +278,37 @@ def _free_node(X, i):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _rtx_append(X, q, psn, cause):
-    d = _node(X, psn, cause)
-    if X.Q[q, Q_RH] < 0:
-        X.Q[q, Q_RH] = d
+def _fifo_append(O, o, head, tail, L, nxt, item):
+    """Append row ``item`` of ``L`` to the FIFO owned by row ``o`` of ``O`` (its first and last
+    items in columns ``head`` and ``tail``, -1 when empty), linked through column ``nxt`` of ``L``:
+    every list of the state (a port's arrivals and pending samples, a NIC's active queue pairs
+    and held control packets, a queue pair's outstanding and retransmission deques)."""
+    L[item, nxt] = -1
+    if O[o, head] < 0:
+        O[o, head] = item
     else:
-        X.D[X.Q[q, Q_RT], D_NEXT] = d
-    X.Q[q, Q_RT] = d
+        L[O[o, tail], nxt] = item
+    O[o, tail] = item
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _fifo_popleft(O, o, head, tail, L, nxt):
+    """Remove and return the first item of a FIFO (see :func:`_fifo_append`); it must not be empty."""
+    item = O[o, head]
+    O[o, head] = L[item, nxt]
+    if O[o, head] < 0:
+        O[o, tail] = -1
+    return item
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _rtx_append(X, q, psn, cause):
+    _fifo_append(X.Q, q, Q_RH, Q_RT, X.D, D_NEXT, _node(X, psn, cause))
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _rtx_popleft(X, q):
-    d = X.Q[q, Q_RH]
-    X.Q[q, Q_RH] = X.D[d, D_NEXT]
-    if X.Q[q, Q_RH] < 0:
-        X.Q[q, Q_RT] = -1
-    _free_node(X, d)
+    _free_node(X, _fifo_popleft(X.Q, q, Q_RH, Q_RT, X.D, D_NEXT))
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -304,23 +319,14 @@ def _rtx_clear(X, q):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _out_append(X, q, psn, ts):
-    d = _node(X, psn, ts)
-    if X.Q[q, Q_OH] < 0:
-        X.Q[q, Q_OH] = d
-    else:
-        X.D[X.Q[q, Q_OT], D_NEXT] = d
-    X.Q[q, Q_OT] = d
+    _fifo_append(X.Q, q, Q_OH, Q_OT, X.D, D_NEXT, _node(X, psn, ts))
     X.Q[q, Q_OL] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _out_popleft(X, q):
-    d = X.Q[q, Q_OH]
-    X.Q[q, Q_OH] = X.D[d, D_NEXT]
-    if X.Q[q, Q_OH] < 0:
-        X.Q[q, Q_OT] = -1
+    _free_node(X, _fifo_popleft(X.Q, q, Q_OH, Q_OT, X.D, D_NEXT))
     X.Q[q, Q_OL] -= 1
-    _free_node(X, d)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -339,14 +345,9 @@ def _enqueue_arrival(X, port, pkt, at):
     X.K[pkt, K_AT] = at
     X.K[pkt, K_ASEQ] = s
     X.K[pkt, K_HOP] = port
-    X.K[pkt, K_NEXT] = -1
-    if X.P[port, P_IH] < 0:
-        X.P[port, P_IH] = pkt
-        X.P[port, P_IT] = pkt
+    _fifo_append(X.P, port, P_IH, P_IT, X.K, K_NEXT, pkt)
+    if X.P[port, P_IH] == pkt:
         push(X, at, s, E_DELIVER, pkt, 0)
-    else:
-        X.K[X.P[port, P_IT], K_NEXT] = pkt
-        X.P[port, P_IT] = pkt
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -355,11 +356,9 @@ def _advance_inflight(X, port):
     #   The arrival being run is still the agenda's root (run() leaves a delivery there): the
     #   port's next arrival takes its place (one sift-down instead of a pop and a push; the same
     #   order, every key being distinct).
-    h = X.P[port, P_IH]
-    nx = X.K[h, K_NEXT]
-    X.P[port, P_IH] = nx
+    _fifo_popleft(X.P, port, P_IH, P_IT, X.K, K_NEXT)
+    nx = X.P[port, P_IH]
     if nx < 0:
-        X.P[port, P_IT] = -1
         _pop_root(X)
     else:
         _sift_root(X, X.g[G_HN], X.K[nx, K_AT], X.K[nx, K_ASEQ], E_DELIVER, nx, 0)
@@ -387,9 +386,7 @@ def _settle(X, port, t):
         h = X.P[port, P_PH]
         if h < 0 or X.K[h, K_PSTART] > t:
             break
-        X.P[port, P_PH] = X.K[h, K_PNEXT]
-        if X.P[port, P_PH] < 0:
-            X.P[port, P_PT] = -1
+        _fifo_popleft(X.P, port, P_PH, P_PT, X.K, K_PNEXT)
         q = count - (X.K[h, K_PTX] - X.K[h, K_PPRIO])
         if kmin >= 0 and q > kmin and _mark(X, sw, q, h):
             X.K[h, K_CE] = 1
@@ -586,12 +583,7 @@ def _switch_arrive(X, sw, t, pkt):
             X.K[pkt, K_PSTART] = start
             X.K[pkt, K_PTX] = X.P[port, P_TXB]
             X.K[pkt, K_PPRIO] = X.P[port, P_PRIO]
-            X.K[pkt, K_PNEXT] = -1
-            if X.P[port, P_PH] < 0:
-                X.P[port, P_PH] = pkt
-            else:
-                X.K[X.P[port, P_PT], K_PNEXT] = pkt
-            X.P[port, P_PT] = pkt
+            _fifo_append(X.P, port, P_PH, P_PT, X.K, K_PNEXT, pkt)
     _enqueue_arrival(X, port, pkt, bu + X.P[port, P_OFFSET])
 
 # ---------------------------------------------------------------- NIC
@@ -613,23 +605,14 @@ def _kick(X, nic, t):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _act_append(X, nic, q):
-    X.Q[q, Q_ANEXT] = -1
-    if X.N[nic, N_AH] < 0:
-        X.N[nic, N_AH] = q
-    else:
-        X.Q[X.N[nic, N_AT], Q_ANEXT] = q
-    X.N[nic, N_AT] = q
+    _fifo_append(X.N, nic, N_AH, N_AT, X.Q, Q_ANEXT, q)
     X.N[nic, N_AL] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _act_popleft(X, nic):
-    q = X.N[nic, N_AH]
-    X.N[nic, N_AH] = X.Q[q, Q_ANEXT]
-    if X.N[nic, N_AH] < 0:
-        X.N[nic, N_AT] = -1
     X.N[nic, N_AL] -= 1
-    return q
+    return _fifo_popleft(X.N, nic, N_AH, N_AT, X.Q, Q_ANEXT)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -670,12 +653,7 @@ def _send_ctrl(X, nic, t, pkt):
     # = Nic.send_ctrl
     bu = X.P[X.N[nic, N_PORT], P_BUSY]
     if X.N[nic, N_CH] >= 0 or (X.N[nic, N_BUSY] and X.N[nic, N_PEND] == (bu if bu > t else t)):
-        X.K[pkt, K_NEXT] = -1
-        if X.N[nic, N_CH] < 0:
-            X.N[nic, N_CH] = pkt
-        else:
-            X.K[X.N[nic, N_CT], K_NEXT] = pkt
-        X.N[nic, N_CT] = pkt
+        _fifo_append(X.N, nic, N_CH, N_CT, X.K, K_NEXT, pkt)
         return
     _ctrl_out(X, nic, t, pkt)
 

@@ -259,20 +259,19 @@ def grow(X: State, group: str, need: int) -> State:
             arr[:old] = getattr(X, n)
             rep[n] = arr
     X = X._replace(**rep)
-    g = X.g
-    if group == "pkt":
-        nxt = X.K[:, C.K_NEXT]
+    free = _FREE_LISTS.get(group)
+    if free is not None:                   # the new slots join the pool's free list, ahead of the old free ones
+        name, col, head, count = free
+        nxt = getattr(X, name)[:, col]
         _link_free(nxt, old)
-        nxt[new - 1] = g[C.G_PFREE]
-        g[C.G_PFREE] = old
-        g[C.G_PNFREE] += new - old
-    elif group == "node":
-        nxt = X.D[:, C.D_NEXT]
-        _link_free(nxt, old)
-        nxt[new - 1] = g[C.G_DFREE]
-        g[C.G_DFREE] = old
-        g[C.G_DNFREE] += new - old
+        nxt[new - 1] = X.g[head]
+        X.g[head] = old
+        X.g[count] += new - old
     return X
+
+
+#: pools with a free list: group -> (array, its next-slot column, free-list head and count in g)
+_FREE_LISTS = {"pkt": ("K", C.K_NEXT, C.G_PFREE, C.G_PNFREE), "node": ("D", C.D_NEXT, C.G_DFREE, C.G_DNFREE)}
 
 
 def fold_reorder(X: State, rows) -> None:
