@@ -160,6 +160,21 @@ PROGRESS_EVERY = 1 << 16
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _put(H, i, t, s, k, a, b):
+    H[i, 0] = t
+    H[i, 1] = s
+    H[i, 2] = k
+    H[i, 3] = a
+    H[i, 4] = b
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _move(H, i, j):
+    """Heap slot ``j``'s entry into slot ``i``."""
+    _put(H, i, H[j, 0], H[j, 1], H[j, 2], H[j, 3], H[j, 4])
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def push(X, t, s, kind, a, b):
     H = X.HP
     i = X.g[G_HN]
@@ -169,17 +184,9 @@ def push(X, t, s, kind, a, b):
         pt = H[p, 0]
         if pt < t or (pt == t and H[p, 1] < s):
             break
-        H[i, 0] = pt
-        H[i, 1] = H[p, 1]
-        H[i, 2] = H[p, 2]
-        H[i, 3] = H[p, 3]
-        H[i, 4] = H[p, 4]
+        _move(H, i, p)
         i = p
-    H[i, 0] = t
-    H[i, 1] = s
-    H[i, 2] = kind
-    H[i, 3] = a
-    H[i, 4] = b
+    _put(H, i, t, s, kind, a, b)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -195,17 +202,9 @@ def _sift_root(X, n, t, s, k, a, b):
             c += 1
         if t < H[c, 0] or (t == H[c, 0] and s < H[c, 1]):
             break
-        H[i, 0] = H[c, 0]
-        H[i, 1] = H[c, 1]
-        H[i, 2] = H[c, 2]
-        H[i, 3] = H[c, 3]
-        H[i, 4] = H[c, 4]
+        _move(H, i, c)
         i = c
-    H[i, 0] = t
-    H[i, 1] = s
-    H[i, 2] = k
-    H[i, 3] = a
-    H[i, 4] = b
+    _put(H, i, t, s, k, a, b)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -329,11 +328,6 @@ def _out_popleft(X, q):
     X.Q[q, Q_OL] -= 1
 
 
-@njit(cache=True, nogil=True, _nrt=False)
-def _out_clear(X, q):
-    while X.Q[q, Q_OH] >= 0:
-        _out_popleft(X, q)
-
 # ---------------------------------------------------------------- ports: inflight FIFOs
 
 
@@ -367,13 +361,18 @@ def _advance_inflight(X, port):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _draw(X, salt, pkt, sw):
+    # = packet_draw(salt, pkt, switch.id)
+    return packet_draw_fields(salt, X.Q[X.K[pkt, K_QP], Q_UID], X.K[pkt, K_SEQ], X.K[pkt, K_TTX], X.K[pkt, K_KIND],
+                              X.s_node[sw])
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _mark(X, sw, q, pkt):
     # = Switch.mark
     if q > X.s_kmax[sw]:
         return True
-    d = packet_draw_fields(X.s_salt[sw], X.Q[X.K[pkt, K_QP], Q_UID], X.K[pkt, K_SEQ], X.K[pkt, K_TTX], X.K[pkt, K_KIND],
-                           X.s_node[sw])
-    return red_below(d, q, X.s_kmin[sw], X.s_kmax[sw], X.s_pmax[sw])
+    return red_below(_draw(X, X.s_salt[sw], pkt, sw), q, X.s_kmin[sw], X.s_kmax[sw], X.s_pmax[sw])
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -391,6 +390,14 @@ def _settle(X, port, t):
         if kmin >= 0 and q > kmin and _mark(X, sw, q, h):
             X.K[h, K_CE] = 1
             X.P[port, P_ECN] += 1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _settle_due(X, port, t):
+    # = if pend and pend[0][0] <= t: settle(port, t)
+    h = X.P[port, P_PH]
+    if h >= 0 and X.K[h, K_PSTART] <= t:
+        _settle(X, port, t)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -517,9 +524,7 @@ def _quality_pick(X, sw, dst, off, n, pkt, now):
     nb = _quality_best(X, sw, dst, off, n, now)
     if nb == 1:
         return X.qb[off]
-    d = packet_draw_fields(X.route_salt[0], X.Q[X.K[pkt, K_QP], Q_UID], X.K[pkt, K_SEQ], X.K[pkt, K_TTX],
-                           X.K[pkt, K_KIND], X.s_node[sw])
-    return X.qb[off + np.int64(d % np.uint64(nb))]
+    return X.qb[off + np.int64(_draw(X, X.route_salt[0], pkt, sw) % np.uint64(nb))]
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -527,9 +532,7 @@ def _switch_arrive(X, sw, t, pkt):
     # = Switch.arrive (lossy, no INT, no shared pool; strict-priority kinds never occur: coverage)
     hop = X.K[pkt, K_HOP]
     _advance_inflight(X, hop)
-    h = X.P[hop, P_PH]
-    if h >= 0 and X.K[h, K_PSTART] <= t:
-        _settle(X, hop, t)
+    _settle_due(X, hop, t)
     dst = X.K[pkt, K_DST]
     n = X.r_cnt[sw, dst]
     off = X.r_off[sw, dst]
@@ -543,14 +546,10 @@ def _switch_arrive(X, sw, t, pkt):
                                                  np.uint64(n), kind != DATA))]
     elif X.g[G_ROUTE] == ROUTE_SPRAY:
         # = Spray.choose
-        d = packet_draw_fields(X.route_salt[0], X.Q[X.K[pkt, K_QP], Q_UID], X.K[pkt, K_SEQ], X.K[pkt, K_TTX], kind,
-                               X.s_node[sw])
-        port = X.r_ports[off + np.int64(d % np.uint64(n))]
+        port = X.r_ports[off + np.int64(_draw(X, X.route_salt[0], pkt, sw) % np.uint64(n))]
     else:
         port = _quality_pick(X, sw, dst, off, n, pkt, t)
-    h = X.P[port, P_PH]
-    if h >= 0 and X.K[h, K_PSTART] <= t:
-        _settle(X, port, t)
+    _settle_due(X, port, t)
     wire = X.K[pkt, K_WIRE]
     bu = X.P[port, P_BUSY]
     k = X.P[port, P_K]
