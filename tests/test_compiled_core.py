@@ -91,7 +91,8 @@ CASES = {
     "times-beyond-2^40ps": lambda tmp: {                       # messages start at 1.2 s (2^40 ps = 1.1 s)
         "name": "cc_late", "topology": dict(FABRIC),
         "traffic": {"pattern": "csv", "path": _late_trace(tmp)}, "routing": {"policy": "spray"},
-        "simulation": {"seed": 3, "time_limit": "2s"}, "outputs": {"timeseries_bin": "100us"}},
+        "simulation": {"seed": 3, "time_limit": "2s"},
+        "outputs": {"timeseries_bin": "100us", "link_sample_interval": "off"}},
     # adaptive routing: remote grades over parallel spine links (a next switch with several ports
     # towards the destination), without remote grades, and with a coarse refresh under loss
     "adaptive-remote-parallel-links": lambda tmp: _small(
