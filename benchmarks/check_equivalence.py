@@ -10,6 +10,8 @@ traffic) change under it::
 
     python3 benchmarks/check_equivalence.py                      # vs HOT_FILES at BASE_COMMIT
     python3 benchmarks/check_equivalence.py --kernel simpy       # the simpy kernel vs the reference
+    python3 benchmarks/check_equivalence.py --kernel compiled    # the compiled core vs the reference
+        # (a set-up the compiled core does not cover falls back to heap: listed, and counted apart)
     python3 benchmarks/check_equivalence.py --keep fabricsim/routing/adaptive.py
         # reference keeps the current adaptive.py: checks the rest of the hot path around a
         # deliberate change of the adaptive tie-break
@@ -153,8 +155,13 @@ def fingerprint(scenario: dict) -> dict:
     summary = copy.deepcopy(r.summary)
     for k in WALL_FIELDS:
         summary["run"].pop(k, None)
-    summary.pop("kernel", None)     # so that --kernel simpy compares against the heap fingerprints
-    return {
+    # the kernel is the one thing allowed to differ (--kernel simpy / compiled against heap): its
+    # record and the compiled core's fallback line leave the fingerprint, the kernel that ran is
+    # kept beside it (keys with a leading underscore are reported, not compared)
+    summary.pop("kernel", None)
+    ran = summary["run"].pop("kernel", {}).get("ran", "heap")
+    summary["warnings"] = [w for w in summary.get("warnings", []) if not w.startswith("kernel: ")]
+    return {"_ran": ran,
         "messages": _h(r.messages), "links": _h(r.links), "latency": _h(r.latency), "goodput": _h(r.goodput),
         "summary": hashlib.sha256(json.dumps(summary, sort_keys=True, default=str).encode()).hexdigest()[:16],
         "completed": r.summary["messages"]["completed"], "drops": r.summary["drops"]["packets"],
@@ -215,7 +222,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", default=BASE_COMMIT, help="commit whose hot-path files make the reference")
     ap.add_argument("--keep", nargs="*", default=[], help="hot-path files the reference takes from the working tree")
-    ap.add_argument("--kernel", default="heap", choices=["heap", "simpy"], help="kernel of the working-tree runs")
+    ap.add_argument("--kernel", default="heap", choices=["heap", "simpy", "compiled"], help="kernel of the working-tree runs")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fabricsim_ref_") as tmp:
@@ -224,13 +231,19 @@ def main(argv=None) -> int:
     bad = 0
     for key in sorted(set(ref) | set(cur)):
         a, b = ref.get(key), cur.get(key)
+        a, b = ({k: v for k, v in d.items() if not k.startswith("_")} if d else d for d in (a, b))
         if a != b:
             bad += 1
             diff = {k: (a.get(k) if a else None, b.get(k) if b else None)
                     for k in set(a or {}) | set(b or {}) if (a or {}).get(k) != (b or {}).get(k)}
             print(f"DIFFERENT {key}: {diff}")
         else:
-            print(f"same      {key}  completed={b['completed']} drops={b['drops']} hops={b['hops']} events={b['events']}")
+            ran = cur[key].get("_ran", "heap")
+            print(f"same      {key}  completed={b['completed']} drops={b['drops']} hops={b['hops']} events={b['events']}"
+                  + (f"  (ran {ran})" if ran != args.kernel else ""))
+    fell = sorted(k for k, v in cur.items() if v.get("_ran", "heap") != args.kernel)
+    if fell:
+        print(f"{len(fell)}/{len(cur)} ran on another kernel than {args.kernel} (outside its coverage): {' '.join(fell)}")
     print(f"{len(cur) - bad}/{len(cur)} identical to the reference (base {args.base}"
           f"{', keeping ' + ' '.join(args.keep) if args.keep else ''}; kernel {args.kernel}) "
           f"in {time.perf_counter() - t0:.1f}s")
