@@ -95,7 +95,6 @@ def test_duplicate_vary_values_are_refused():
 
 
 def test_sigterm_between_runs_ends_the_comparison_keeping_the_runs_done(tmp_path):
-    import os
     import signal
 
     def refuse(signum, frame):
@@ -104,7 +103,7 @@ def test_sigterm_between_runs_ends_the_comparison_keeping_the_runs_done(tmp_path
     try:
         def progress(i, n, name, seed):
             if i == 2:
-                os.kill(os.getpid(), signal.SIGTERM)
+                signal.raise_signal(signal.SIGTERM)
         df = fabricsim.compare(TINY, vary={"routing": ["ecmp", "spray", "adaptive"]}, output_dir=tmp_path / "c",
                                progress=progress)
     finally:

@@ -23,7 +23,16 @@ def test_packets_hops_and_wall_time_follow_from_sizes_and_paths():
     # 24 of 56 pairs share a leaf (2 hops), 32 cross the spines (4 hops); every pair is sampled
     assert e["mean_hops"] == pytest.approx((24 * 2 + 32 * 4) / 56)
     assert e["packet_hops"] == int(e["data_packets"] * e["mean_hops"] * 2)       # one ACK per packet
-    assert e["wall_s"] == pytest.approx(e["packet_hops"] / est.PACKET_HOPS_PER_S)
+    assert e["wall_s"] == pytest.approx(e["packet_hops"] / est.PACKET_HOPS_PER_S) and e["kernel"] == "heap"
+    # the same run on another kernel: the same packets at that kernel's measured speed
+    for kernel in ("simpy", "compiled"):
+        _l, other = prepare({"topology": {"hosts_per_leaf": 4, "leaves": 2, "spines": 2},
+                             "traffic": {"pattern": "all_to_all", "message_size": "10000B"},
+                             "simulation": {"kernel": kernel}})
+        o = est.estimate(other)
+        assert o["packet_hops"] == e["packet_hops"] and o["kernel"] == kernel
+        assert o["wall_s"] == pytest.approx(e["packet_hops"] / est.HOPS_PER_S[kernel])
+    assert est.HOPS_PER_S["compiled"] > est.HOPS_PER_S["heap"] > est.HOPS_PER_S["simpy"]
     _l, cells = prepare({"topology": {"hosts_per_leaf": 4, "leaves": 2, "spines": 2},
                          "traffic": {"pattern": "all_to_all", "message_size": "10000B"},
                          "simulation": {"cell_packets": 2}})
@@ -39,6 +48,15 @@ def test_a_576_gpu_all_to_all_warns_and_names_the_flow_engine():
     assert e["messages"] == 576 * 575 and e["wall_s"] > est.LONG_RUN_S
     w = est.long_run_warning(sim)
     assert w is not None and "simulation.engine=flow" in w and " h " in w
+    assert "kernel heap" in w and "simulation.kernel=compiled" in w       # the faster kernel is named
+    _l, comp = prepare({**sc, "simulation": {"kernel": "compiled"}}, topologies=cache)
+    assert est.estimate(comp)["wall_s"] < e["wall_s"]
+    # 4 MiB takes under the hour at the compiled core's figure: 64 MiB does not
+    _l, comp = prepare({**sc, "traffic": {**sc["traffic"], "message_size": "64MiB"},
+                        "simulation": {"kernel": "compiled"}}, topologies=cache)
+    wc = est.long_run_warning(comp)
+    assert wc is not None and "kernel compiled" in wc and "otherwise it runs on heap" in wc
+    assert "simulation.kernel=compiled" not in wc
     _l, flow = prepare({**sc, "simulation": {"engine": "flow"}}, topologies=cache)
     assert est.long_run_warning(flow) is None                 # only packet runs are estimated
 

@@ -5,7 +5,6 @@ anything is written; absurd collective sizes are refused."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 
 import pandas as pd
@@ -40,7 +39,9 @@ def no_kill(monkeypatch):
 
 
 def _signal_on_message(monkeypatch, after: int, signals):
-    """Send ``signals`` (one per call, in turn) to this process once ``after`` messages ended."""
+    """Send ``signals`` (one per call, in turn) to this process once ``after`` messages ended. Raised
+    in the calling thread: ``os.kill`` to the process may land in another thread (pytest-xdist's
+    worker has one), and under load the run could end before the main thread handles it."""
     real = Recorder.on_message
     state = {"n": 0, "sent": 0}
 
@@ -49,7 +50,7 @@ def _signal_on_message(monkeypatch, after: int, signals):
         state["n"] += 1
         if state["n"] >= after and state["sent"] < len(signals) and state["sent"] == 0:
             state["sent"] += 1
-            os.kill(os.getpid(), signals[0])
+            signal.raise_signal(signals[0])   # to this thread: handled before the next line
     monkeypatch.setattr(Recorder, "on_message", on_message)
     return state
 
@@ -80,7 +81,7 @@ def test_a_second_ctrl_c_still_leaves_the_tables_and_a_final_status(no_kill, mon
     real_refresh = Recorder.refresh
 
     def refresh(self):             # the engine winding down after the first Ctrl-C: press it again
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
         real_refresh(self)
     monkeypatch.setattr(Recorder, "refresh", refresh)
     out = tmp_path / "o"

@@ -4,8 +4,9 @@ A packet-engine run costs about one event per packet per hop, data and control: 
 of 1 MiB on 8,192 GPUs is about 10^11 packet-hops, days of wall time. :func:`estimate` counts
 them from the message sizes and the path lengths (the hop count of a sample of the run's
 host pairs, on their shortest paths), and converts them to wall time at the packet engine's
-measured speed (:data:`PACKET_HOPS_PER_S`); ``fabricsim run`` prints the estimate and, when it
-is long, suggests ``simulation.engine: flow``.
+measured speed on the scenario's ``simulation.kernel`` (:data:`HOPS_PER_S`); ``fabricsim run``
+prints the estimate and, when it is long, suggests ``simulation.engine: flow`` (and, on a Python
+kernel, ``simulation.kernel: compiled``).
 
 >>> from fabricsim.api import prepare
 >>> _l, sim = prepare({"topology": {"hosts_per_leaf": 2, "leaves": 2, "spines": 1},
@@ -20,9 +21,16 @@ import numpy as np
 
 from ..flows.table import MessageTable
 
-#: packet-hops per second of the packet engine (heap kernel, 128-host leaf-spine ECMP run,
-#: benchmarks/results/packet_speed.json: 250,639 packet-hops/s); a machine-dependent figure
-PACKET_HOPS_PER_S = 250_000
+#: packet-hops per second of the packet engine on each kernel, data and control, one core; machine-
+#: dependent figures. heap: the 128-host leaf-spine ECMP run of benchmarks/results/packet_speed.json
+#: (250,639 packet-hops/s). simpy: 1.16-1.61x slower than heap on the same workloads
+#: (results/packet_speed_workloads.json). compiled: 0.44-1.38 M on the 128-host permutation and
+#: all-to-all (results/packet_speed_compiled.json, a slow day; benchmarks/README.md "Compiled packet
+#: core"), where the scenario is in its coverage: outside it the run falls back to heap, which the
+#: estimate cannot know before the engine is built, so it says so
+HOPS_PER_S = {"heap": 250_000, "simpy": 180_000, "compiled": 800_000}
+#: the heap kernel's figure (the default kernel)
+PACKET_HOPS_PER_S = HOPS_PER_S["heap"]
 #: a run estimated to take longer than this (s) gets a warning suggesting the flow engine
 LONG_RUN_S = 3600.0
 #: host pairs whose path length is measured (the rest take their mean)
@@ -34,14 +42,18 @@ def estimate(sim) -> dict:
 
     Returns ``messages``, ``data_packets`` (MTU packets, or cells with ``cell_packets > 1``),
     ``mean_hops`` (sampled), ``packet_hops`` (data plus one control packet per data packet back
-    the same way, divided by ``receiver.ack_every``) and ``wall_s``.
+    the same way, divided by ``receiver.ack_every``), ``kernel``, ``hops_per_s`` (its figure in
+    :data:`HOPS_PER_S`) and ``wall_s``.
     """
     sc = sim.scenario
     t = sim.messages if isinstance(sim.messages, MessageTable) else MessageTable.from_messages(sim.messages)
     unit = sc.simulation.mtu * sc.simulation.cell_packets
+    kernel = sc.simulation.kernel
+    rate = HOPS_PER_S[kernel]
     n = len(t)
     if not n:
-        return {"messages": 0, "data_packets": 0, "mean_hops": 0.0, "packet_hops": 0, "wall_s": 0.0}
+        return {"messages": 0, "data_packets": 0, "mean_hops": 0.0, "packet_hops": 0, "kernel": kernel,
+                "hops_per_s": rate, "wall_s": 0.0}
     packets = int(np.sum(-(-t.size_bytes // unit)))
     step = max(1, n // SAMPLE_PAIRS)
     rows = range(0, n, step)
@@ -55,7 +67,7 @@ def estimate(sim) -> dict:
     ack_every = getattr(sc.receiver.params, "ack_every", 1) or 1
     packet_hops = int(packets * mean_hops * (1 + 1 / ack_every))
     return {"messages": n, "data_packets": packets, "mean_hops": mean_hops, "packet_hops": packet_hops,
-            "wall_s": packet_hops / PACKET_HOPS_PER_S}
+            "kernel": kernel, "hops_per_s": rate, "wall_s": packet_hops / rate}
 
 
 def long_run_warning(sim) -> str | None:
@@ -66,10 +78,16 @@ def long_run_warning(sim) -> str | None:
     e = estimate(sim)
     if e["wall_s"] <= LONG_RUN_S:
         return None
+    if e["kernel"] == "compiled":
+        also = (f" (if the compiled core covers this scenario; otherwise it runs on heap, "
+                f"about {_human(e['packet_hops'] / HOPS_PER_S['heap'])})")
+    else:
+        also = (f"; `--set simulation.kernel=compiled` runs the same model faster where it covers the scenario "
+                f"(about {_human(e['packet_hops'] / HOPS_PER_S['compiled'])}; docs/compiled-core.md)")
     return (f"this packet-level run is about {e['packet_hops']:.3g} packet-hops ({e['data_packets']:.3g} data packets x "
-            f"{e['mean_hops']:.1f} hops, with ACKs): about {_human(e['wall_s'])} at {PACKET_HOPS_PER_S:,} hops/s; "
-            f"`--set simulation.engine=flow` runs the flow-level model in seconds to minutes (docs/fidelity.md, "
-            f"'Flow engine')")
+            f"{e['mean_hops']:.1f} hops, with ACKs): about {_human(e['wall_s'])} at {e['hops_per_s']:,} hops/s on "
+            f"kernel {e['kernel']}{also}; `--set simulation.engine=flow` runs the flow-level model in seconds to "
+            f"minutes (docs/fidelity.md, 'Flow engine')")
 
 
 def _human(s: float) -> str:

@@ -603,9 +603,11 @@ def packet_slice(spec: PlanSpec, cases: list[Case], items_of: dict, sims: dict, 
     est = {r: sims[r[0]].packet_estimate_s(r[1]) for r in runs}
     total = sum(est.values())
     if total > ps.max_wall_s:
-        from ..engine.estimate import PACKET_HOPS_PER_S
+        from ..engine.estimate import HOPS_PER_S
+        kernel = sims[runs[0][0]].built.scenario.simulation.kernel
         raise ConfigError(f"the {len(runs)} sampled patterns would take about {total:.3g} s of wall time with the "
-                          f"packet engine (estimate at {PACKET_HOPS_PER_S:,} packet-hops/s; allowed: at most "
+                          f"packet engine (estimate at {HOPS_PER_S[kernel]:,} packet-hops/s, kernel {kernel}; "
+                          "allowed: at most "
                           f"max_wall_s = {ps.max_wall_s:g} s: fewer patterns or types, a smaller cluster, or a "
                           "larger max_wall_s)", source=source, field="fabric.packet_slice.max_wall_s")
     for j, (tk, k) in enumerate(runs):
