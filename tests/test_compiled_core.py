@@ -84,6 +84,15 @@ CASES = {
                                                                 "sample": "enqueue"}}),
     "unbounded-buffers": lambda tmp: _lossy_incast(topology={**FABRIC, "buffer": {"size": "unbounded"}}),
     "100G-hosts": lambda tmp: _small(topology={**FABRIC, "host_link": {"rate": "100Gbps", "delay": "500ns"}}),
+    # rates that do not divide 8e12 bit-ps (no whole ps per byte): serialisation rounds up, and the
+    # backlog in bytes behind a drop-tail or ECN decision rounds down, at 300 and 333 Gbit/s
+    "rates-not-dividing-8e12": lambda tmp: _lossy_incast(
+        topology={**FABRIC, "buffer": {"mode": "per_port", "size": "32KiB"},
+                  "host_link": {"rate": "333Gbps", "delay": "500ns"}, "fabric_link": {"rate": "300Gbps", "delay": "500ns"}},
+        switch={"ecn": {"enabled": True, "kmin": "8KB", "kmax": "24KB", "sample": "enqueue"}}),
+    "rates-not-dividing-8e12-adaptive": lambda tmp: _small(
+        topology={**FABRIC, "host_link": {"rate": "333Gbps", "delay": "500ns"}, "fabric_link": {"rate": "300Gbps", "delay": "500ns"}},
+        routing={"policy": "adaptive"}),
     "dependencies-gpu-compute": lambda tmp: {
         "name": "cc_ring", "topology": {**FABRIC, "buffer": {"mode": "per_port", "size": "128KiB"}},
         "traffic": {"pattern": "csv", "path": _dependent_trace(tmp), "qps_per_message": 2},
@@ -139,8 +148,10 @@ def test_compiled_core_gives_the_heap_kernels_tables(case, tmp_path):
         assert a.links["drops_buffer_full"].sum() == 0
     if case == "times-beyond-2^40ps":
         assert a.summary["pattern"]["last_end_ps"] > 2**40
-    if case.startswith("adaptive-"):
+    if case.startswith("adaptive-") or case == "rates-not-dividing-8e12-adaptive":
         assert a.messages["out_of_order_fraction"].max() > 0            # per-packet choices reorder
+    if case == "rates-not-dividing-8e12":
+        assert a.links["drops_buffer_full"].sum() > 0 and a.links["ecn_marked_packets"].sum() > 0
 
 
 @pytest.mark.parametrize("seed", [3, 4, 9, 12, 17, 20])
@@ -177,6 +188,37 @@ def test_pools_that_start_small_grow_without_losing_state(monkeypatch):
     assert a.summary["run"]["retransmission_timeouts"] > 100
     pd.testing.assert_frame_equal(a.messages, b.messages)
     pd.testing.assert_frame_equal(a.links, b.links)
+
+
+def test_serialisation_and_backlog_of_any_rate_equal_the_ports_big_int_arithmetic():
+    """``_ser`` and ``_backlog_bytes`` (int64, over PS_BITS / rate reduced) against ``Port.ser_ps``
+    and ``d * rate // PS_BITS`` in Python's big ints, for rates that divide 8e12 and rates that do
+    not, at backlogs up to 2^62 ps and packets up to 1 MB."""
+    from collections import namedtuple
+
+    from fabricsim.engine.compiled import core
+    from fabricsim.engine.compiled.coverage import _fraction_too_fine, rate_fraction
+    from fabricsim.net.port import PS_BITS, Port
+
+    rates = [400_000_000_000, 100_000_000_000, 300_000_000_000, 333_000_000_000, 1_600_000_000_000,
+             7_000_000, 123_456_789_000, 999_999_000_000, 3]
+    assert not any(_fraction_too_fine(r) for r in rates)
+    assert _fraction_too_fine(8_000_000_000_001)     # coprime with 8e12: rn * rd is about 2^85
+    ports = [Port(i, 0, 1, "fabric", r, 0, 0, None) for i, r in enumerate(rates)]
+    P = np.zeros((len(rates), len(core.PORT_FIELDS)), dtype=np.int64)
+    col = {f: i for i, f in enumerate(core.PORT_FIELDS)}
+    for p in ports:
+        P[p.index, col["k"]] = p.ps_per_byte
+        P[p.index, col["rn"]], P[p.index, col["rd"]] = rate_fraction(p.rate)
+    X = namedtuple("X", "P")(P)                     # the two functions read X.P only
+    rng = np.random.default_rng(7)
+    wires = [1, 82, 4178, 9082, 65_536, 1_000_000] + rng.integers(1, 1 << 20, 40).tolist()
+    backlogs = [1, 19, 20, 21, 79, 80, 81, 10**9, 2**40 + 3, 2**62] + rng.integers(1, 1 << 62, 40).tolist()
+    for p in ports:
+        for w in wires:
+            assert core._ser(X, p.index, w) == p.ser_ps(w), (p.rate, w)
+        for d in backlogs:
+            assert core._backlog_bytes(X, p.index, d) == d * p.rate // PS_BITS, (p.rate, d)
 
 
 def test_outside_the_slice_the_run_says_why_and_runs_on_heap():

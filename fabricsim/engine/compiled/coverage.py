@@ -7,7 +7,11 @@ says why, so nothing is ever simplified silently.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from ...net.port import PS_BITS
 
 #: routing policies, receiver models and congestion-control algorithms compiled so far
 ROUTING = ("ecmp", "spray", "adaptive")
@@ -62,9 +66,33 @@ def uncovered(engine) -> list[str]:
         out.append("in-band telemetry (slice 5)")
     if any(sw.strict[1] or sw.strict[2] for sw in sws if hasattr(sw, "strict")):
         out.append("switch.strict_priority with ACK/NAK in the strict class (slice 5)")
-    if any(not p.ps_per_byte for p in engine.ports):
-        out.append("a link rate that does not divide 8e12 bit-ps per byte (slice 7)")
+    sim = sc.simulation
+    if (sim.mtu + sim.header) * max((rate_fraction(p.rate)[1] for p in engine.ports), default=1) >= 1 << 63:
+        # wire * ps-per-byte (or its reduced numerator) in int64: packets up to 1,152,921 B at any rate
+        out.append("a packet of more than 2^63 bit-ps on its slowest link (simulation.mtu; slice 7)")
+    if any(not p.ps_per_byte and _fraction_too_fine(p.rate) for p in engine.ports):
+        out.append("a link rate whose ratio to 8e12 bit-ps per byte needs more than 62 bits (slice 7)")
     table = engine.replay.table
     if len(table) and bool(np.any(np.asarray(table.conn) >= 0)):
         out.append("persistent connections (slice 4: the NIC's send-completion hook)")
     return out
+
+
+def rate_fraction(rate_bps: int) -> tuple[int, int]:
+    """``(rn, rd)``: ``PS_BITS / rate`` as the reduced fraction ``rd / rn`` (ps per byte), which
+    the compiled core's serialisation and backlog arithmetic use when the rate does not divide
+    ``PS_BITS`` (then ``rn > 1``; 400G: ``(1, 20)``, 300G: ``(3, 80)``).
+
+    >>> rate_fraction(300_000_000_000)
+    (3, 80)
+    """
+    g = math.gcd(rate_bps, PS_BITS)
+    return rate_bps // g, PS_BITS // g
+
+
+def _fraction_too_fine(rate_bps: int) -> bool:
+    """True if ``rn * rd >= 2^62`` (:func:`rate_fraction`): the compiled core's exact backlog
+    arithmetic (core.py ``_backlog_bytes``) then could overflow int64. Every rate in whole
+    Mbit/s up to 4 Tbit/s passes."""
+    rn, rd = rate_fraction(rate_bps)
+    return rn * rd >= 1 << 62

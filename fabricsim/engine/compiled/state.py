@@ -18,6 +18,7 @@ import numpy as np
 from ...net.packet import Packet
 from ...receiver.base import HostRx
 from . import core as C
+from .coverage import rate_fraction
 
 _I = np.int64
 
@@ -121,6 +122,7 @@ def build(engine, nic_index: dict) -> State:
         i = p.index
         P[i, col["rate"]] = p.rate
         P[i, col["k"]] = p.ps_per_byte
+        P[i, col["rn"]], P[i, col["rd"]] = rate_fraction(p.rate)     # PS_BITS / rate = rd / rn
         P[i, col["offset"]] = p.offset
         if p.peer in s_local:
             P[i, col["deliver"]] = C.D_SWITCH
