@@ -3,7 +3,7 @@
 
 Draws small scenarios inside the compiled slice (docs/compiled-core.md, "Status") from a seeded
 generator: leaf-spine fabrics of 2-4 leaves, 2-5 hosts per leaf, 1-3 spines and 1-2 links per
-spine, 100/200/400G links, per-port buffers from 16 KiB to unbounded, ECN on or off and sampled at
+spine, 100/200/300/333/400G links (300 and 333 do not divide 8e12 bit-ps per byte), per-port buffers from 16 KiB to unbounded, ECN on or off and sampled at
 enqueue or dequeue, ECMP / spraying / adaptive routing (remote grades on or off, refresh and report
 periods), permutation / all-to-all / incast traffic of 4-256 KiB with 1-3 queue pairs, short and
 long timeouts and retry limits. Each runs on both kernels; every table, the summary and the event

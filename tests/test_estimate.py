@@ -51,6 +51,7 @@ def test_a_576_gpu_all_to_all_warns_and_names_the_flow_engine():
     assert "kernel heap" in w and "simulation.kernel=compiled" in w       # the faster kernel is named
     _l, comp = prepare({**sc, "simulation": {"kernel": "compiled"}}, topologies=cache)
     assert est.estimate(comp)["wall_s"] < e["wall_s"]
+    assert est.estimate(comp)["wall_s"] <= est.LONG_RUN_S and est.long_run_warning(comp) is None
     # 4 MiB takes under the hour at the compiled core's figure: 64 MiB does not
     _l, comp = prepare({**sc, "traffic": {**sc["traffic"], "message_size": "64MiB"},
                         "simulation": {"kernel": "compiled"}}, topologies=cache)

@@ -22,13 +22,14 @@ import numpy as np
 from ..flows.table import MessageTable
 
 #: packet-hops per second of the packet engine on each kernel, data and control, one core; machine-
-#: dependent figures. heap: the 128-host leaf-spine ECMP run of benchmarks/results/packet_speed.json
-#: (250,639 packet-hops/s). simpy: 1.16-1.61x slower than heap on the same workloads
-#: (results/packet_speed_workloads.json). compiled: 0.44-1.38 M on the 128-host permutation and
-#: all-to-all (results/packet_speed_compiled.json, a slow day; benchmarks/README.md "Compiled packet
-#: core"), where the scenario is in its coverage: outside it the run falls back to heap, which the
-#: estimate cannot know before the engine is built, so it says so
-HOPS_PER_S = {"heap": 250_000, "simpy": 180_000, "compiled": 800_000}
+#: dependent figures, so the other kernels are heap's times their speed-up measured beside heap in
+#: one run. heap: the 128-host leaf-spine ECMP run of benchmarks/results/packet_speed.json (250,639
+#: packet-hops/s). simpy: 1.16-1.61x slower than heap (results/packet_speed_workloads.json): 1.4x.
+#: compiled: 7.1-19.6x heap on the 128-host permutation and all-to-all
+#: (results/packet_speed_compiled_any_rate.json): the all-to-all's 7x, the larger agenda's. Only
+#: where the scenario is in the compiled core's coverage: outside it the run falls back to heap,
+#: which the estimate cannot know before the engine is built, so the warning says so
+HOPS_PER_S = {"heap": 250_000, "simpy": 250_000 * 10 // 14, "compiled": 250_000 * 7}
 #: the heap kernel's figure (the default kernel)
 PACKET_HOPS_PER_S = HOPS_PER_S["heap"]
 #: a run estimated to take longer than this (s) gets a warning suggesting the flow engine

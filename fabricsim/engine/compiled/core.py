@@ -404,8 +404,9 @@ def _ser(X, port, wire):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _backlog_bytes(X, port, d):
-    # = d * port.rate // PS_BITS for a backlog of d > 0 ps: d // k when the rate divides PS_BITS, else
-    # floor(d * rn / rd) split at d = a * rd + b so that no product exceeds rn * rd (< 2^62, coverage.py)
+    # = d * port.rate // PS_BITS for a backlog of d >= 0 ps: d // k when the rate divides PS_BITS, else
+    # floor(d * rn / rd) split at d = a * rd + b: b * rn < rn * rd (< 2^62, coverage.py), and a * rn is
+    # at most the result, which is at most d (coverage: such rates stay at or below 8 Tbit/s)
     k = X.P[port, P_K]
     if k:
         return d // k

@@ -67,11 +67,15 @@ def uncovered(engine) -> list[str]:
     if any(sw.strict[1] or sw.strict[2] for sw in sws if hasattr(sw, "strict")):
         out.append("switch.strict_priority with ACK/NAK in the strict class (slice 5)")
     sim = sc.simulation
-    if (sim.mtu + sim.header) * max((rate_fraction(p.rate)[1] for p in engine.ports), default=1) >= 1 << 63:
-        # wire * ps-per-byte (or its reduced numerator) in int64: packets up to 1,152,921 B at any rate
-        out.append("a packet of more than 2^63 bit-ps on its slowest link (simulation.mtu; slice 7)")
-    if any(not p.ps_per_byte and _fraction_too_fine(p.rate) for p in engine.ports):
-        out.append("a link rate whose ratio to 8e12 bit-ps per byte needs more than 62 bits (slice 7)")
+    wire = max(sim.mtu + sim.header, getattr(p, "ack_size", 0))        # the largest packet: data or ACK
+    if wire * max((rate_fraction(q.rate)[1] for q in engine.ports), default=1) >= 1 << 63:
+        # wire * rd (= wire * ps per byte when the rate divides PS_BITS) in int64: packets up to
+        # 1,152,921 B at any rate
+        out.append("a packet (simulation.mtu + header, or receiver.ack_size) whose size times a link's "
+                   "PS_BITS / rate numerator reaches 2^63 (slice 7)")
+    if any(not q.ps_per_byte and (_fraction_too_fine(q.rate) or q.rate > PS_BITS) for q in engine.ports):
+        out.append("a link rate that does not divide 8e12 bit-ps per byte and whose reduced fraction needs "
+                   "62 bits or more, or above 8 Tbit/s (slice 7)")
     table = engine.replay.table
     if len(table) and bool(np.any(np.asarray(table.conn) >= 0)):
         out.append("persistent connections (slice 4: the NIC's send-completion hook)")
