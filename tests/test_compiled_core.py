@@ -208,8 +208,9 @@ def test_serialisation_and_backlog_of_any_rate_equal_the_ports_big_int_arithmeti
     P = np.zeros((len(rates), len(core.PORT_FIELDS)), dtype=np.int64)
     col = {f: i for i, f in enumerate(core.PORT_FIELDS)}
     for p in ports:
-        P[p.index, col["k"]] = p.ps_per_byte
         P[p.index, col["rn"]], P[p.index, col["rd"]] = rate_fraction(p.rate)
+        assert (P[p.index, col["rn"]] == 1) == bool(p.ps_per_byte)          # rn == 1: whole ps per byte
+        assert not p.ps_per_byte or P[p.index, col["rd"]] == p.ps_per_byte
     X = namedtuple("X", "P")(P)                     # the two functions read X.P only
     rng = np.random.default_rng(7)
     wires = [1, 82, 4178, 9082, 65_536, 1_000_000] + rng.integers(1, 1 << 20, 40).tolist()

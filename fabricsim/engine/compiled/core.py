@@ -97,8 +97,10 @@ red_below = njit(_nrt=False)(switch_mod.red_below)
 # The columns of the state's 2-D int64 arrays (state.py builds them): one array per kind of object,
 # one row per object and one column per field (an object's fields share cache lines), so that a call passes a few arrays (each argument costs a reference count
 # when numba's reference counting is on; every function here is compiled without it).
-PORT_FIELDS = ("busy", "txb", "txp", "peak", "ih", "it", "ph", "pt", "k", "offset", "deliver", "peer_sw", "sw",
-               "buffer", "drops", "dropb", "cdrops", "ecn", "cb", "cp", "prio", "rate", "rn", "rd")
+# rn, rd: PS_BITS / rate as the reduced fraction rd / rn (coverage.rate_fraction); rn == 1 when the rate
+# divides PS_BITS, and then rd is the port's whole ps per byte (Port.ps_per_byte)
+PORT_FIELDS = ("busy", "txb", "txp", "peak", "ih", "it", "ph", "pt", "offset", "deliver", "peer_sw", "sw",
+               "buffer", "drops", "dropb", "cdrops", "ecn", "cb", "cp", "prio", "rn", "rd")
 NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "calls", "sent")
 QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "nic", "inact",
              "anext", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
@@ -109,7 +111,7 @@ NODE_FIELDS = ("psn", "val", "next")
 MSG_FIELDS = ("size", "deliv", "drop", "inj", "dup", "rx", "ooo", "peakh", "rw", "rwmax", "ecn", "acks", "ctrl_arr",
               "ctrl_drop", "done", "q0", "qn")
 HOST_FIELDS = ("hold", "peak", "made", "order")
-(P_BUSY, P_TXB, P_TXP, P_PEAK, P_IH, P_IT, P_PH, P_PT, P_K, P_OFFSET, P_DELIVER, P_PEER_SW, P_SW, P_BUFFER, P_DROPS, P_DROPB, P_CDROPS, P_ECN, P_CB, P_CP, P_PRIO, P_RATE, P_RN, P_RD,) = range(len(PORT_FIELDS))
+(P_BUSY, P_TXB, P_TXP, P_PEAK, P_IH, P_IT, P_PH, P_PT, P_OFFSET, P_DELIVER, P_PEER_SW, P_SW, P_BUFFER, P_DROPS, P_DROPB, P_CDROPS, P_ECN, P_CB, P_CP, P_PRIO, P_RN, P_RD,) = range(len(PORT_FIELDS))
 (N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT,) = range(len(NIC_FIELDS))
 (Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT,) = range(len(QP_FIELDS))
 (K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE,) = range(len(PKT_FIELDS))
@@ -394,24 +396,23 @@ def _settle(X, port, t):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _ser(X, port, wire):
-    # = Port.ser_ps(wire) = -((-wire * PS_BITS) // rate): wire * k when the rate divides PS_BITS,
-    # else the same ceiling over the reduced fraction rd / rn = PS_BITS / rate (docs/compiled-core.md 3.1)
-    k = X.P[port, P_K]
-    if k:
-        return wire * k
-    return -((-wire * X.P[port, P_RD]) // X.P[port, P_RN])
+    # = Port.ser_ps(wire) = -((-wire * PS_BITS) // rate): wire * ps_per_byte when the rate divides
+    # PS_BITS (rn == 1), else the same ceiling over rd / rn = PS_BITS / rate (docs/compiled-core.md 3.1)
+    rn = X.P[port, P_RN]
+    if rn == 1:
+        return wire * X.P[port, P_RD]
+    return -((-wire * X.P[port, P_RD]) // rn)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _backlog_bytes(X, port, d):
-    # = d * port.rate // PS_BITS for a backlog of d >= 0 ps: d // k when the rate divides PS_BITS, else
+    # = d * port.rate // PS_BITS for a backlog of d >= 0 ps: d // ps_per_byte when the rate divides PS_BITS, else
     # floor(d * rn / rd) split at d = a * rd + b: b * rn < rn * rd (< 2^62, coverage.py), and a * rn is
     # at most the result, which is at most d (coverage: such rates stay at or below 8 Tbit/s)
-    k = X.P[port, P_K]
-    if k:
-        return d // k
     rn = X.P[port, P_RN]
     rd = X.P[port, P_RD]
+    if rn == 1:
+        return d // rd
     return (d // rd) * rn + ((d % rd) * rn) // rd
 
 

@@ -120,8 +120,6 @@ def build(engine, nic_index: dict) -> State:
     col = {f: i for i, f in enumerate(C.PORT_FIELDS)}
     for p in ports:
         i = p.index
-        P[i, col["rate"]] = p.rate
-        P[i, col["k"]] = p.ps_per_byte
         P[i, col["rn"]], P[i, col["rd"]] = rate_fraction(p.rate)     # PS_BITS / rate = rd / rn
         P[i, col["offset"]] = p.offset
         if p.peer in s_local:
