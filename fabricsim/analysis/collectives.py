@@ -67,8 +67,21 @@ def add_tag_columns(msgs: pd.DataFrame, messages, rows=None) -> pd.DataFrame:
     if rows is None:
         rows = messages.row_of(msgs["message_id"].to_numpy(dtype=np.int64))
     for col in TAG_COLUMNS:
-        msgs[col] = tags[col][rows].tolist() if col in tags else [None] * len(msgs)
+        msgs[col] = _gather(tags[col], rows).set_axis(msgs.index) if col in tags else [None] * len(msgs)
     return msgs
+
+
+def _gather(values: np.ndarray, rows) -> pd.Series:
+    """``values[rows]`` (an object array of tags) as the column pandas would infer from that
+    list, built from its distinct values: each distinct value converted once, not once per row."""
+    codes, uniques = pd.factorize(values)
+    pick = codes[rows] + 1                          # 0: None (any NA)
+    used = np.bincount(pick, minlength=len(uniques) + 1) > 0    # the values the rows hold, in order
+    if not used[1:].any():
+        return pd.Series(values[rows].tolist())     # only NAs (None or NaN: inferred from them)
+    col = pd.Series(([None] if used[0] else []) + [u for u, k in zip(uniques, used[1:].tolist()) if k])
+    pick = (np.cumsum(used) - 1)[pick]
+    return pd.Series(col.to_numpy()[pick] if col.dtype == object else col.take(pick).array)
 
 
 def op_kind(collective, phase) -> str:

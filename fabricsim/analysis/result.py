@@ -142,10 +142,73 @@ def _all_active(table, model, recorder, all_done: bool, sender_capacity: int):
     return b * 8 * PS_PER_S / window / sender_capacity, None, window, min_window
 
 
-def _is_nvlink(g, host: int, switch: int) -> bool:
-    """Whether the host's link(s) to ``switch`` are NVLink (scale-up), not a scale-out NIC port."""
-    return g.nodes[switch].get("domain") == "nvlink" or any(
-        d.get("kind") == "nvlink" for d in g.get_edge_data(host, switch).values())
+def na_ints(n: int) -> pd.arrays.IntegerArray:
+    """An ``Int64`` column of ``n`` NA values (a figure an engine does not produce)."""
+    return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+
+
+def _node_names(g) -> np.ndarray:
+    """Node id -> name (object array; None for ids no node has)."""
+    names = np.full(max(g.nodes, default=-1) + 1, None, dtype=object)
+    for n, d in g.nodes(data="name"):
+        names[n] = d
+    return names
+
+
+def _link_table(sim):
+    """The run's :class:`~fabricsim.flows.links.LinkTable` (the one the input caches, if it does)."""
+    get = getattr(sim, "link_table", None)
+    if callable(get):
+        return get()
+    from ..flows.links import LinkTable
+    return LinkTable(sim.topology)
+
+
+def _sender_ports(model, links, g, host, cls) -> tuple[int, int, np.ndarray]:
+    """The capacity senders can use: each sending host's ports towards its destinations (the
+    union over its messages of their pair class's first hops; ``host[i]`` sends message ``i``,
+    of pair class ``cls[i]``). Returns ``(sender capacity bit/s, its scale-out NIC part,
+    the pair classes whose payload leaves by a NIC port)``; a port to a switch is NVLink
+    (scale-up) when the switch is in an NVLink domain or a link to it is of kind ``nvlink``."""
+    if not len(host):
+        return 0, 0, np.zeros(0, dtype=np.int64)
+    ncls = int(cls.max()) + 1
+    hc = np.unique(host * ncls + cls)                       # (host, class) pairs used
+    h_of, c_of = np.divmod(hc, ncls)
+    classes = np.unique(c_of)
+    first = {c: sorted(model.ports(*model.representative(c))[0]) for c in classes.tolist()}
+    n_first = np.zeros(ncls, dtype=np.int64)
+    for c, sw in first.items():
+        n_first[c] = len(sw)
+    # one entry per (host, class, first hop)
+    k = n_first[c_of]
+    pair_of = np.repeat(np.arange(len(hc)), k)
+    offsets = np.zeros(ncls + 1, dtype=np.int64)
+    np.cumsum(n_first, out=offsets[1:])
+    flat = np.zeros(int(offsets[-1]), dtype=np.int64)
+    for c, sw in first.items():
+        flat[offsets[c]:offsets[c + 1]] = sw
+    pos = np.arange(len(pair_of)) - np.repeat(np.cumsum(k) - k, k)
+    sw_of = flat[np.repeat(offsets[c_of], k) + pos]
+    h_rep = h_of[pair_of]
+    # each distinct (host, switch) port once: its links, their rates, whether it is NVLink
+    nodes = max(g.nodes, default=-1) + 1
+    hs, hs_inv = np.unique(h_rep * nodes + sw_of, return_inverse=True)
+    ph, ps = np.divmod(hs, nodes)
+    ids, counts = links.links_between(ph, ps)
+    link_pair = np.repeat(np.arange(len(hs)), counts)
+    nv_domain = np.zeros(nodes, dtype=bool)
+    for n, d in g.nodes(data="domain"):
+        nv_domain[n] = d == "nvlink"
+    nv = nv_domain[ps].copy()
+    np.logical_or.at(nv, link_pair, links.kind[ids] == "nvlink")
+    rate = links.rate_bps[ids]
+    sender = int(rate.sum())
+    nic = int(rate[~nv[link_pair]].sum())
+    # a (host, class) pair leaves by a NIC port when one of its first hops is not NVLink
+    out = np.zeros(len(hc), dtype=bool)
+    np.logical_or.at(out, pair_of, ~nv[hs_inv.ravel()])
+    return sender, nic, np.unique(c_of[out])
 
 
 def _pct(values, q):
@@ -193,7 +256,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
             raise SimulationError(f"engine {simcfg.engine!r} reported links without {', '.join(missing)}")
         for col in LINK_COLUMNS:
             if col not in links.columns:
-                links[col] = pd.array([None] * len(links), dtype="Int64")
+                links[col] = na_ints(len(links))
         links = links[list(LINK_COLUMNS) + [c for c in links.columns if c not in LINK_COLUMNS]]
     if not_modelled.get("transport"):
         for col in TRANSPORT_COLUMNS:
@@ -201,9 +264,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                                          else "Int64")
     duration_all = max(outcome.end_ps, 1)
     if len(links):
-        names = {n: d["name"] for n, d in topo.graph.nodes(data=True)}     # one lookup per node, not per link
-        links.insert(2, "src_name", [names[x] for x in links["src"].tolist()])
-        links.insert(4, "dst_name", [names[x] for x in links["dst"].tolist()])
+        names = _node_names(topo.graph)         # one lookup per node, then one gather per column
+        links.insert(2, "src_name", pd.array(names[links["src"].to_numpy(dtype=np.int64)], dtype="str"))
+        links.insert(4, "dst_name", pd.array(names[links["dst"].to_numpy(dtype=np.int64)], dtype="str"))
         links["utilisation"] = links["tx_bytes"].astype("float64") * 8e12 / (links["rate_bps"].astype("float64")
                                                                                * duration_all)
 
@@ -215,37 +278,17 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     duration = (t_end - t0) if (t_end is not None and all_done) else None
     # capacity a sender can use: the union of its ports towards its destinations
     # (with PXN, a relayed message's payload enters the fabric from the relay GPU's ports)
-    used_ports: dict[int, set] = {}
     t_src, t_dst = np.asarray(table.src, dtype=np.int64), np.asarray(table.dst, dtype=np.int64)
     relay = model.relays(t_src, t_dst)
     host = np.where(relay < 0, t_src, relay)
     cls = model.pair_classes(host, t_dst)
-    g = topo.graph
-    nic_cls: set[int] = set()     # pair classes whose payload leaves by a scale-out NIC port
-    if len(host):
-        ncls = int(cls.max()) + 1
-        scale_out: dict = {}      # (host, first hops) -> whether one of them is a NIC port
-        for k in np.unique(host * ncls + cls, return_inverse=True)[0].tolist():   # (sort, not hash)
-            h, c = divmod(k, ncls)
-            first = model.ports(*model.representative(c))[0]
-            used_ports.setdefault(h, set()).update(first)
-            nic = scale_out.get((h, first))
-            if nic is None:
-                nic = scale_out[(h, first)] = any(not _is_nvlink(g, h, s) for s in first)
-            if nic:
-                nic_cls.add(c)
-    sender_capacity = sum(d["rate_bps"] for h, sws in used_ports.items() for s in sws
-                          for d in g.get_edge_data(h, s).values())
-    # the hosts' scale-out NIC line rate: the same ports without the NVLink ones
-    nic_capacity = sum(d["rate_bps"] for h, sws in used_ports.items() for s in sws if not _is_nvlink(g, h, s)
-                       for d in g.get_edge_data(h, s).values())
+    sender_capacity, nic_capacity, nic_cls = _sender_ports(model, _link_table(sim), topo.graph, host, cls)
     delivered = int(msgs["delivered_bytes"].sum())
     span = max((t_end if t_end is not None else outcome.end_ps) - t0, 1)
     if not all_done:
         span = max(outcome.end_ps - t0, 1)
     goodput_bps = delivered * 8 * PS_PER_S / span
-    nic_msg = np.isin(cls, np.fromiter(nic_cls, dtype=np.int64, count=len(nic_cls)))[rows] if len(host) \
-        else np.zeros(len(msgs), dtype=bool)
+    nic_msg = np.isin(cls, nic_cls)[rows] if len(host) else np.zeros(len(msgs), dtype=bool)
     nic_delivered = int(msgs["delivered_bytes"].to_numpy(dtype=np.int64)[nic_msg].sum())
     nic_goodput_bps = nic_delivered * 8 * PS_PER_S / span
     # ideal duration: the dependency-aware lower bound (critical path and port load with
@@ -275,7 +318,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         "receiver": sc.receiver.name,
         "congestion_control": sc.congestion_control.name,
         "topology": {"name": topo.name, "hosts": topo.num_hosts, "switches": len(topo.switches),
-                     "links": topo.graph.number_of_edges()},
+                     "links": len(_link_table(sim)) // 2},
         "messages": {
             "total": int(len(msgs)), "completed": int(len(done)), "incomplete": int(len(incomplete)),
             "incomplete_by_reason": {str(k): int(v) for k, v in incomplete["incomplete_reason"].value_counts().items()},
@@ -454,6 +497,18 @@ def nic_table(msgs: pd.DataFrame, hists: list, outcome) -> pd.DataFrame:
     return out.reset_index()
 
 
+def _link_count(links) -> int:
+    """Links in ``RunOutcome.links`` (a list of rows or a dict of columns)."""
+    if isinstance(links, dict):
+        return len(next(iter(links.values()))) if links else 0
+    return len(links)
+
+
+def _link_column(links, name: str):
+    """One column of ``RunOutcome.links`` (a list of rows or a dict of columns)."""
+    return links[name] if isinstance(links, dict) else [row[name] for row in links]
+
+
 def link_timeseries(outcome) -> pd.DataFrame:
     """Long table from the engine's periodic link samples (``outputs.link_sample_interval``):
     one row per link and interval ``[bin_start_ps, bin_end_ps)`` with the wire bytes that left the
@@ -461,7 +516,7 @@ def link_timeseries(outcome) -> pd.DataFrame:
     utilisation = bytes x 8 / (rate x interval) and ``queue_bytes`` queued at the interval's end."""
     cols = ["link_id", "bin_start_ps", "bin_end_ps", "tx_bytes", "utilisation", "queue_bytes"]
     samples = outcome.link_samples
-    if len(samples) < 2 or not outcome.links:
+    if len(samples) < 2 or not _link_count(outcome.links):
         return pd.DataFrame(columns=cols)
     times = np.array([s[0] for s in samples], dtype=np.int64)
     tx = np.array([s[1] for s in samples], dtype=np.int64)          # samples x links, cumulative sent
@@ -472,15 +527,15 @@ def link_timeseries(outcome) -> pd.DataFrame:
     # each sample holds the wire bytes that had left the port by then (the engine's definition
     # per port kind, see PacketEngine._snapshot): a bin's bytes are the difference
     sent = np.diff(tx, axis=0)[keep]
-    rates = np.array([row["rate_bps"] for row in outcome.links], dtype=np.float64)
-    ids = np.array([row["link_id"] for row in outcome.links], dtype=np.int64)
+    rates = np.asarray(_link_column(outcome.links, "rate_bps"), dtype=np.float64)
+    ids = np.asarray(_link_column(outcome.links, "link_id"), dtype=np.int64)
     n_bins, n_links = sent.shape
     util = sent * 8e12 / (rates[None, :] * (end - start)[:, None])
     return pd.DataFrame({
         "link_id": np.tile(ids, n_bins), "bin_start_ps": np.repeat(start, n_links),
         "bin_end_ps": np.repeat(end, n_links), "tx_bytes": sent.ravel(), "utilisation": util.ravel(),
         "queue_bytes": (q[1:][keep].ravel() if q is not None
-                        else pd.array([None] * (n_bins * n_links), dtype="Int64"))})
+                        else na_ints(n_bins * n_links))})
 
 
 def summary_json(summary: dict) -> str:

@@ -54,7 +54,6 @@ from ..config.types import Time
 from ..errors import SimulationError
 from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
 from ..flows.fluid import FluidProblem
-from ..flows.links import LinkTable
 from ..flows.replay import Connections, Replay
 from ..flows.table import MessageTable
 from ..net.nvlink import nvlink_wire_bytes
@@ -413,7 +412,7 @@ class FlowEngine:
         sc = sim.scenario
         self.params: FlowParams = sc.simulation.engine_params or FlowParams()
         self.table = sim.messages if isinstance(sim.messages, MessageTable) else MessageTable.from_messages(sim.messages)
-        self.links = LinkTable(sim.topology)
+        self.links = sim.link_table()
         streams = sim.streams
         self.policy = ROUTING.get(sc.routing.name)(sc.routing.params, streams)
         self.split = SPLITS.get(sc.nic.name)(sc.nic.params, streams)
@@ -428,6 +427,12 @@ class FlowEngine:
         self.on_time = self.params.releases == "on_time"
         self.solver = self.params.solver
         self.warm_start = self.params.warm_start
+        # the step's arithmetic (flows.advance): compiled with the compiled solver, the same numbers
+        if self._solver_used() == "compiled":
+            from ..flows import advance_compiled as advance
+        else:
+            from ..flows import advance
+        self._advance = advance
         self.cap = self._capacities()
         self.warnings: list[str] = []
         if sc.simulation.cell_packets != 1 or sc.simulation.kernel != "heap":
@@ -636,9 +641,7 @@ class FlowEngine:
             on = self.f_alive[:nf]
             r = rates[:nf]
             rem = self.f_rem[:nf]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                tf = np.where(on & (r > 0), rem / r, np.inf)
-            dt = float(tf.min())
+            tf, dt, t0_min = self._advance.finish_times(on, r, rem, self.f_t0[:nf])
             nxt = self._next_event()
             t_ev = (nxt - self.now) if nxt is not None else math.inf
             if not math.isfinite(dt) and not math.isfinite(t_ev):
@@ -647,32 +650,31 @@ class FlowEngine:
             # the step: to the first fluid finish or event, exactly; with grouping, on to the end of
             # the window after it: flows finishing inside it finish at their own times under this
             # step's rates, and events inside it (releases) take effect at its end
-            window = max(self.quantum, self.group * (self.now - float(self.f_t0[alive].min()))) \
-                if self.group else self.quantum
+            window = max(self.quantum, self.group * (self.now - t0_min)) if self.group else self.quantum
             first = min(dt, t_ev)
             horizon = min(first + window, limit - self.now)
             if window and self.on_time and nxt is not None and nxt < self.now + horizon:
                 horizon = self._release_horizon(horizon)
-            fin = tf <= horizon * (1 + 1e-12)
-            step = horizon if window else min(first, horizon)
-            if not window and fin.any():
-                step = max(step, float(tf[fin].max()))
+            # flows finishing within the horizon finish (with no window, the step runs on to the
+            # last of them); the others move rate x step (flows.advance)
+            adv = self._advance.advance(tf, on, r, rem, self.f_good[:nf], self.f_tail[:nf], horizon,
+                                        horizon if window else min(first, horizon), not window)
+            step = adv.step
             st["steps"] += 1
             if self._sample_every and self._next_sample <= self.now + step:
                 self._take_samples(alive, r[alive], step)
-            moved = np.where(fin, rem, r * step)
-            self.f_rem[:nf] = np.where(fin, 0.0, np.maximum(rem - moved, 0.0))
-            good = (moved * self.f_good[:nf])[alive]      # payload; PXN first legs are not goodput
+            self.f_rem[:nf] = adv.rem
+            good = adv.good                 # payload per active flow; PXN first legs are not goodput
             total = float(good.sum())
             if total > 0:
                 # the bytes that left in this step arrive a pipeline latency later: their mean
                 # over the step's bytes shifts the goodput series and the recorder's delivered count
                 # (a product and sum, not np.dot: BLAS wakes its threads, which then spin on the
                 # other core; the run is meant for one)
-                lag = float((good * self.f_tail[alive]).sum()) / total
+                lag = float(adv.lagged.sum()) / total
                 self._goodput(self.now + lag, self.now + step + lag, total)
                 self._arrivals.append((self.now + lag, self.now + step + lag, total))
-            done_flows = np.flatnonzero(fin)
+            done_flows = adv.done
             finish_at = self.now + tf[done_flows]
             self.now += step
             if len(done_flows):
@@ -1122,7 +1124,7 @@ class FlowEngine:
         links = self._link_rows(link_fluid)
         samples = [x for x in self.link_samples if x[0] <= end_ps]
         if samples and samples[-1][0] < end_ps:
-            samples.append((end_ps, [row["tx_bytes"] for row in links], None))
+            samples.append((end_ps, links["tx_bytes"].tolist(), None))
         return RunOutcome(status=status, end_ps=end_ps, events=steps, packet_hops=0,
                           links=links, counters=counters, warnings=list(self.warnings),
                           link_samples=samples, link_samples_truncated=self.link_samples_truncated,
@@ -1304,11 +1306,11 @@ class FlowEngine:
         val = np.concatenate(sb.seg_coef) if sb.seg_coef else np.zeros(0)
         return sp.csr_matrix((val, idx, ptr), shape=(len(lens), len(self.links)))
 
-    def _link_rows(self, fluid_bytes: np.ndarray) -> list:
-        """Link rows: each link's fluid bytes back to wire bytes (over its payload share: exact
-        when the flows crossing it have its framing, as every path of a built topology)."""
+    def _link_rows(self, fluid_bytes: np.ndarray) -> dict:
+        """Link rows as columns (``RunOutcome.links``): each link's fluid bytes back to wire bytes
+        (over its payload share: exact when the flows crossing it have its framing, as every path
+        of a built topology), rounded half to even as Python's ``round``."""
         L = self.links
-        wire = fluid_bytes / self.payload_share
-        return [{"link_id": i, "src": int(L.src[i]), "dst": int(L.dst[i]), "kind": L.kind[i],
-                 "rate_bps": int(L.rate_bps[i]), "delay_ps": int(L.delay_ps[i]),
-                 "tx_bytes": int(round(w)), "tx_data_bytes": int(round(w))} for i, w in enumerate(wire.tolist())]
+        wire = np.rint(fluid_bytes / self.payload_share).astype(np.int64)
+        return {"link_id": np.arange(len(L), dtype=np.int64), "src": L.src, "dst": L.dst, "kind": L.kind,
+                "rate_bps": L.rate_bps, "delay_ps": L.delay_ps, "tx_bytes": wire, "tx_data_bytes": wire.copy()}

@@ -43,6 +43,7 @@ class SimulationInput:
     messages: list              # Sequence[Message]: a list, or a fabricsim.flows.MessageTable
     streams: object             # fabricsim.engine.rng.RandomStreams
     _ideal: object = field(default=None, init=False, repr=False, compare=False)
+    _links: object = field(default=None, init=False, repr=False, compare=False)
 
     def ideal_model(self):
         """The run's :class:`~fabricsim.analysis.ideal.IdealModel`, built on first use and cached:
@@ -53,6 +54,14 @@ class SimulationInput:
             self._ideal = IdealModel(self)
         return self._ideal
 
+    def link_table(self):
+        """The topology's :class:`~fabricsim.flows.links.LinkTable`, built on first use and cached:
+        one for the engine and the results."""
+        if self._links is None:
+            from ..flows.links import LinkTable
+            self._links = LinkTable(self.topology)
+        return self._links
+
 
 @dataclass
 class RunOutcome:
@@ -62,7 +71,9 @@ class RunOutcome:
     end_ps: int                 # simulated time at the end
     events: int
     packet_hops: int
-    links: list = field(default_factory=list)   # one dict per directed link (see docs/metrics.md)
+    #: the directed links (see docs/metrics.md): one dict per link, or a dict of columns (each a
+    #: sequence with one entry per link, as the flow engine reports them)
+    links: list | dict = field(default_factory=list)
     counters: dict = field(default_factory=dict)
     #: [(time_ps, [wire bytes that had left each link's port by then], [queued bytes per link])],
     #: links in the order of ``links``
