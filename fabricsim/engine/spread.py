@@ -89,10 +89,14 @@ class _KeyMemo:
         return (self.vals[pos] if len(self.keys) else np.zeros(len(keys), np.int64)), known
 
     def add(self, keys: np.ndarray, vals: np.ndarray):
-        """Add new (distinct, absent) keys."""
-        k = np.concatenate([self.keys, keys])
-        order = np.argsort(k, kind="stable")
-        self.keys, self.vals = k[order], np.concatenate([self.vals, vals])[order]
+        """Add new (distinct, absent) keys: merged into the sorted arrays (linear in their size)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if not len(keys):
+            return
+        order = np.argsort(keys, kind="stable")
+        keys, vals = keys[order], np.asarray(vals, dtype=np.int64)[order]
+        pos = np.searchsorted(self.keys, keys)
+        self.keys, self.vals = np.insert(self.keys, pos, keys), np.insert(self.vals, pos, vals)
 
 
 def _by_id(ids: dict, known: list) -> list:
@@ -164,6 +168,7 @@ class SpreadBuilder:
         self._exits_by_id: list = []
         self._direct_ok: dict = {}         # (starts id, attachment id) -> last hop without a walk?
         self._direct_seg = _KeyMemo()      # (starts id, destination) -> its last-hop segment
+        self._down_seg = _KeyMemo()        # (exits id, destination) -> its shared last-hop segment
         self._multi_into = None
         rate = links.rate_bps.astype(np.float64)
         self._rate = rate
@@ -696,10 +701,24 @@ class SpreadBuilder:
                 key = np.column_stack([dst[flows[sel]], node[rows], w[rows].view(np.int64)])
                 uk, inv = _unique_rows(key)
                 seg = np.empty(len(uk), np.int64)
-                for u, k in enumerate(uk.tolist()):
-                    exits = tuple(zip(k[1:1 + m], np.asarray(k[1 + m:], np.int64).view(np.float64).tolist()))
-                    got = self._down.get((k[0], exits))       # (known to be shared: no choice)
-                    seg[u] = got if got is not None else self._last_hop(k[0], exits, None)
+                # (exits id, destination) -> segment, looked up at once: the exits' distinct rows
+                # (few) numbered by tuple; the keys not seen yet made in uk's order, as one by one
+                ex, ex_inv = _unique_rows(uk[:, 1:])
+                ex_id = np.empty(len(ex), np.int64)
+                for j, k in enumerate(ex.tolist()):
+                    exits = tuple(zip(k[:m], np.asarray(k[m:], np.int64).view(np.float64).tolist()))
+                    ex_id[j] = self._exits_id.setdefault(exits, len(self._exits_id))
+                e_of = ex_id[ex_inv]
+                dkey = e_of * hosts + uk[:, 0]
+                seg[:], known = self._down_seg.lookup(dkey)
+                new = np.flatnonzero(~known)
+                if len(new):
+                    exits_of = self._exits_list()
+                    for u in new.tolist():
+                        d_, exits = int(uk[u, 0]), exits_of[int(e_of[u])]
+                        got = self._down.get((d_, exits))       # (known to be shared: no choice)
+                        seg[u] = got if got is not None else self._last_hop(d_, exits, None)
+                    self._down_seg.add(dkey[new], seg[new])
                 out_q.append(flows[sel])
                 out_s.append(seg[inv.ravel()])
                 out_w.append(np.ones(len(sel)))
