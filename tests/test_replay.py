@@ -2,6 +2,8 @@
 posting-order FIFO, deferred in-order completion and error flush of persistent connections."""
 import doctest
 
+import numpy as np
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -262,3 +264,23 @@ def test_separable_when_no_connection_is_posted_to_and_completing():
     assert c.separable([], [4])                   # conn < 0 finishes alone
     assert c.post(3) == "start"
     assert not c.separable([], [3])               # not handed on yet: done would hand it
+
+
+def test_the_compiled_count_down_equals_the_numpy_reference():
+    """flows.replay.released and its numba twin: the same mask and the same counts, on batches
+    with repeated dependents, rows released twice over and counts run below zero."""
+    pytest.importorskip("numba")
+    from fabricsim.flows.replay import released
+    from fabricsim.flows.replay_compiled import released as compiled
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 7, 300):
+        for _ in range(40):
+            pending = rng.integers(0, 4, size=max(n, 1))
+            deps = rng.integers(0, max(n, 1), size=rng.integers(0, 3 * n + 1))
+            a, b = pending.copy(), pending.copy()
+            m1, m2 = released(deps, a), compiled(deps, b)
+            assert m1.tolist() == m2.tolist() and a.tolist() == b.tolist()
+            # the entry that brings a row to 0 is its pending-th occurrence
+            for d in np.unique(deps[m1]):
+                first = np.flatnonzero(deps == d)[pending[d] - 1]
+                assert m1[first] and m1[deps == d].sum() == 1

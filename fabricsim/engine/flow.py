@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..config.types import Time
 from ..errors import SimulationError
 from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
+from ..flows import advance as advance_ref
 from ..flows.fluid import FluidProblem
 from ..flows.replay import Connections, Replay
 from ..flows.table import MessageTable
@@ -427,11 +428,12 @@ class FlowEngine:
         self.on_time = self.params.releases == "on_time"
         self.solver = self.params.solver
         self.warm_start = self.params.warm_start
-        # the step's arithmetic (flows.advance): compiled with the compiled solver, the same numbers
+        # the step's arithmetic (flows.advance) and the replay's count-down: compiled with the
+        # compiled solver, the same numbers
         if self._solver_used() == "compiled":
             from ..flows import advance_compiled as advance
         else:
-            from ..flows import advance
+            advance = advance_ref
         self._advance = advance
         self.cap = self._capacities()
         self.warnings: list[str] = []
@@ -494,7 +496,7 @@ class FlowEngine:
         cls = self.ideal.pair_classes(t.src, t.dst)
         self._frame = self._frame_ids(cls)          # every unit's framing id (PXN pieces appended)
         self._tail = np.maximum(0.0, self._fct - self._alone_rows(t, cls))   # and its pipeline latency
-        self.replay = Replay(t, self.sim.scenario.simulation.compute)
+        self.replay = Replay(t, self.sim.scenario.simulation.compute, compiled=self._advance is not advance_ref)
         self.conns = Connections(t)
         self.recorder.stream_only()              # rows streamed; the table is handed over as columns
         self.recorder.delivered_by = self._delivered_by

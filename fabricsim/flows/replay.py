@@ -95,6 +95,33 @@ def _distinct_groups(ptr: np.ndarray, rows: np.ndarray) -> bool:
     return bool((rows[1:] > rows[:-1])[inner].all())
 
 
+def released(deps: np.ndarray, pending: np.ndarray) -> np.ndarray:
+    """Count down ``pending`` (unfinished dependencies per row) by one per entry of ``deps``
+    (dependents of completed rows, in completion order), in place; the mask of the entries that
+    bring their row to 0 (each released row once, by its last dependency). The numpy reference of
+    :func:`fabricsim.flows.replay_compiled.released` (a sequential pass).
+
+    >>> pending = np.array([2, 1, 3])
+    >>> released(np.array([0, 1, 0, 2]), pending).tolist(), pending.tolist()
+    ([False, True, True, False], [0, 0, 2])
+    """
+    total = len(deps)
+    if not total:
+        return np.zeros(0, dtype=bool)
+    # the k-th decrement of a dependent (k = 1, 2, ...) in call order: it is released by the
+    # one that brings its pending count to 0
+    o = np.argsort(deps, kind="stable")
+    d = deps[o]
+    head = np.r_[True, d[1:] != d[:-1]]
+    starts = np.flatnonzero(head)
+    k = np.arange(total) - np.repeat(starts, np.diff(np.r_[starts, total])) + 1
+    occ = np.empty(total, dtype=np.int64)
+    occ[o] = k
+    now = occ == pending[deps]
+    pending[d[starts]] -= np.diff(np.r_[starts, total])
+    return now
+
+
 class Replay:
     """Release times of a message pattern's rows (see the module doc).
 
@@ -102,9 +129,14 @@ class Replay:
     ``compute``: ``"gaps"`` (a gap is a delay) or ``"gpu"`` (a gap is a job on the sending GPU).
     """
 
-    def __init__(self, messages, compute: str = "gaps"):
+    def __init__(self, messages, compute: str = "gaps", compiled: bool = False):
         if compute not in ("gaps", "gpu"):
             raise ValueError(f"compute must be 'gaps' or 'gpu', not {compute!r}")
+        if compiled:                  # completed_many's count-down in one compiled pass (numba)
+            from . import replay_compiled
+            self._released = replay_compiled.released
+        else:
+            self._released = released
         self.table = t = _table(messages)
         self.gpu = compute == "gpu"
         self._pending = np.diff(t.dep_ptr)            # unfinished dependencies per row
@@ -169,20 +201,8 @@ class Replay:
         # the dependents of every row, row after row: one gather from the CSR
         first = np.cumsum(lens) - lens
         deps = self._dependents[np.repeat(lo - first, lens) + np.arange(total)]
-        # the k-th decrement of a dependent (k = 1, 2, ...) in call order: it is released by the
-        # one that brings its pending count to 0
-        o = np.argsort(deps, kind="stable")
-        d = deps[o]
-        head = np.r_[True, d[1:] != d[:-1]]
-        starts = np.flatnonzero(head)
-        k = np.arange(total) - np.repeat(starts, np.diff(np.r_[starts, total])) + 1
-        occ = np.empty(total, dtype=np.int64)
-        occ[o] = k
-        pending = self._pending
-        now = occ == pending[deps]
+        now = self._released(deps, self._pending)
         ready = deps[now]
-        u = d[starts]
-        pending[u] -= np.diff(np.r_[starts, total])
         by = np.repeat(ts, lens)[now]                  # the time of the row that released each
         rel = by + self.table.gap_ps[ready].astype(np.int64)
         return np.maximum(rel, self.table.start_ps[ready].astype(np.int64)), ready
