@@ -92,6 +92,8 @@ the port sweep is one sort, so ~O(M log M + E) with no per-message Python.
 """
 from __future__ import annotations
 
+import copy
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -412,12 +414,32 @@ class LowerBound:
             sel = np.zeros(n, dtype=bool)
             sel[self.rows_of(message_ids)] = True
         t0 = int(t0_ps)
-        es, ef, levels = self._forward(sel, t0)
-        q = self._tails(levels, sel)
+        # the passes over the dependencies among the selected messages only (the edges leaving the
+        # set gathered and dropped once, not by each pass): on the subgraph they induce, every
+        # message outside the set has no edge and changes nothing
+        g = self if sel is None else self._induced(sel)
+        es, ef, levels = g._forward(None, t0)
+        q = g._tails(levels, None)
         members = np.arange(n) if sel is None else np.flatnonzero(sel)
         crit = int(ef[members].max()) - t0 if len(members) else 0
         port = self._port(np.ones(n, dtype=bool) if sel is None else sel, es, q) - t0 if len(members) else 0
         return Bound(t0, max(crit, port), crit, port, self.ids[members], es[members], ef[members])
+
+    def _induced(self, sel) -> "LowerBound":
+        """This bound with only the dependency edges between messages of ``sel`` (a shallow copy
+        sharing every other array)."""
+        ptr = np.zeros(len(self.ids) + 1, dtype=np.int64)
+        parts = []
+        for nodes, counts in self._chunks(np.flatnonzero(sel)):
+            vv, kept = self._out_edges(nodes, counts, sel)
+            ptr[nodes + 1] = kept
+            parts.append(vv)
+        sub = copy.copy(self)
+        np.cumsum(ptr, out=ptr)
+        sub.out_ptr = ptr
+        sub.out_v = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        sub.out_counts = np.diff(ptr)
+        return sub
 
     # ------------------------------------------------------------------ passes
     #: dependency edges gathered at once by the passes (bounds their temporaries: ~8 bytes each)
