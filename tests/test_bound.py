@@ -297,3 +297,33 @@ def test_pairs_of_one_class_have_the_figures_of_its_representative(topology):
         # between racks on one rail: one class for every rack pair
         assert model.pair_class(1, 72) == model.pair_class(1, 144) == model.pair_class(73, 216)
         assert model.pair_class(1, 72) != model.pair_class(1, 2)           # within rack 0: NVLink
+
+
+def test_the_bound_of_a_set_counts_only_the_dependencies_inside_it():
+    """A chain 0 -> 1 -> 2 -> 3 (gaps 1 us) and a message 4 on its own: the bound of {1, 2, 4}
+    starts 1 at t0 (its dependency on 0 lies outside the set, satisfied), keeps 1 -> 2, and ignores
+    3 (a dependent outside the set). It equals the bound of the same three messages with the edge
+    to 0 removed, computed on their own."""
+    from fabricsim.flows import MessageTable
+    S = 256 * 1024
+    rows = [(0, 0, 5, S, (), 1_000_000, 0), (1, 5, 9, S, (0,), 1_000_000, 0),
+            (2, 9, 14, S, (1,), 1_000_000, 0), (3, 14, 2, S, (2,), 1_000_000, 0), (4, 3, 7, S, (), 0, 0)]
+    _loaded, sim = prepare({"name": "set", "topology": fabric(), "traffic": {"pattern": "permutation"}})
+    model = IdealModel(sim)
+
+    def table(rs):
+        return MessageTable.from_columns(
+            id=[r[0] for r in rs], src=[r[1] for r in rs], dst=[r[2] for r in rs], size_bytes=[r[3] for r in rs],
+            deps=[r[4] for r in rs], gap_ps=[r[5] for r in rs], start_ps=[r[6] for r in rs])
+
+    whole = LowerBound(model, table(rows))
+    part = whole.of(0, [1, 2, 4])
+    alone = LowerBound(model, table([(1, 5, 9, S, (), 1_000_000, 0), rows[2], rows[4]])).of(0)
+    assert (part.duration_ps, part.critical_path_ps, part.port_ps) == \
+        (alone.duration_ps, alone.critical_path_ps, alone.port_ps)
+    assert part.message_ids.tolist() == [1, 2, 4]
+    assert part.earliest_start_ps.tolist() == alone.earliest_start_ps.tolist()
+    assert part.earliest_finish_ps.tolist() == alone.earliest_finish_ps.tolist()
+    # 2 waits for 1 (plus its gap): the chain inside the set is kept
+    assert part.earliest_start_ps[1] == part.earliest_finish_ps[0] + 1_000_000
+    assert part.critical_path_ps > whole.of(0, [1]).critical_path_ps
