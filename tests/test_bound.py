@@ -254,6 +254,28 @@ UNEVEN = {"kind": "explicit",
     {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4, "links_per_spine": 2},
     UNEVEN,
 ], ids=["nvl72", "nvl72_failed", "hgx8", "leaf_spine", "uneven_links"])
+def test_host_classes_from_the_link_table_equal_the_graph_walk(topology):
+    # IdealModel reads host classes off the run's LinkTable (one sort) when the input has one;
+    # the walk over the graph (per host and neighbour) must give the same numbering and signatures
+    import numpy as np
+    _l, sim = prepare({"topology": topology, "simulation": {"engine": "flow"}})
+    fast = IdealModel(sim)
+    walk = IdealModel(sim)
+    walk._link_table = None
+    assert np.array_equal(fast.host_classes(), walk.host_classes())
+    assert fast._hc_sig == walk._hc_sig and fast._n_hc == walk._n_hc
+    if topology is UNEVEN:                    # h0's two parallel links count twice
+        assert [len(fwd) for _s, fwd, _b in fast._hc_sig[int(fast.host_classes()[0])]] == [2]
+
+
+@pytest.mark.parametrize("topology", [
+    {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"}},
+    {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"},
+     "failed": {"switches": ["p1.spine0", "r1.nvs3"], "links": [["p0.leaf0", "p0.spine1"], ["r2.g0", "p2.leaf0"]]}},
+    {"kind": "cluster", "domain": "hgx8", "nodes": 8, "rails": 4, "spines": 2, "nic": {"ports": 2, "rate": "400Gbps"}},
+    {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4, "links_per_spine": 2},
+    UNEVEN,
+], ids=["nvl72", "nvl72_failed", "hgx8", "leaf_spine", "uneven_links"])
 def test_pairs_of_one_class_have_the_figures_of_its_representative(topology):
     # pair classes join pairs whose ends face each other alike (GPUs of different racks on one
     # rail, for traffic between racks); every figure the references and the bound read off a

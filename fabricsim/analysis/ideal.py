@@ -116,6 +116,7 @@ class IdealModel:
         self._ports: dict = {}
         self._framing: dict = {}
         self._hc = None                 # host -> host class (:meth:`host_classes`)
+        self._link_table = getattr(sim, "link_table", None)     # () -> the run's LinkTable, if it has one
         self._pc: dict = {}             # (class of src, class of dst) -> pair class id
         self._pc_coarse: dict = {}      # (src facing dst, dst facing src) -> pair class id
         self._pc_rep: list = []         # pair class id -> a representative (src, dst)
@@ -297,6 +298,10 @@ class IdealModel:
             hc = np.full(max(hosts, default=-1) + 1, -1, dtype=np.int64)
             sigs: dict = {}
             directed = g.is_directed()
+            if not directed and self._link_table is not None:
+                self._hc, self._hc_sig = self._host_classes_from_links(hosts, hc)
+                self._n_hc = max(len(self._hc_sig), 1)
+                return self._hc
             for h in hosts:
                 sig = []
                 for s in sorted(set(g.neighbors(h))):
@@ -309,6 +314,33 @@ class IdealModel:
             self._n_hc = max(len(sigs), 1)
             self._hc_sig = list(sigs)           # host class -> its (switch, links out, links in)
         return self._hc
+
+    def _host_classes_from_links(self, hosts: list, hc: np.ndarray) -> tuple[np.ndarray, list]:
+        """:meth:`host_classes` from the run's :class:`~fabricsim.flows.links.LinkTable` (an
+        undirected topology): each host's links sorted by (switch, rate, delay) are its signature,
+        compared as bytes; classes numbered in host order, as the graph walk numbers them."""
+        L = self._link_table()
+        is_host = np.zeros(max(int(L.src.max(initial=-1)), len(hc) - 1) + 1, dtype=bool)
+        is_host[hosts] = True
+        out = np.flatnonzero(is_host[L.src])
+        out = out[np.lexsort((L.delay_ps[out], L.rate_bps[out], L.dst[out], L.src[out]))]
+        rows = np.column_stack([L.dst[out], L.rate_bps[out], L.delay_ps[out]]).astype(np.int64)
+        src = L.src[out]
+        lo = np.searchsorted(src, hosts, side="left").tolist()
+        hi = np.searchsorted(src, hosts, side="right").tolist()
+        ids: dict = {}
+        sigs: list = []
+        for h, a, b in zip(hosts, lo, hi):
+            key = rows[a:b].tobytes()
+            c = ids.get(key)
+            if c is None:
+                c = ids[key] = len(sigs)
+                sig: dict = {}
+                for s_, rate, delay in rows[a:b].tolist():
+                    sig.setdefault(s_, []).append((rate, delay))
+                sigs.append(tuple((s_, tuple(v), ()) for s_, v in sig.items()))
+            hc[h] = c
+        return hc, sigs
 
     def _facing(self, h: int, other: int) -> tuple:
         """The part of ``h``'s class signature (:meth:`host_classes`) in the switch-graph
