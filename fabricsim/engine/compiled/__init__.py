@@ -153,6 +153,11 @@ class CompiledKernel:
         X.Q[q, C.Q_RPORT] = self._host_nic[qp.dst]    # = reply_nic: the receiving host's one port
         X.Q[q, C.Q_BASE] = base
         X.Q[q, C.Q_ACTIVE] = 1
+        if X.g[C.G_RTO_ADAPTIVE]:
+            # the idle round trip, read before the first RTT sample (heap works it out at the
+            # first send's timer: the same pure function of the two hosts, memoised per pair)
+            X.Q[q, C.Q_BRTT] = qp.flow.base_rtt_ps
+            X.Q[q, C.Q_SRTT], X.Q[q, C.Q_RTTVAR] = qp.srtt, qp.rttvar
         self.qps.append(qp)
         self.qp_row[id(qp)] = q
         return q
