@@ -145,6 +145,17 @@ CASES = {
         "traffic": {"pattern": "permutation", "message_size": "256KiB"}, "routing": {"policy": "adaptive"},
         "receiver": {"rto_mode": "adaptive", "retry_limit": 50, "reorder_window": "1us", "rto_jitter": 0},
         "simulation": {"seed": 170, "time_limit": "5ms", "mtu": "4KiB"}, "outputs": {"link_sample_interval": "off"}},
+    # (an oversubscribed all-to-all of 1 KiB units on 100G spine links, sprayed: thousands of probes,
+    #  and outputs that change if the tail-loss probe's D-SACK did not advance RACK or a D-SACKed
+    #  resend did not widen the reorder window)
+    "rto-adaptive-a2a-oversubscribed": lambda tmp: {
+        "name": "cc_a2a_over", "topology": {**FABRIC, "leaves": 3, "buffer": {"mode": "per_port", "size": "64KiB"},
+                                            "fabric_link": {"rate": "100Gbps", "delay": "500ns"}},
+        "traffic": {"pattern": "all_to_all", "message_size": "64KiB", "qps_per_message": 3},
+        "routing": {"policy": "spray"},
+        "receiver": {"rto_mode": "adaptive", "rto_min": "1us", "retry_limit": 50, "reorder_window": "1us",
+                     "rto_jitter": 0},
+        "simulation": {"seed": 293, "time_limit": "5ms", "mtu": "1KiB"}, "outputs": {"link_sample_interval": "off"}},
     "rto-adaptive-retry-limit": lambda tmp: _lossy_incast(
         receiver={"rto_mode": "adaptive", "rto_min": "1us", "rto_max": "3us", "rto_jitter": 0, "retry_limit": 2}),
 }

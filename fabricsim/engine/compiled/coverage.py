@@ -4,6 +4,12 @@
 that the compiled slices do not run yet, one short phrase each, with the slice that will. An
 empty list: the run is compiled. Otherwise it runs on ``heap`` (the same model in Python) and
 says why, so nothing is ever simplified silently.
+
+Both timer modes are compiled (``receiver.rto_mode: fixed`` and ``adaptive``). Of adaptive
+timeouts, what stays outside is stated by the reasons it comes with: ACK coalescing (its wait
+allowance and SACK-bitmap reach: ``ack_every > 1``), persistent connections (the estimator's
+``heir`` chain), go-back-N (a rewind instead of a probe: ``receiver``), and an ``rto_max`` whose
+jittered product would leave int64 (docs/compiled-core.md 3.1).
 """
 from __future__ import annotations
 
