@@ -6,7 +6,11 @@ generator: leaf-spine fabrics of 2-4 leaves, 2-5 hosts per leaf, 1-3 spines and 
 spine, 100/200/300/333/400G links (300 and 333 do not divide 8e12 bit-ps per byte), per-port buffers from 16 KiB to unbounded, ECN on or off and sampled at
 enqueue or dequeue, ECMP / spraying / adaptive routing (remote grades on or off, refresh and report
 periods), permutation / all-to-all / incast traffic of 4-256 KiB with 1-3 queue pairs, short and
-long timeouts and retry limits. Each runs on both kernels; every table, the summary and the event
+long timeouts and retry limits, fixed or adaptive timeouts (``rto_mode: adaptive`` in half the cases:
+``rto_min`` 1-20 us, ``rto_max`` 50 us or 1 ms, jitter 0-4, ``rto_rttvar_mult`` default / 0 / 4, retry
+limits 2-50; the
+adaptive draws come after every other, so a seed's fabric, traffic and routing are those it drew
+before adaptive timeouts joined). Each runs on both kernels; every table, the summary and the event
 count must be identical, and the compiled run must really be compiled.
 
     python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
@@ -58,15 +62,24 @@ def scenario(seed: int) -> dict:
     short = r.random() < 0.4
     receiver = {"model": "ddp", "rto_low": "6us" if short else "100us", "rto_high": "10us" if short else "320us",
                 "retry_limit": r.choice([0, 2, 7]), "reorder_window": r.choice(["2us", "5us"])}
-    return {"name": f"check_compiled_{seed}", "topology": topo, "traffic": traffic, "routing": routing,
-            "receiver": receiver, "switch": {"ecn": ecn},
-            "simulation": {"seed": r.randint(1, 1000), "time_limit": r.choice(["30us", "5ms"])},
-            "outputs": {"link_sample_interval": r.choice(["off", "2us", "10us"])}}
+    sc = {"name": f"check_compiled_{seed}", "topology": topo, "traffic": traffic, "routing": routing,
+          "receiver": receiver, "switch": {"ecn": ecn},
+          "simulation": {"seed": r.randint(1, 1000), "time_limit": r.choice(["30us", "5ms"])},
+          "outputs": {"link_sample_interval": r.choice(["off", "2us", "10us"])}}
+    if r.random() < 0.5:
+        # (a retry limit of 0 would fail a queue pair at its first timeout, before any probe)
+        receiver.update(rto_mode="adaptive", rto_min=r.choice(["1us", "4us", "20us"]),
+                        rto_max=r.choice(["50us", "1ms"]), rto_jitter=r.choice([0, 0.5, 4]),
+                        retry_limit=r.choice([2, 7, 50]))
+        k = r.choice([None, 0, 4])
+        if k is not None:
+            receiver["rto_rttvar_mult"] = k
+    return sc
 
 
 def compare(sc: dict, status: list | None = None) -> list[str]:
     """Run ``sc`` on both kernels; the differences found (empty: identical). The heap run's
-    status is appended to ``status`` if given."""
+    status and its ``summary["run"]`` are appended to ``status`` if given."""
     import pandas as pd
 
     import fabricsim
@@ -75,7 +88,7 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
         res[k] = fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": k}})
     a, b = res["heap"], res["compiled"]
     if status is not None:
-        status.append(a.summary["status"])
+        status.extend((a.summary["status"], a.summary["run"]))
     out = []
     if b.summary["run"]["kernel"].get("ran") != "compiled":
         out.append(f"did not run compiled: {b.summary['run']['kernel']}")
@@ -118,8 +131,11 @@ def main(argv=None) -> int:
         bad += bool(diffs)
         t = sc["traffic"]
         print(f"{'DIFFERENT' if diffs else 'same     '} case {s}: {sc['routing']['policy']:8s} {t['pattern']:11s} "
+              f"rto {sc['receiver'].get('rto_mode', 'fixed'):8s} "
               f"{sc['topology']['leaves']}x{sc['topology']['hosts_per_leaf']} buffer {sc['topology']['buffer']['size']:9s} "
               f"{st[0]}"
+              + (f" timeouts {st[1]['retransmission_timeouts']} probes {st[1]['timeout_probes']} "
+                 f"dsacks {st[1]['dsacks_received']}" if sc["receiver"].get("rto_mode") == "adaptive" else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0

@@ -6,7 +6,9 @@ tests/test_kernel_equivalence.py runs every routing policy, receiver and CC case
 too; the cases here reach what those do not: link sampling on (``pending()``, the sampler's
 re-arm, the final snapshot), timeouts and failures (``retry_limit``), a run cut by its time limit
 with packets in flight, ECN sampled at enqueue, unbounded buffers, two serialisation rates,
-dependencies with compute gaps and GPU jobs, and a time limit beyond 2**40 ps.
+dependencies with compute gaps and GPU jobs, a time limit beyond 2**40 ps, and adaptive timeouts
+(``receiver.rto_mode: adaptive``: the RTT estimator, back-off with jitter draws, timeout probes,
+D-SACKs and the tail-loss probe, failures at the retry limit).
 """
 from __future__ import annotations
 
@@ -45,6 +47,17 @@ def _lossy_incast(**over):
     for k, v in over.items():
         sc[k] = {**sc.get(k, {}), **v} if isinstance(v, dict) else v
     return sc
+
+
+def _all_to_all(**receiver):
+    """Every host to every other over 100G host links, 3 queue pairs each, into 32 KiB buffers, with
+    adaptive timeouts: 21 queue pairs share each NIC, so a unit presumed lost can still wait for its
+    turn when the timer fires (the probe then goes to the earliest unit sent, not the lowest PSN)."""
+    return {"name": "cc_a2a", "topology": {**FABRIC, "buffer": {"mode": "per_port", "size": "32KiB"},
+                                           "host_link": {"rate": "100Gbps", "delay": "500ns"}},
+            "traffic": {"pattern": "all_to_all", "message_size": "128KiB", "qps_per_message": 3},
+            "routing": {"policy": "spray"}, "receiver": {"rto_mode": "adaptive", **receiver},
+            "simulation": {"seed": 1, "time_limit": "20ms"}, "outputs": {"link_sample_interval": "off"}}
 
 
 def _dependent_trace(tmp_path):
@@ -111,6 +124,40 @@ CASES = {
                                               simulation={"seed": 2}),
     "adaptive-lossy-incast": lambda tmp: _lossy_incast(routing={"policy": "adaptive", "refresh": "1us",
                                                                 "remote_period": "500ns"}),
+    # adaptive timeouts: probes and their D-SACKs after drops (ECMP), under spraying's reordering with a
+    # tight reorder window (D-SACK widening), with the RTT floor under adaptive routing, with queue
+    # pairs waiting on busy NICs (probes of the earliest unit sent; the tail-loss probe), and backed
+    # off to a small rto_max until the retry limit fails the messages (no jitter)
+    "rto-adaptive-incast": lambda tmp: _lossy_incast(receiver={"rto_mode": "adaptive"}),
+    "rto-adaptive-spray-reordering": lambda tmp: _lossy_incast(
+        topology={**FABRIC, "buffer": {"mode": "per_port", "size": "16KiB"}}, routing={"policy": "spray"},
+        receiver={"rto_mode": "adaptive", "rto_min": "2us", "reorder_window": "300ns"}),
+    "rto-adaptive-rttvar-floor": lambda tmp: _lossy_incast(
+        routing={"policy": "adaptive"}, receiver={"rto_mode": "adaptive", "rto_rttvar_mult": 4, "rto_jitter": 4}),
+    "rto-adaptive-busy-nics": lambda tmp: _all_to_all(rto_min="1us", retry_limit=50),
+    "rto-adaptive-busy-nics-tlp": lambda tmp: _all_to_all(retry_limit=20),
+    # (8 KiB buffers hold two 4 KiB units: ACKs are dropped too, so a resend of a unit whose ACK was
+    #  lost is D-SACKed, and RACK's window widens from a D-SACK)
+    "rto-adaptive-dsack-of-a-resend": lambda tmp: {
+        "name": "cc_perm_tight", "topology": {**FABRIC, "leaves": 3, "spines": 4, "buffer": {"mode": "per_port", "size": "8KiB"},
+                                              "host_link": {"rate": "100Gbps", "delay": "500ns"},
+                                              "fabric_link": {"rate": "200Gbps", "delay": "500ns"}},
+        "traffic": {"pattern": "permutation", "message_size": "256KiB"}, "routing": {"policy": "adaptive"},
+        "receiver": {"rto_mode": "adaptive", "retry_limit": 50, "reorder_window": "1us", "rto_jitter": 0},
+        "simulation": {"seed": 170, "time_limit": "5ms", "mtu": "4KiB"}, "outputs": {"link_sample_interval": "off"}},
+    # (an oversubscribed all-to-all of 1 KiB units on 100G spine links, sprayed: thousands of probes,
+    #  and outputs that change if the tail-loss probe's D-SACK did not advance RACK or a D-SACKed
+    #  resend did not widen the reorder window)
+    "rto-adaptive-a2a-oversubscribed": lambda tmp: {
+        "name": "cc_a2a_over", "topology": {**FABRIC, "leaves": 3, "buffer": {"mode": "per_port", "size": "64KiB"},
+                                            "fabric_link": {"rate": "100Gbps", "delay": "500ns"}},
+        "traffic": {"pattern": "all_to_all", "message_size": "64KiB", "qps_per_message": 3},
+        "routing": {"policy": "spray"},
+        "receiver": {"rto_mode": "adaptive", "rto_min": "1us", "retry_limit": 50, "reorder_window": "1us",
+                     "rto_jitter": 0},
+        "simulation": {"seed": 293, "time_limit": "5ms", "mtu": "1KiB"}, "outputs": {"link_sample_interval": "off"}},
+    "rto-adaptive-retry-limit": lambda tmp: _lossy_incast(
+        receiver={"rto_mode": "adaptive", "rto_min": "1us", "rto_max": "3us", "rto_jitter": 0, "retry_limit": 2}),
 }
 
 
@@ -152,6 +199,14 @@ def test_compiled_core_gives_the_heap_kernels_tables(case, tmp_path):
         assert a.messages["out_of_order_fraction"].max() > 0            # per-packet choices reorder
     if case == "rates-not-dividing-8e12":
         assert a.links["drops_buffer_full"].sum() > 0 and a.links["ecn_marked_packets"].sum() > 0
+    if case.startswith("rto-adaptive"):
+        assert a.summary["status"] == ("incomplete_failed" if case == "rto-adaptive-retry-limit" else "complete")
+        if case != "rto-adaptive-dsack-of-a-resend":
+            assert run["retransmission_timeouts"] > 0 and run["timeout_probes"] > 0
+        if case != "rto-adaptive-rttvar-floor":
+            assert run["dsacks_received"] > 0 and run["spurious_retransmissions_detected"] > 0
+        if case not in ("rto-adaptive-rttvar-floor", "rto-adaptive-dsack-of-a-resend"):
+            assert run["spurious_timeout_probes"] > 0
 
 
 @pytest.mark.parametrize("seed", [3, 4, 9, 12, 17, 20])
@@ -276,6 +331,57 @@ def test_the_compiled_arithmetic_is_the_models_own():
         inv = 1.0 / math.log1p(0.01)
         lat = rng.choice([1, 2, 83_560, rng.randrange(1, 10**12)])
         assert bucket(lat, inv) == int(math.log(lat) * inv)
+
+
+def test_the_compiled_timeout_arithmetic_is_the_senders_own():
+    """The adaptive timeout, the jitter draw and the RTT estimator compiled from net/sender.py equal
+    the Python functions, and the timeout equals its definition in Python's big integers
+    (``min(rto_max, (B << k) + ((B << k) * jitter * u >> 40))``) up to the bounds coverage.py sets:
+    ``(rto_max - 1) * jitter < 2^63`` and ``rto_max < 2^62`` (back-offs of 2^30 and draws near 2^24
+    included)."""
+    from numba import njit
+
+    from fabricsim.engine.compiled import core
+    from fabricsim.net import sender
+
+    @njit(_nrt=False)
+    def draw(salt, uid, n):
+        return core.rto_draw(salt, np.uint64(uid), np.uint64(n))
+
+    def spec(rto_min, idle, srtt, rttvar, mult, wait, k, jit, u, rto_max):
+        base = max(rto_min, 2 * idle) if not srtt else (max(rto_min, srtt + mult * rttvar) if mult else rto_min)
+        r = (base + wait) << min(k, 30)
+        return min(rto_max, r + (r * jit * u >> 40))
+
+    rng = random.Random(11)
+    for i in range(20000):
+        jit = rng.choice([0, 1, 32768, 4 * 65536, rng.randrange(4 * 65536 + 1)])
+        # the largest rto_max coverage.py lets through: (rto_max - 1) * jit < 2^63, rto_max < 2^62
+        top = min((2**63 - 1) // jit + 1, 2**62 - 1) if jit else 2**62 - 1
+        rto_max = rng.choice([top, rng.randrange(1, top + 1), 10**9, 50_000_000])
+        rto_min = rng.choice([1, rto_max, rng.randrange(1, rto_max + 1)])
+        args = (rto_min, rng.randrange(10**8), rng.choice([0, rng.randrange(1, 10**10)]), rng.randrange(10**9),
+                rng.choice([0, 4, 64]), rng.choice([0, rng.randrange(10**6)]), rng.choice([0, 1, 29, 30, 31, 1000,
+                                                                                           rng.randrange(40)]),
+                jit, rng.choice([0, (1 << 24) - 1, rng.randrange(1 << 24)]), rto_max)
+        want = sender.adaptive_rto_ps(*args)
+        assert core.adaptive_rto_ps(*args) == want == spec(*args), args
+        salt, uid, n = rng.getrandbits(64), rng.randrange(1 << 40), rng.randrange(1, 10**6)
+        assert int(draw(np.uint64(salt), uid, n)) == sender.rto_draw(salt, uid, n)
+        srtt, rttvar, r = rng.choice([0, rng.randrange(1, 10**9)]), rng.randrange(10**9), rng.randrange(1, 10**9)
+        assert tuple(core.rtt_estimate(srtt, rttvar, r)) == sender.rtt_estimate(srtt, rttvar, r)
+        a, u = rng.randrange(1 << 63), rng.randrange(1 << 24)
+        assert core._mul_shr(a, u, 40) == sender.mul_shr(a, u, 40) == (a * u) >> 40
+
+
+def test_adaptive_timeouts_beyond_int64_fall_back():
+    """``rto_max x rto_jitter x 65536`` of 2^63 ps or more (40 s at jitter 4) would overflow the
+    compiled timeout's int64 product: that run goes to heap and says why; 30 s runs compiled."""
+    b = _run(_lossy_incast(receiver={"rto_mode": "adaptive", "rto_max": "40s", "rto_jitter": 4}), "compiled")
+    info = b.summary["run"]["kernel"]
+    assert info["ran"] == "heap" and "receiver.rto_max x rto_jitter" in info["fallback"], info
+    ok = _run(_lossy_incast(receiver={"rto_mode": "adaptive", "rto_max": "30s", "rto_jitter": 4}), "compiled")
+    assert ok.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
 
 
 def test_a_changed_shared_function_discards_the_cached_core(tmp_path):

@@ -27,10 +27,11 @@ FABRIC = {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 2, "spines": 2,
           "host_link": {"rate": "400Gbps", "delay": "500ns"}, "fabric_link": {"rate": "400Gbps", "delay": "500ns"}}
 
 
-def _incast(lossless: bool, receiver="ddp", cc="none", routing="spray"):
+def _incast(lossless: bool, receiver="ddp", cc="none", routing="spray", rto_mode="fixed"):
+    rcv = {"model": receiver} if rto_mode == "fixed" else {"model": receiver, "rto_mode": rto_mode}
     return {"name": "eq_incast", "topology": {**FABRIC, "buffer": {"mode": "per_port", "size": "64KiB"}},
             "traffic": {"pattern": "incast", "senders": 6, "receiver": 0, "message_size": "128KiB"},
-            "routing": {"policy": routing}, "receiver": {"model": receiver},
+            "routing": {"policy": routing}, "receiver": rcv,
             "congestion_control": {"algorithm": cc},
             "switch": {"ecn": {"enabled": True, "kmin": "8KB", "kmax": "48KB"}, "pfc": {"enabled": lossless}},
             "simulation": {"seed": 3, "time_limit": "20ms"}, "outputs": {"link_sample_interval": "off"}}
@@ -46,7 +47,10 @@ def _permutation(routing: str):
 CASES = ([pytest.param(_permutation(p), id=f"routing-{p}") for p in ROUTING.names()]
          + [pytest.param(_incast(False, receiver=r), id=f"lossy-receiver-{r}") for r in RECEIVERS.names()]
          + [pytest.param(_incast(True, cc=c, routing="ecmp"), id=f"pfc-cc-{c}") for c in CC.names()]
-         + [pytest.param(_incast(False, cc=c, routing="adaptive"), id=f"lossy-cc-{c}") for c in CC.names()])
+         + [pytest.param(_incast(False, cc=c, routing="adaptive"), id=f"lossy-cc-{c}") for c in CC.names()]
+         # adaptive timeouts (probes, D-SACKs) under drops, with spraying's and adaptive routing's reordering
+         + [pytest.param(_incast(False, routing=p, rto_mode="adaptive"), id=f"lossy-rto-adaptive-{p}")
+            for p in ("spray", "adaptive")])
 
 
 def _run(sc, kernel):
@@ -103,6 +107,9 @@ def test_the_suite_reaches_what_it_claims():
     lossy = fabricsim.run(_incast(False, receiver="reorder_buffer"))
     assert lossy.summary["run"]["dropped_packets"] > 0 and lossy.summary["transport"]["retransmitted_bytes"] > 0
     assert lossy.summary["transport"]["out_of_order_fraction"] > 0
+    rto = fabricsim.run(_incast(False, rto_mode="adaptive"))
+    run = rto.summary["run"]
+    assert run["timeout_probes"] > 0 and run["dsacks_received"] > 0 and run["spurious_timeout_probes"] > 0
     pfc = fabricsim.run(_incast(True, cc="dcqcn", routing="ecmp"))
     t = pfc.summary["transport"]
     assert t["pfc_pause_events"] > 0 and t["cnps"] > 0 and pfc.summary["run"]["dropped_packets"] == 0

@@ -93,32 +93,20 @@ class Sender:
         """The retransmission timeout of ``qp`` now (see :class:`~fabricsim.receiver.TransportParams`)."""
         if not self.adaptive:
             return self.rto_low if len(qp.outstanding) <= self.rto_low_units else self.rto_high
-        base = self.rto_min
         est = qp if qp.heir is None else self._estimator(qp)
-        if not est.srtt:
-            # no RTT sample yet: twice the idle round trip (TLP's 2 x srtt, with the idle RTT as
-            # the guess), so the first ACK is not probed for before it can be back
-            f = 2 * qp.flow.base_rtt_ps
-            if f > base:
-                base = f
-        elif self.rto_k:
-            f = est.srtt + self.rto_k * est.rttvar
-            if f > base:
-                base = f
-        if self.ack_wait_bytes and qp.high < qp.npsn:
-            # (once the last unit is out no ACK waits for more: the last unit requests one)
-            base += self.ack_wait_ps + self.ack_wait_bytes * PS_BITS // qp.flow.line_bps
-        k = qp.timeouts
-        r = base << (k if k < 30 else 30)
-        if self.rto_jit:
-            r += (r * self.rto_jit * qp.rto_u) >> 40
-        return r if r < self.rto_max else self.rto_max
+        srtt = est.srtt
+        # (once the last unit is out no ACK waits for more: the last unit requests one)
+        wait = (self.ack_wait_ps + self.ack_wait_bytes * PS_BITS // qp.flow.line_bps
+                if self.ack_wait_bytes and qp.high < qp.npsn else 0)
+        # the idle round trip is read only before the first RTT sample (it is worked out when first read)
+        return adaptive_rto_ps(self.rto_min, 0 if srtt else qp.flow.base_rtt_ps, srtt, est.rttvar, self.rto_k,
+                               wait, qp.timeouts, self.rto_jit, qp.rto_u, self.rto_max)
 
     def _draw(self, qp):
         """A new jitter draw for ``qp`` (at its first send and after each expiry): a counter-based
         hash of (seed, queue pair, draw number), so it does not depend on event order."""
         qp.rto_draws += 1
-        qp.rto_u = mix64(mix64(self.salt ^ qp.uid) ^ qp.rto_draws) & 0xFFFFFF
+        qp.rto_u = rto_draw(self.salt, qp.uid, qp.rto_draws)
 
     @staticmethod
     def _estimator(qp):
@@ -136,15 +124,7 @@ class Sender:
         connection the estimator is the queue pair's latest message's (``qp.heir``)."""
         if qp.heir is not None:
             qp = self._estimator(qp)
-        if not qp.srtt:
-            qp.srtt = r
-            qp.rttvar = r >> 1
-        else:
-            d = qp.srtt - r
-            if d < 0:
-                d = -d
-            qp.rttvar += (d - qp.rttvar) >> 2
-            qp.srtt += (r - qp.srtt) >> 3
+        qp.srtt, qp.rttvar = rtt_estimate(qp.srtt, qp.rttvar, r)
 
     def arm(self, qp, t):
         """Start the retransmission timer of ``qp`` (called when it sends with no timer running)."""
@@ -467,3 +447,85 @@ class Sender:
         qp.rto_at = t + self.rto(qp)
         self.kernel.schedule(qp.rto_at, self._on_rto, qp)
         self.kick(t, qp)
+
+
+# ---------------------------------------------------------------------- shared arithmetic
+# Plain functions over ints: the Python sender calls them, and the compiled core
+# (fabricsim/engine/compiled/core.py) compiles them from this source, so both kernels time out alike.
+
+
+def mul_shr(a: int, u: int, s: int) -> int:
+    """``(a * u) >> s`` for ``0 <= a < 2**63``, ``0 <= u < 2**31`` and ``s >= 32``, without a
+    product above 2**63: ``a = a_hi * 2**32 + a_lo`` gives
+    ``(a * u) >> s == (a_hi * u + ((a_lo * u) >> 32)) >> (s - 32)`` exactly (the low 32 bits of
+    ``a_hi * u * 2**32`` are zero). In Python's integers it is exact for any ``a, u >= 0``.
+
+    >>> mul_shr(2**62 + 12345, 2**24 - 1, 40) == ((2**62 + 12345) * (2**24 - 1)) >> 40
+    True
+    """
+    return ((a >> 32) * u + (((a & 0xFFFFFFFF) * u) >> 32)) >> (s - 32)
+
+
+def adaptive_rto_ps(rto_min_ps: int, idle_rtt_ps: int, srtt_ps: int, rttvar_ps: int, rttvar_mult: int,
+                    wait_ps: int, timeouts: int, jitter_q16: int, u: int, rto_max_ps: int) -> int:
+    """The adaptive retransmission timeout (ps; ``receiver.rto_mode: adaptive``, see
+    :class:`~fabricsim.receiver.TransportParams`): ``min(rto_max, B * 2**k * (1 + jitter * u / 2**24))``
+    with the product rounded down, ``k = min(timeouts, 30)`` and
+    ``B = max(rto_min, srtt + rttvar_mult * rttvar)`` (before the first RTT sample, ``srtt_ps == 0``:
+    ``max(rto_min, 2 * idle_rtt)``), plus ``wait_ps`` (the ACK-coalescing allowance).
+
+    ``jitter_q16`` is ``rto_jitter`` in 1/65536 and ``u`` the queue pair's draw in ``[0, 2**24)``
+    (:func:`rto_draw`). A back-off that reaches ``rto_max`` returns it before any product is
+    formed (the jitter only adds), so with ``rto_max * jitter_q16 < 2**63`` every intermediate
+    fits in int64 (docs/compiled-core.md 3.1; the compiled core's coverage checks the bound).
+
+    >>> adaptive_rto_ps(4_000_000, 6_000_000, 0, 0, 0, 0, 0, 32768, 0, 10**9)   # 2 x the idle RTT
+    12000000
+    >>> adaptive_rto_ps(4_000_000, 0, 5_000_000, 1_000_000, 4, 0, 3, 32768, 1 << 23, 10**9)
+    90000000
+    >>> adaptive_rto_ps(4_000_000, 0, 5_000_000, 1_000_000, 4, 0, 30, 32768, 1 << 23, 10**9)
+    1000000000
+    """
+    base = rto_min_ps
+    if not srtt_ps:
+        # no RTT sample yet: twice the idle round trip (TLP's 2 x srtt, with the idle RTT as
+        # the guess), so the first ACK is not probed for before it can be back
+        f = 2 * idle_rtt_ps
+        if f > base:
+            base = f
+    elif rttvar_mult:
+        f = srtt_ps + rttvar_mult * rttvar_ps
+        if f > base:
+            base = f
+    base += wait_ps
+    k = timeouts if timeouts < 30 else 30
+    if base > (rto_max_ps - 1) >> k:
+        return rto_max_ps                  # base << k >= rto_max already
+    r = base << k
+    if jitter_q16:
+        r += mul_shr(r * jitter_q16, u, 40)
+    return r if r < rto_max_ps else rto_max_ps
+
+
+def rto_draw(salt: int, uid: int, n: int) -> int:
+    """The ``n``-th jitter draw of queue pair ``uid``, uniform in ``[0, 2**24)``: a counter-based
+    hash of (seed, queue pair, draw number), so it does not depend on event order."""
+    return mix64(mix64(salt ^ uid) ^ n) & 0xFFFFFF
+
+
+def rtt_estimate(srtt_ps: int, rttvar_ps: int, r_ps: int) -> tuple[int, int]:
+    """RFC 6298 smoothed RTT and variation after the sample ``r_ps`` (integer ps, gains 1/8 and
+    1/4, both from the previous estimates; ``srtt_ps == 0``: no sample yet, the first one sets
+    ``srtt = r``, ``rttvar = r / 2``). Returns ``(srtt, rttvar)``.
+
+    >>> rtt_estimate(0, 0, 8000)
+    (8000, 4000)
+    >>> rtt_estimate(8000, 4000, 16000)
+    (9000, 5000)
+    """
+    if not srtt_ps:
+        return r_ps, r_ps >> 1
+    d = srtt_ps - r_ps
+    if d < 0:
+        d = -d
+    return srtt_ps + ((r_ps - srtt_ps) >> 3), rttvar_ps + ((d - rttvar_ps) >> 2)

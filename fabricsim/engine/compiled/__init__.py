@@ -1,10 +1,11 @@
 """``simulation.kernel: compiled``: the packet engine's datapath compiled with numba (issue 15).
 
-The design is docs/compiled-core.md; this package is its slice 1 (section 4.2) and the queue
-metric of slice 2: ECMP, spraying and adaptive routing (graded queues, refresh, remote grades)
-over lossy switches with per-port drop-tail buffers and ECN (RED, at enqueue or dequeue), the
-``ddp`` receiver acknowledging every unit, SACK + RACK, fixed timeouts and ``retry_limit``,
-congestion control ``none``, one NIC port per host. Any other scenario runs on
+The design is docs/compiled-core.md; this package is its slice 1 (section 4.2), the queue
+metric of slice 2 and slice 4's adaptive timeouts: ECMP, spraying and adaptive routing (graded
+queues, refresh, remote grades) over lossy switches with per-port drop-tail buffers and ECN (RED,
+at enqueue or dequeue), the ``ddp`` receiver acknowledging every unit, SACK + RACK, fixed or
+adaptive timeouts (RTT estimator, back-off, jitter draws, timeout probes, D-SACK) and
+``retry_limit``, congestion control ``none``, one NIC port per host. Any other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 
@@ -153,6 +154,11 @@ class CompiledKernel:
         X.Q[q, C.Q_RPORT] = self._host_nic[qp.dst]    # = reply_nic: the receiving host's one port
         X.Q[q, C.Q_BASE] = base
         X.Q[q, C.Q_ACTIVE] = 1
+        if X.g[C.G_RTO_ADAPTIVE]:
+            # the idle round trip, read before the first RTT sample (heap works it out at the
+            # first send's timer: the same pure function of the two hosts, memoised per pair)
+            X.Q[q, C.Q_BRTT] = qp.flow.base_rtt_ps
+            X.Q[q, C.Q_SRTT], X.Q[q, C.Q_RTTVAR] = qp.srtt, qp.rttvar
         self.qps.append(qp)
         self.qp_row[id(qp)] = q
         return q

@@ -26,6 +26,7 @@ import numpy as np
 from numba import literal_unroll, njit
 
 from ...flows import identity
+from ...net import sender as sender_mod
 from ...net import switch as switch_mod
 from ...routing import ecmp as ecmp_mod
 
@@ -91,6 +92,13 @@ ecmp_pick = _rebind(ecmp_mod.ecmp_pick, mix64=_mix64, direction_hash=_direction_
 packet_draw_fields = _rebind(identity.packet_draw_fields, mix64=_mix64, hash=_tuple_hash)
 #: :func:`fabricsim.net.switch.red_below`, compiled
 red_below = njit(_nrt=False)(switch_mod.red_below)
+_mul_shr = njit(_nrt=False)(sender_mod.mul_shr)
+#: :func:`fabricsim.net.sender.adaptive_rto_ps`, compiled (int64; coverage bounds rto_max x jitter)
+adaptive_rto_ps = _rebind(sender_mod.adaptive_rto_ps, mul_shr=_mul_shr)
+#: :func:`fabricsim.net.sender.rto_draw`, compiled (uint64 operands)
+rto_draw = _rebind(sender_mod.rto_draw, mix64=_mix64)
+#: :func:`fabricsim.net.sender.rtt_estimate`, compiled
+rtt_estimate = njit(_nrt=False)(sender_mod.rtt_estimate)
 
 
 # ---------------------------------------------------------------- state layout
@@ -104,17 +112,20 @@ PORT_FIELDS = ("busy", "txb", "txp", "peak", "ih", "it", "ph", "pt", "offset", "
 NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "calls", "sent")
 QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "nic", "inact",
              "anext", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
-             "oh", "ot", "ol", "rcum", "rmax", "rmaxt", "rn", "rhold", "runack", "rce", "racks", "rport")
+             "oh", "ot", "ol", "rcum", "rmax", "rmaxt", "rn", "rhold", "runack", "rce", "racks", "rport",
+             "srtt", "rttvar", "draws", "u", "reot", "brtt")
+# (srtt, rttvar: the RTT estimator; draws, u: the jitter draws' counter and the current draw; reot: when
+#  the reorder window was last widened by a D-SACK; brtt: the idle round trip, Flow.base_rtt_ps)
 PKT_FIELDS = ("qp", "dst", "wire", "pay", "seq", "ttx", "npk", "hop", "kind", "ce", "sack", "tdata", "at", "aseq",
-              "next", "pnext", "pstart", "ptx", "pprio", "live")
+              "next", "pnext", "pstart", "ptx", "pprio", "live", "dsack")
 NODE_FIELDS = ("psn", "val", "next")
 MSG_FIELDS = ("size", "deliv", "drop", "inj", "dup", "rx", "ooo", "peakh", "rw", "rwmax", "ecn", "acks", "ctrl_arr",
               "ctrl_drop", "done", "q0", "qn")
 HOST_FIELDS = ("hold", "peak", "made", "order")
 (P_BUSY, P_TXB, P_TXP, P_PEAK, P_IH, P_IT, P_PH, P_PT, P_OFFSET, P_DELIVER, P_PEER_SW, P_SW, P_BUFFER, P_DROPS, P_DROPB, P_CDROPS, P_ECN, P_CB, P_CP, P_PRIO, P_RN, P_RD,) = range(len(PORT_FIELDS))
 (N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT,) = range(len(NIC_FIELDS))
-(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT,) = range(len(QP_FIELDS))
-(K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE,) = range(len(PKT_FIELDS))
+(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT,) = range(len(QP_FIELDS))
+(K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK,) = range(len(PKT_FIELDS))
 (D_PSN, D_VAL, D_NEXT,) = range(len(NODE_FIELDS))
 (M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN,) = range(len(MSG_FIELDS))
 (H_HOLD, H_PEAK, H_MADE, H_ORDER,) = range(len(HOST_FIELDS))
@@ -122,7 +133,8 @@ HOST_FIELDS = ("hold", "peak", "made", "order")
 #: the model functions compiled into the core from their own modules: numba's disk cache of the
 #: core is keyed on this file only, so :func:`check_cache` discards it when one of these changes
 SHARED = (identity.mix64, identity.packet_draw_fields, ecmp_mod.direction_hash, ecmp_mod.ecmp_pick,
-          switch_mod.red_below)
+          switch_mod.red_below, sender_mod.mul_shr, sender_mod.adaptive_rto_ps, sender_mod.rto_draw,
+          sender_mod.rtt_estimate)
 
 # ---------------------------------------------------------------- codes
 
@@ -133,7 +145,10 @@ G_DELIV, G_LFA, G_DLFA, G_HN_MADE, G_OLOG_N, G_GOOD_HI = range(13, 19)
 G_MTU, G_HDR, G_SEG, G_ACK, G_RTO_LOW, G_RTO_HIGH, G_RTO_LOW_UNITS, G_RETRY, G_REO, G_REO_MAX = range(19, 29)
 G_BIN, G_ROUTE, G_PY_KIND, G_PY_A, G_PY_T, G_RUN_N, G_ERR = range(29, 36)
 G_REFRESH, G_RPER, G_RDEL, G_NTHR, G_RCAP = range(36, 41)
-NG = 41
+# adaptive timeouts (Sender: adaptive, dsack, rto_min, rto_max, rto_k, rto_jit) and their counters
+# (Sender.probes, spurious_probes, dsacks)
+G_RTO_ADAPTIVE, G_DSACK, G_RTO_MIN, G_RTO_MAX, G_RTO_K, G_RTO_JIT, G_PROBES, G_SPROBES, G_DSACKS = range(41, 50)
+NG = 50
 
 # agenda entry kinds
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
@@ -146,8 +161,8 @@ P_NONE, P_RELEASE, P_SAMPLE, P_DONE, P_FAIL = 0, 1, 2, 3, 4
 # packet kinds (net/packet.py), rtx causes (columns of MessageState.rtx_bytes)
 DATA, ACK = 0, 1
 C_SACK, C_TIMEOUT, C_NAK = 0, 1, 2
-# per-PSN flags
-F_SACKED, F_LOST, F_HELD = 1, 2, 4
+# per-PSN flags (sender: sacked, lost, probed; receiver: held)
+F_SACKED, F_LOST, F_HELD, F_PROBED = 1, 2, 4, 8
 ABSENT = np.iinfo(np.int64).min
 ROUTE_ECMP, ROUTE_SPRAY, ROUTE_ADAPTIVE = 0, 1, 2
 # per-port state of the adaptive port-quality measure (X.PQ columns): the refresh period of the
@@ -249,6 +264,7 @@ def _pkt(X, qp, dst, wire, payload, seq, t_tx, npk, hop, kind):
     X.K[i, K_NEXT] = -1
     X.K[i, K_PNEXT] = -1
     X.K[i, K_LIVE] = 1
+    X.K[i, K_DSACK] = -1
     return i
 
 
@@ -305,6 +321,15 @@ def _fifo_popleft(O, o, head, tail, L, nxt):
 @njit(cache=True, nogil=True, _nrt=False)
 def _rtx_append(X, q, psn, cause):
     _fifo_append(X.Q, q, Q_RH, Q_RT, X.D, D_NEXT, _node(X, psn, cause))
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _rtx_appendleft(X, q, psn, cause):
+    d = _node(X, psn, cause)
+    X.D[d, D_NEXT] = X.Q[q, Q_RH]
+    X.Q[q, Q_RH] = d
+    if X.Q[q, Q_RT] < 0:
+        X.Q[q, Q_RT] = d
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -682,14 +707,28 @@ def _send_ctrl(X, nic, t, pkt):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _rto(X, q):
-    # = Sender.rto, rto_mode fixed
+    # = Sender.rto. Adaptive: a queue pair is its own estimator (no persistent connections, so no
+    #   heir: coverage) and no ACK waits for more units (ack_every 1: wait 0); the idle round trip
+    #   is passed always (adaptive_rto_ps reads it only before the first sample)
+    if X.g[G_RTO_ADAPTIVE]:
+        return adaptive_rto_ps(X.g[G_RTO_MIN], X.Q[q, Q_BRTT], X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR], X.g[G_RTO_K], 0,
+                               X.Q[q, Q_TMO], X.g[G_RTO_JIT], X.Q[q, Q_U], X.g[G_RTO_MAX])
     return X.g[G_RTO_LOW] if X.Q[q, Q_OL] <= X.g[G_RTO_LOW_UNITS] else X.g[G_RTO_HIGH]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _rto_draw(X, q):
+    # = Sender._draw
+    X.Q[q, Q_DRAWS] += 1
+    X.Q[q, Q_U] = np.int64(rto_draw(X.rto_salt[0], np.uint64(X.Q[q, Q_UID]), np.uint64(X.Q[q, Q_DRAWS])))
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _arm(X, q, t):
     # = Sender.arm
     X.Q[q, Q_ARMED] = 1
+    if X.g[G_RTO_ADAPTIVE] and not X.Q[q, Q_DRAWS]:
+        _rto_draw(X, q)
     X.Q[q, Q_RTO_AT] = t + _rto(X, q)
     push(X, X.Q[q, Q_RTO_AT], _seq(X), E_RTO, q, 0)
 
@@ -843,12 +882,20 @@ def _stale(X, q, psn, ts):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _widen(X, q):
+    # = qp.reo = min(2 * (qp.reo or self.reo), self.reo_max)
+    w = 2 * (X.Q[q, Q_REO] if X.Q[q, Q_REO] else X.g[G_REO])
+    X.Q[q, Q_REO] = w if w < X.g[G_REO_MAX] else X.g[G_REO_MAX]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _on_ack(X, q, t, pkt):
-    # = Sender._on_ack: the legacy set-up (one ACK per unit, fixed timeouts: no D-SACK, no RTT
-    #   samples), selective, no congestion-control hook
+    # = Sender._on_ack: one ACK per unit (no SACK bitmap: the coalesced branch never runs),
+    #   selective, no congestion-control hook; D-SACKs and RTT samples outside the legacy set-up
     newly = _advance(X, q, t, X.K[pkt, K_SEQ])
     s = X.K[pkt, K_SACK]
     base = X.Q[q, Q_BASE]
+    td = X.K[pkt, K_TDATA]
     if s >= 0:
         a = base + s
         if s >= X.Q[q, Q_UNA] and not X.a_flag[a] & F_SACKED:
@@ -857,14 +904,41 @@ def _on_ack(X, q, t, pkt):
                 X.a_flag[a] &= ~F_LOST
             else:
                 newly += _payload(X, q, s)
-        td = X.K[pkt, K_TDATA]
         if td > X.Q[q, Q_RACK]:
             X.Q[q, Q_RACK] = td
         r = X.a_resent[a]
         if r != ABSENT and td < r:
             X.g[G_SPURIOUS] += 1
-            w = 2 * (X.Q[q, Q_REO] if X.Q[q, Q_REO] else X.g[G_REO])
-            X.Q[q, Q_REO] = w if w < X.g[G_REO_MAX] else X.g[G_REO_MAX]
+            if not X.g[G_DSACK]:
+                _widen(X, q)
+            else:
+                X.a_resent[a] = -1            # counted now: the resend's D-SACK will not count again
+                if r > X.Q[q, Q_REOT]:
+                    _widen(X, q)
+                    X.Q[q, Q_REOT] = t
+    elif X.g[G_DSACK]:
+        d = X.K[pkt, K_DSACK]
+        if d < 0:
+            if td > X.Q[q, Q_RACK]:
+                X.Q[q, Q_RACK] = td
+        else:                                 # a duplicate arrived: some resend of it was not needed
+            X.g[G_DSACKS] += 1
+            a = base + d
+            if X.a_flag[a] & F_PROBED:        # = probed and d in probed
+                X.g[G_SPROBES] += 1
+                X.a_flag[a] &= ~F_PROBED
+                if td == X.a_resent[a] and td > X.Q[q, Q_RACK]:
+                    X.Q[q, Q_RACK] = td       # the probe itself arrived (tail-loss probe)
+            else:
+                r = X.a_resent[a]
+                if r != ABSENT and r >= 0:
+                    X.g[G_SPURIOUS] += 1
+                    if r > X.Q[q, Q_REOT]:
+                        _widen(X, q)
+                        X.Q[q, Q_REOT] = t
+    if X.g[G_RTO_ADAPTIVE] and td > 0:
+        # = Sender._rtt_sample (no heir: the queue pair's own estimator)
+        X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR] = rtt_estimate(X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR], t - td)
     X.Q[q, Q_OUTB] -= newly
     if newly:
         X.Q[q, Q_TMO] = 0
@@ -906,8 +980,48 @@ def _stop_message(X, row):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _probe_unit(X, q, psn):
+    # = Sender._probe_unit
+    a = X.Q[q, Q_BASE] + psn
+    X.a_flag[a] |= F_LOST
+    X.Q[q, Q_OUTB] -= _payload(X, q, psn)
+    _rtx_appendleft(X, q, psn, C_TIMEOUT)
+    X.a_flag[a] |= F_PROBED
+    X.g[G_PROBES] += 1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _probe(X, q):
+    # = Sender._probe (no ACK coalescing: the SACK bitmap's reach is the whole queue pair)
+    while X.Q[q, Q_OH] >= 0:
+        d = X.Q[q, Q_OH]
+        if _stale(X, q, X.D[d, D_PSN], X.D[d, D_VAL]):
+            _out_popleft(X, q)
+            continue
+        break
+    una = X.Q[q, Q_UNA]
+    base = X.Q[q, Q_BASE]
+    # (una < high tested first: una may be npsn, whose flag is the next queue pair's; _on_rto
+    #  only probes with una < high, so the order changes nothing)
+    if una < X.Q[q, Q_HIGH] and not X.a_flag[base + una] & F_LOST:
+        _probe_unit(X, q, una)
+        return
+    reach = X.Q[q, Q_NPSN]
+    d = X.Q[q, Q_OH]
+    while d >= 0:
+        psn = X.D[d, D_PSN]
+        ts = X.D[d, D_VAL]
+        a = base + psn
+        r = X.a_resent[a]
+        if not (psn >= reach or X.a_flag[a] & F_SACKED or X.a_flag[a] & F_LOST or (r != ABSENT and r != ts)):
+            _probe_unit(X, q, psn)
+            return
+        d = X.D[d, D_NEXT]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _on_rto(X, q, t):
-    # = Sender._on_rto, fixed timeouts, selective
+    # = Sender._on_rto, selective
     if X.Q[q, Q_DONE] or (X.Q[q, Q_UNA] >= X.Q[q, Q_HIGH] and X.Q[q, Q_RH] < 0 and X.Q[q, Q_SEQ] >= X.Q[q, Q_NPSN]):
         X.Q[q, Q_ARMED] = 0
         return
@@ -919,6 +1033,9 @@ def _on_rto(X, q, t):
         return
     X.Q[q, Q_TMO] += 1
     X.g[G_TIMEOUTS] += 1
+    adaptive = X.g[G_RTO_ADAPTIVE]
+    if adaptive:
+        _rto_draw(X, q)
     if X.Q[q, Q_TMO] > X.g[G_RETRY]:
         X.Q[q, Q_ARMED] = 0
         # = PacketEngine.fail_qp: stop the message's queue pairs here; Python records the failure
@@ -928,6 +1045,12 @@ def _on_rto(X, q, t):
             X.M[row, M_DONE] = 1
             X.g[G_PY_KIND] = P_FAIL
             X.g[G_PY_A] = q
+        return
+    if adaptive:
+        _probe(X, q)
+        X.Q[q, Q_RTO_AT] = t + _rto(X, q)
+        push(X, X.Q[q, Q_RTO_AT], _seq(X), E_RTO, q, 0)
+        _kick_qp(X, q, t)
         return
     base = X.Q[q, Q_BASE]
     while X.Q[q, Q_OH] >= 0:
@@ -966,6 +1089,21 @@ def _send_ack(X, q, t, seq, trigger):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _send_dsack(X, q, t, dup):
+    # = Receiver.send_dsack, then reply_nic (one port: r_port)
+    pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, X.Q[q, Q_RCUM], t, 1, -1, ACK)
+    X.K[pkt, K_SACK] = -1
+    X.K[pkt, K_DSACK] = X.K[dup, K_SEQ]
+    X.K[pkt, K_TDATA] = X.K[dup, K_TTX]
+    X.K[pkt, K_CE] = X.Q[q, Q_RCE]
+    X.Q[q, Q_RCE] = 0
+    X.Q[q, Q_RUNACK] = 0
+    X.Q[q, Q_RACKS] += 1
+    _send_ctrl(X, X.Q[q, Q_RPORT], t, pkt)
+    X.M[X.Q[q, Q_MSG], M_ACKS] += 1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _accept(X, t, pkt, row):
     # = Receiver.accept (every message is final: no PXN in slice 1)
     b = t // X.g[G_BIN]
@@ -982,7 +1120,7 @@ def _accept(X, t, pkt, row):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_packet(X, t, pkt):
-    # = Receiver.on_packet, ack_every 1, legacy duplicates, ddp (on_gap holds), no CNPs
+    # = Receiver.on_packet, ack_every 1, ddp (on_gap holds), no CNPs
     npk = X.K[pkt, K_NPK]
     X.hist[int(math.log(t - X.K[pkt, K_TTX]) * X.f[0])] += npk
     q = X.K[pkt, K_QP]
@@ -996,7 +1134,10 @@ def _on_packet(X, t, pkt):
     base = X.Q[q, Q_BASE]
     if seq < cum or (X.Q[q, Q_RN] and X.a_flag[base + seq] & F_HELD):
         X.M[row, M_DUP] += X.K[pkt, K_PAY]
-        _send_ack(X, q, t, cum, -1)
+        if X.g[G_DSACK]:
+            _send_dsack(X, q, t, pkt)
+        else:
+            _send_ack(X, q, t, cum, -1)
         return
     X.M[row, M_RX] += 1
     end = seq + npk

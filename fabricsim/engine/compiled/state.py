@@ -31,6 +31,7 @@ _ARRAYS = {
     "s_kmin": (_I, 0, None), "s_kmax": (_I, 0, None), "s_pmax": (np.float64, 0, None),
     "s_salt": (np.uint64, 0, None), "s_deq": (_I, 0, None), "s_node": (_I, 0, None),
     "r_off": (_I, 0, None), "r_cnt": (_I, 0, None), "r_ports": (_I, 0, None), "route_salt": (np.uint64, 0, None),
+    "rto_salt": (np.uint64, 0, None),
     "N": (_I, len(C.NIC_FIELDS), None),
     "Q": (_I, len(C.QP_FIELDS), "qp"), "q_hash": (np.uint64, 0, "qp"),
     "a_flag": (np.uint8, 0, "arena"), "a_resent": (_I, 0, "arena"), "a_rarr": (_I, 0, "arena"),
@@ -49,8 +50,8 @@ State = namedtuple("State", list(_ARRAYS))
 #: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
 CAUSES = ("sack", "timeout", "nak")
 #: initial values of the rows that are not 0 (-1 = None)
-_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc")}
-_FILL.update({("K", f): -1 for f in ("next", "pnext", "hop")})
+_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc", "reot")}
+_FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack")})
 _FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt")})
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
 _FIELDS_OF = {"P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS, "D": C.NODE_FIELDS,
@@ -114,6 +115,7 @@ def build(engine, nic_index: dict) -> State:
     quality = getattr(engine.routing, "quality", None)
     a["route_salt"] = np.array([quality._salt if route == C.ROUTE_ADAPTIVE else engine.routing._salt],
                                dtype=np.uint64)
+    a["rto_salt"] = np.zeros(1, dtype=np.uint64)         # Sender.salt (set below)
     _adaptive(a, engine, quality if route == C.ROUTE_ADAPTIVE else None, s_local, r_off, r_cnt, cand)
     # ports
     P = a["P"] = _arr("P", len(ports))
@@ -167,8 +169,15 @@ def build(engine, nic_index: dict) -> State:
     gv[C.G_RTO_HIGH] = params.rto_high
     gv[C.G_RTO_LOW_UNITS] = params.rto_low_packets
     gv[C.G_RETRY] = params.retry_limit
-    gv[C.G_REO] = engine.sender.reo
-    gv[C.G_REO_MAX] = engine.sender.reo_max
+    snd = engine.sender
+    gv[C.G_REO] = snd.reo
+    gv[C.G_REO_MAX] = snd.reo_max
+    # adaptive timeouts (coverage: selective, one ACK per unit, rto_max x jitter below 2^63)
+    gv[C.G_RTO_ADAPTIVE] = snd.adaptive
+    gv[C.G_DSACK] = snd.dsack
+    gv[C.G_RTO_MIN], gv[C.G_RTO_MAX] = snd.rto_min, snd.rto_max
+    gv[C.G_RTO_K], gv[C.G_RTO_JIT] = snd.rto_k, snd.rto_jit
+    X.rto_salt[0] = snd.salt
     gv[C.G_BIN] = rec.goodput_bin_ps
     gv[C.G_ROUTE] = route
     if route == C.ROUTE_ADAPTIVE:
@@ -352,7 +361,7 @@ def _packet(X: State, i: int, qps, ports) -> Packet:
     pkt.t_data = int(X.K[i, C.K_TDATA])
     if kind:
         pkt.sacks = None
-        pkt.dsack = -1
+        pkt.dsack = int(X.K[i, C.K_DSACK])
     return pkt
 
 
@@ -388,6 +397,8 @@ def write_back(X: State, engine, qps, nics) -> None:
         qp.r_cum, qp.r_max, qp.r_hold, qp.r_acks = int(X.Q[qi, C.Q_RCUM]), int(X.Q[qi, C.Q_RMAX]), int(X.Q[qi, C.Q_RHOLD]), \
             int(X.Q[qi, C.Q_RACKS])
         qp.reo, qp.rack_t = int(X.Q[qi, C.Q_REO]), int(X.Q[qi, C.Q_RACK])
+        qp.srtt, qp.rttvar, qp.reo_t = int(X.Q[qi, C.Q_SRTT]), int(X.Q[qi, C.Q_RTTVAR]), int(X.Q[qi, C.Q_REOT])
+        qp.rto_draws, qp.rto_u = int(X.Q[qi, C.Q_DRAWS]), int(X.Q[qi, C.Q_U])
         qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[qi, C.Q_SENTB]), int(X.Q[qi, C.Q_ACKB])
         qp.flow.active = bool(X.Q[qi, C.Q_ACTIVE])
     fold_reorder(X, engine._rows)
@@ -396,8 +407,12 @@ def write_back(X: State, engine, qps, nics) -> None:
     engine.dropped_payload = int(g[C.G_DROP_PAY])
     engine.dropped_packets = int(g[C.G_DROP_PK])
     engine.dropped_ctrl = int(g[C.G_DROP_CTRL])
-    engine.sender.timeouts = int(g[C.G_TIMEOUTS])
-    engine.sender.spurious = int(g[C.G_SPURIOUS])
+    snd = engine.sender
+    snd.timeouts = int(g[C.G_TIMEOUTS])
+    snd.spurious = int(g[C.G_SPURIOUS])
+    snd.probes = int(g[C.G_PROBES])
+    snd.spurious_probes = int(g[C.G_SPROBES])
+    snd.dsacks = int(g[C.G_DSACKS])
     hosts = engine.receiver.hosts
     hosts.clear()
     for h in X.HO[:int(g[C.G_HN_MADE]), C.H_ORDER].tolist():
