@@ -246,14 +246,19 @@ UNEVEN = {"kind": "explicit",
                     {"a": "l0", "b": "s0", "rate": "800Gbps"}, {"a": "l1", "b": "s0", "rate": "800Gbps"}]}
 
 
-@pytest.mark.parametrize("topology", [
+#: topologies whose host and pair classes the tests below check (rails, failures, parallel and uneven links)
+CLASS_TOPOLOGIES = [
     {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"}},
     {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"},
      "failed": {"switches": ["p1.spine0", "r1.nvs3"], "links": [["p0.leaf0", "p0.spine1"], ["r2.g0", "p2.leaf0"]]}},
     {"kind": "cluster", "domain": "hgx8", "nodes": 8, "rails": 4, "spines": 2, "nic": {"ports": 2, "rate": "400Gbps"}},
     {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4, "links_per_spine": 2},
     UNEVEN,
-], ids=["nvl72", "nvl72_failed", "hgx8", "leaf_spine", "uneven_links"])
+]
+CLASS_IDS = ["nvl72", "nvl72_failed", "hgx8", "leaf_spine", "uneven_links"]
+
+
+@pytest.mark.parametrize("topology", CLASS_TOPOLOGIES, ids=CLASS_IDS)
 def test_host_classes_from_the_link_table_equal_the_graph_walk(topology):
     # IdealModel reads host classes off the run's LinkTable (one sort) when the input has one;
     # the walk over the graph (per host and neighbour) must give the same numbering and signatures
@@ -268,14 +273,7 @@ def test_host_classes_from_the_link_table_equal_the_graph_walk(topology):
         assert [len(fwd) for _s, fwd, _b in fast._hc_sig[int(fast.host_classes()[0])]] == [2]
 
 
-@pytest.mark.parametrize("topology", [
-    {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"}},
-    {"kind": "cluster", "domain": "nvl72", "racks": 4, "nic": {"ports": 4, "rate": "200Gbps"},
-     "failed": {"switches": ["p1.spine0", "r1.nvs3"], "links": [["p0.leaf0", "p0.spine1"], ["r2.g0", "p2.leaf0"]]}},
-    {"kind": "cluster", "domain": "hgx8", "nodes": 8, "rails": 4, "spines": 2, "nic": {"ports": 2, "rate": "400Gbps"}},
-    {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4, "links_per_spine": 2},
-    UNEVEN,
-], ids=["nvl72", "nvl72_failed", "hgx8", "leaf_spine", "uneven_links"])
+@pytest.mark.parametrize("topology", CLASS_TOPOLOGIES, ids=CLASS_IDS)
 def test_pairs_of_one_class_have_the_figures_of_its_representative(topology):
     # pair classes join pairs whose ends face each other alike (GPUs of different racks on one
     # rail, for traffic between racks); every figure the references and the bound read off a

@@ -54,3 +54,23 @@ def test_collectives_table_is_written_only_for_traces(tmp_path):
     res = fabricsim.run({"name": "p", "traffic": {"pattern": "permutation", "message_size": "64KiB"}}, output_dir=plain)
     assert not (plain / "collectives.parquet").exists()
     assert len(res.collectives) == 0 and "op" not in res.messages.columns
+
+
+def test_tag_columns_are_the_columns_pandas_infers_from_the_tags():
+    """add_tag_columns builds a column of strings or ints (and None) from its distinct values;
+    every other mix of tags (NaN beside None, 1 and 1.0, -0.0 and 0.0, True and 1, lists) gives
+    the column pandas infers from the list itself, values and types kept."""
+    import numpy as np
+    import pandas as pd
+
+    from fabricsim.analysis.collectives import _gather
+    lst = np.empty(2, dtype=object)
+    lst[0], lst[1] = [1], [1]
+    for values in (["a", "b", None, "a"], [3, None, 4, 3], [1, 2, 3], [None, None], ["a", "b", np.nan, 7],
+                   [1, 1.0, 2, 2], [0.0, -0.0, 1.0, 1.0], [True, 1, 0, None], ["x", np.str_("x")], lst):
+        v = values if isinstance(values, np.ndarray) else np.array(values + [None], dtype=object)[:-1]
+        for rows in (np.arange(len(v))[::-1], np.arange(len(v))[1:]):
+            want, got = pd.Series(v[rows].tolist()), _gather(v, rows)
+            assert got.dtype == want.dtype and got.equals(want), values
+            assert [type(x) for x in got] == [type(x) for x in want], values
+            assert [str(x) for x in got] == [str(x) for x in want], values      # -0.0 stays -0.0

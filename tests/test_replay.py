@@ -3,7 +3,6 @@ posting-order FIFO, deferred in-order completion and error flush of persistent c
 import doctest
 
 import numpy as np
-
 import pytest
 from hypothesis import given, settings, strategies as st
 

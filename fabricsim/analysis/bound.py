@@ -93,7 +93,6 @@ the port sweep is one sort, so ~O(M log M + E) with no per-message Python.
 from __future__ import annotations
 
 import copy
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -418,8 +417,8 @@ class LowerBound:
         # set gathered and dropped once, not by each pass): on the subgraph they induce, every
         # message outside the set has no edge and changes nothing
         g = self if sel is None else self._induced(sel)
-        es, ef, levels = g._forward(None, t0)
-        q = g._tails(levels, None)
+        es, ef, levels = g._forward(t0)
+        q = g._tails(levels)
         members = np.arange(n) if sel is None else np.flatnonzero(sel)
         crit = int(ef[members].max()) - t0 if len(members) else 0
         port = self._port(np.ones(n, dtype=bool) if sel is None else sel, es, q) - t0 if len(members) else 0
@@ -486,19 +485,12 @@ class LowerBound:
                 counts = kept
         return vv, counts
 
-    def _forward(self, sel, t0):
-        """ES / EF of the selected messages (``sel`` None: all), level by level (Kahn); the
-        levels, for the tails. Only edges between selected messages count."""
+    def _forward(self, t0):
+        """ES / EF of every message, level by level (Kahn), over this bound's dependency edges (a
+        set's induced ones: :meth:`_induced`); the levels, for the tails."""
         n = len(self.ids)
-        if sel is None:
-            indeg = np.bincount(self.out_v, minlength=n)
-            frontier = np.flatnonzero(indeg == 0)
-        else:
-            indeg = np.zeros(n, dtype=np.int64)
-            for nodes, counts in self._chunks(np.flatnonzero(sel)):
-                vv, _ = self._out_edges(nodes, counts, None)
-                indeg += np.bincount(vv, minlength=n)
-            frontier = np.flatnonzero(sel & (indeg == 0))
+        indeg = np.bincount(self.out_v, minlength=n)
+        frontier = np.flatnonzero(indeg == 0)
         inmax = np.full(n, _NONE, dtype=np.int64)
         es = np.maximum(self.start, t0)
         ef = np.zeros(n, dtype=np.int64)
@@ -512,7 +504,7 @@ class LowerBound:
             mark = np.zeros(n, dtype=bool)     # np.unique of the targets, without a sort of the edges
             any_edge = False
             for nodes, counts in self._chunks(frontier):
-                vv, counts = self._out_edges(nodes, counts, sel)
+                vv, counts = self._out_edges(nodes, counts, None)
                 if not len(vv):
                     continue
                 any_edge = True
@@ -525,12 +517,12 @@ class LowerBound:
             frontier = cand[indeg[cand] == 0]
         return es, ef, levels
 
-    def _tails(self, levels, sel):
+    def _tails(self, levels):
         """q: the longest chain of dependents (gaps + FCTs) after each message, deepest level first."""
         q = np.zeros(len(self.ids), dtype=np.int64)
         for frontier in reversed(levels):
             for nodes, counts in self._chunks(frontier):
-                vv, counts = self._out_edges(nodes, counts, sel)
+                vv, counts = self._out_edges(nodes, counts, None)
                 if len(vv):
                     vals = self.gap[vv] + self.shortest_fct_ps[vv] + q[vv]
                     nz = counts > 0

@@ -72,8 +72,14 @@ def add_tag_columns(msgs: pd.DataFrame, messages, rows=None) -> pd.DataFrame:
 
 
 def _gather(values: np.ndarray, rows) -> pd.Series:
-    """``values[rows]`` (an object array of tags) as the column pandas would infer from that
-    list, built from its distinct values: each distinct value converted once, not once per row."""
+    """``values[rows]`` (an object array of tags) as the column pandas infers from that list.
+    A column of ``str`` (or of ``int``) and ``None`` only, as traces give, is built from its
+    distinct values, each converted once, not once per row; any other mix (floats, whose
+    ``-0.0`` and ``0.0`` are one value to a hash, ``1`` and ``1.0``, ``True`` and ``1``, NaN
+    beside None, unhashable values) from the list itself."""
+    kinds = set(map(type, values))
+    if not (kinds <= {str, type(None)} or kinds <= {int, type(None)}):
+        return pd.Series(values[rows].tolist())
     codes, uniques = pd.factorize(values)
     pick = codes[rows] + 1                          # 0: None (any NA)
     used = np.bincount(pick, minlength=len(uniques) + 1) > 0    # the values the rows hold, in order

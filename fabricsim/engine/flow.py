@@ -52,9 +52,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config.types import Time
 from ..errors import SimulationError
-from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
 from ..flows import advance as advance_ref
 from ..flows.fluid import FluidProblem
+from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
 from ..flows.replay import Connections, Replay
 from ..flows.table import MessageTable
 from ..net.nvlink import nvlink_wire_bytes
@@ -430,7 +430,8 @@ class FlowEngine:
         self.warm_start = self.params.warm_start
         # the step's arithmetic (flows.advance) and the replay's count-down: compiled with the
         # compiled solver, the same numbers
-        if self._solver_used() == "compiled":
+        self._compiled_steps = self._solver_used() == "compiled"
+        if self._compiled_steps:
             from ..flows import advance_compiled as advance
         else:
             advance = advance_ref
@@ -496,7 +497,7 @@ class FlowEngine:
         cls = self.ideal.pair_classes(t.src, t.dst)
         self._frame = self._frame_ids(cls)          # every unit's framing id (PXN pieces appended)
         self._tail = np.maximum(0.0, self._fct - self._alone_rows(t, cls))   # and its pipeline latency
-        self.replay = Replay(t, self.sim.scenario.simulation.compute, compiled=self._advance is not advance_ref)
+        self.replay = Replay(t, self.sim.scenario.simulation.compute, compiled=self._compiled_steps)
         self.conns = Connections(t)
         self.recorder.stream_only()              # rows streamed; the table is handed over as columns
         self.recorder.delivered_by = self._delivered_by
@@ -1314,5 +1315,6 @@ class FlowEngine:
         of a built topology), rounded half to even as Python's ``round``."""
         L = self.links
         wire = np.rint(fluid_bytes / self.payload_share).astype(np.int64)
-        return {"link_id": np.arange(len(L), dtype=np.int64), "src": L.src, "dst": L.dst, "kind": L.kind,
-                "rate_bps": L.rate_bps, "delay_ps": L.delay_ps, "tx_bytes": wire, "tx_data_bytes": wire.copy()}
+        return {"link_id": np.arange(len(L), dtype=np.int64), "src": L.src.copy(), "dst": L.dst.copy(),
+                "kind": L.kind.copy(), "rate_bps": L.rate_bps.copy(), "delay_ps": L.delay_ps.copy(),
+                "tx_bytes": wire, "tx_data_bytes": wire.copy()}

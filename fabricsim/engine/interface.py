@@ -16,7 +16,7 @@ from ..registry import Registry
 ENGINES: Registry = Registry("engine", group="fabricsim.engines")
 
 
-#: the links table's columns (``RunOutcome.links``: one dict per directed link): name -> meaning
+#: the links table's columns (``RunOutcome.links``: one dict per directed link, or one column each): name -> meaning
 #: (docs/metrics.md). Every engine fills ``REQUIRED_LINK_COLUMNS``; a column an engine leaves out is
 #: NA in the results, and the engine says why in ``RunOutcome.not_modelled``.
 LINK_COLUMNS = {

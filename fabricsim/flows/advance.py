@@ -5,8 +5,10 @@ The step's arithmetic runs over every flow row (finished rows included: a gather
 rows costs more than the arithmetic), so at cluster scale it is a few passes over a million rows
 per step. :func:`finish_times` and :func:`advance` are the reference, in numpy; with the compiled
 solver the engine calls their numba twins (:mod:`fabricsim.flows.advance_compiled`), which do the
-same elementwise operations in one pass and return the same arrays bit for bit
-(``tests/test_flow_advance.py``). Sums are left to the caller (numpy's pairwise sums over the
+same elementwise operations in one pass and return the same arrays bit for bit, NaNs and signed
+zeros included (``tests/test_flow_advance.py``). The two minima (``dt``, ``t0_min``) are equal as
+numbers; of a -0.0 and a 0.0 the twin keeps the first and numpy either (its vector order), a
+case the engine never meets: remaining bytes and start times are never negative zeros. Sums are left to the caller (numpy's pairwise sums over the
 same arrays), so they are the same too.
 
 >>> import numpy as np
@@ -23,6 +25,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+
+#: a flow whose finish lies within this (relative) of the step's horizon finishes in the step
+FINISH_TOLERANCE = 1e-12
 
 
 def finish_times(on, r, rem, t0):
@@ -49,9 +54,9 @@ class Advanced(NamedTuple):
 
 def advance(tf, on, r, rem, f_good, f_tail, horizon: float, step: float, widen: bool) -> Advanced:
     """A step of length ``step``: rows whose finish ``tf`` lies within ``horizon`` (relative
-    tolerance 1e-12) finish, moving what they had left; the others move ``r x step``. With
-    ``widen``, the step runs on to the last of those finishes if that is later."""
-    fin = tf <= horizon * (1 + 1e-12)
+    tolerance :data:`FINISH_TOLERANCE`) finish, moving what they had left; the others move
+    ``r x step``. With ``widen``, the step runs on to the last of those finishes if that is later."""
+    fin = tf <= horizon * (1 + FINISH_TOLERANCE)
     if widen and fin.any():
         step = max(step, float(tf[fin].max()))
     with np.errstate(invalid="ignore", over="ignore"):        # rows with no rate (NaN, inf x 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .advance import Advanced
+from .advance import FINISH_TOLERANCE, Advanced
 
 __all__ = ["advance", "finish_times"]
 
@@ -55,7 +55,7 @@ def _advance(tf, on, r, rem, f_good, f_tail, thr, step, widen, new_rem, done, go
         else:
             moved = r[i] * step
             d = rem[i] - moved
-            new_rem[i] = d if (d >= 0.0 or d != d) else 0.0      # np.maximum(d, 0.0): NaN kept
+            new_rem[i] = d if (d > 0.0 or d != d) else 0.0       # np.maximum(d, 0.0): NaN kept, -0.0 -> 0.0
         if on[i]:
             g = moved * f_good[i]
             good[na] = g
@@ -78,6 +78,6 @@ def advance(tf, on, r, rem, f_good, f_tail, horizon: float, step: float, widen: 
     done = np.empty(n, dtype=np.int64)
     good = np.empty(n)
     lagged = np.empty(n)
-    nd, na, step = _advance(tf, on, r, rem, f_good, f_tail, horizon * (1 + 1e-12), float(step), bool(widen),
+    nd, na, step = _advance(tf, on, r, rem, f_good, f_tail, horizon * (1 + FINISH_TOLERANCE), float(step), bool(widen),
                             new_rem, done, good, lagged)
     return Advanced(new_rem, done[:nd], float(step), good[:na], lagged[:na])

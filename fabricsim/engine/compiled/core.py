@@ -1080,6 +1080,12 @@ def _send_ack(X, q, t, seq, trigger):
         X.K[pkt, K_TDATA] = X.K[trigger, K_TTX]
     else:
         X.K[pkt, K_SACK] = -1
+    _ack_out(X, q, t, pkt)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _ack_out(X, q, t, pkt):
+    # an ACK's ECN echo, the receiver's ACK state and counters, then reply_nic (one port: r_port)
     X.K[pkt, K_CE] = X.Q[q, Q_RCE]
     X.Q[q, Q_RCE] = 0
     X.Q[q, Q_RUNACK] = 0
@@ -1095,12 +1101,7 @@ def _send_dsack(X, q, t, dup):
     X.K[pkt, K_SACK] = -1
     X.K[pkt, K_DSACK] = X.K[dup, K_SEQ]
     X.K[pkt, K_TDATA] = X.K[dup, K_TTX]
-    X.K[pkt, K_CE] = X.Q[q, Q_RCE]
-    X.Q[q, Q_RCE] = 0
-    X.Q[q, Q_RUNACK] = 0
-    X.Q[q, Q_RACKS] += 1
-    _send_ctrl(X, X.Q[q, Q_RPORT], t, pkt)
-    X.M[X.Q[q, Q_MSG], M_ACKS] += 1
+    _ack_out(X, q, t, pkt)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
