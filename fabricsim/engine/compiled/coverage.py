@@ -21,7 +21,7 @@ from ...net.port import PS_BITS
 
 #: routing policies, receiver models and congestion-control algorithms compiled so far
 ROUTING = ("ecmp", "spray", "adaptive")
-RECEIVERS = ("ddp",)
+RECEIVERS = ("ddp", "go_back_n")
 CC = ("none",)
 
 
