@@ -8,7 +8,8 @@ re-arm, the final snapshot), timeouts and failures (``retry_limit``), a run cut 
 with packets in flight, ECN sampled at enqueue, unbounded buffers, two serialisation rates,
 dependencies with compute gaps and GPU jobs, a time limit beyond 2**40 ps, and adaptive timeouts
 (``receiver.rto_mode: adaptive``: the RTT estimator, back-off with jitter draws, timeout probes,
-D-SACKs and the tail-loss probe, failures at the retry limit).
+D-SACKs and the tail-loss probe, failures at the retry limit), and the go-back-N receiver (NAKs
+and rewinds after drops and from reordering, stale NAKs, its timeouts and retry limit).
 """
 from __future__ import annotations
 
