@@ -10,7 +10,8 @@ long timeouts and retry limits, fixed or adaptive timeouts (``rto_mode: adaptive
 ``rto_min`` 1-20 us, ``rto_max`` 50 us or 1 ms, jitter 0-4, ``rto_rttvar_mult`` default / 0 / 4, retry
 limits 2-50; the
 adaptive draws come after every other, so a seed's fabric, traffic and routing are those it drew
-before adaptive timeouts joined). Each runs on both kernels; every table, the summary and the event
+before adaptive timeouts joined), and the ``go_back_n`` receiver in 40% of the cases (drawn last
+of all, so a seed's other draws are those it drew before go-back-N joined). Each runs on both kernels; every table, the summary and the event
 count must be identical, and the compiled run must really be compiled.
 
     python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
@@ -74,12 +75,15 @@ def scenario(seed: int) -> dict:
         k = r.choice([None, 0, 4])
         if k is not None:
             receiver["rto_rttvar_mult"] = k
+    if r.random() < 0.4:
+        # (drawn last: a seed's other draws are those it drew before go-back-N joined)
+        receiver["model"] = "go_back_n"
     return sc
 
 
 def compare(sc: dict, status: list | None = None) -> list[str]:
     """Run ``sc`` on both kernels; the differences found (empty: identical). The heap run's
-    status and its ``summary["run"]`` are appended to ``status`` if given."""
+    status, its ``summary["run"]`` and its NAK count are appended to ``status`` if given."""
     import pandas as pd
 
     import fabricsim
@@ -88,7 +92,7 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
         res[k] = fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": k}})
     a, b = res["heap"], res["compiled"]
     if status is not None:
-        status.extend((a.summary["status"], a.summary["run"]))
+        status.extend((a.summary["status"], a.summary["run"], int(a.messages["naks"].sum())))
     out = []
     if b.summary["run"]["kernel"].get("ran") != "compiled":
         out.append(f"did not run compiled: {b.summary['run']['kernel']}")
@@ -131,11 +135,12 @@ def main(argv=None) -> int:
         bad += bool(diffs)
         t = sc["traffic"]
         print(f"{'DIFFERENT' if diffs else 'same     '} case {s}: {sc['routing']['policy']:8s} {t['pattern']:11s} "
-              f"rto {sc['receiver'].get('rto_mode', 'fixed'):8s} "
+              f"rto {sc['receiver'].get('rto_mode', 'fixed'):8s} {sc['receiver']['model']:9s} "
               f"{sc['topology']['leaves']}x{sc['topology']['hosts_per_leaf']} buffer {sc['topology']['buffer']['size']:9s} "
               f"{st[0]}"
               + (f" timeouts {st[1]['retransmission_timeouts']} probes {st[1]['timeout_probes']} "
                  f"dsacks {st[1]['dsacks_received']}" if sc["receiver"].get("rto_mode") == "adaptive" else "")
+              + (f" naks {st[2]} stale {st[1]['stale_naks_ignored']}" if sc["receiver"]["model"] == "go_back_n" else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0

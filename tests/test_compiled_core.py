@@ -8,7 +8,8 @@ re-arm, the final snapshot), timeouts and failures (``retry_limit``), a run cut 
 with packets in flight, ECN sampled at enqueue, unbounded buffers, two serialisation rates,
 dependencies with compute gaps and GPU jobs, a time limit beyond 2**40 ps, and adaptive timeouts
 (``receiver.rto_mode: adaptive``: the RTT estimator, back-off with jitter draws, timeout probes,
-D-SACKs and the tail-loss probe, failures at the retry limit).
+D-SACKs and the tail-loss probe, failures at the retry limit), and the go-back-N receiver (NAKs
+and rewinds after drops and from reordering, stale NAKs, its timeouts and retry limit).
 """
 from __future__ import annotations
 
@@ -158,6 +159,20 @@ CASES = {
         "simulation": {"seed": 293, "time_limit": "5ms", "mtu": "1KiB"}, "outputs": {"link_sample_interval": "off"}},
     "rto-adaptive-retry-limit": lambda tmp: _lossy_incast(
         receiver={"rto_mode": "adaptive", "rto_min": "1us", "rto_max": "3us", "rto_jitter": 0, "retry_limit": 2}),
+    # go-back-N: NAKs and rewinds after drops with short fixed timeouts (rewinds on timeout too, stale
+    # NAKs ignored), NAKs from spraying's reordering alone (no drops), adaptive timeouts under
+    # adaptive routing (the RTT floor rto_rttvar_mult 4 by default; D-SACKs of resent duplicates), and
+    # the retry limit
+    "gbn-lossy-incast": lambda tmp: _lossy_incast(receiver={"model": "go_back_n", "rto_low": "8us", "rto_high": "12us"}),
+    "gbn-spray-reordering": lambda tmp: _small(receiver={"model": "go_back_n"}, outputs={"link_sample_interval": "off"}),
+    "gbn-rto-adaptive": lambda tmp: _lossy_incast(routing={"policy": "adaptive"},
+                                                  receiver={"model": "go_back_n", "rto_mode": "adaptive"}),
+    "gbn-rto-adaptive-spray": lambda tmp: _lossy_incast(
+        topology={**FABRIC, "buffer": {"mode": "per_port", "size": "16KiB"}}, routing={"policy": "spray"},
+        receiver={"model": "go_back_n", "rto_mode": "adaptive", "rto_min": "2us", "rto_rttvar_mult": 0}),
+    "gbn-retry-limit": lambda tmp: _lossy_incast(
+        receiver={"model": "go_back_n", "rto_mode": "adaptive", "rto_min": "1us", "rto_max": "3us", "rto_jitter": 0,
+                  "retry_limit": 2}),
 }
 
 
@@ -207,6 +222,19 @@ def test_compiled_core_gives_the_heap_kernels_tables(case, tmp_path):
             assert run["dsacks_received"] > 0 and run["spurious_retransmissions_detected"] > 0
         if case not in ("rto-adaptive-rttvar-floor", "rto-adaptive-dsack-of-a-resend"):
             assert run["spurious_timeout_probes"] > 0
+    if case.startswith("gbn-"):
+        m = a.messages
+        assert a.summary["status"] == ("incomplete_failed" if case == "gbn-retry-limit" else "complete")
+        assert m["naks"].sum() > 0 and m["discarded_out_of_order_bytes"].sum() > 0
+        if case != "gbn-retry-limit":                 # (there the timeouts' rewinds come first)
+            assert m["rtx_nak_bytes"].sum() > 0
+        assert m["rtx_sack_bytes"].sum() == 0 and run["timeout_probes"] == 0       # no selective recovery
+        if case == "gbn-spray-reordering":
+            assert run["dropped_packets"] == 0 and run["stale_naks_ignored"] > 0   # reordering alone
+        else:
+            assert run["retransmission_timeouts"] > 0 and m["rtx_timeout_bytes"].sum() > 0
+        if case in ("gbn-rto-adaptive-spray", "gbn-retry-limit"):
+            assert run["dsacks_received"] > 0
 
 
 @pytest.mark.parametrize("seed", [3, 4, 9, 12, 17, 20])

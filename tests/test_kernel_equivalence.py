@@ -50,7 +50,9 @@ CASES = ([pytest.param(_permutation(p), id=f"routing-{p}") for p in ROUTING.name
          + [pytest.param(_incast(False, cc=c, routing="adaptive"), id=f"lossy-cc-{c}") for c in CC.names()]
          # adaptive timeouts (probes, D-SACKs) under drops, with spraying's and adaptive routing's reordering
          + [pytest.param(_incast(False, routing=p, rto_mode="adaptive"), id=f"lossy-rto-adaptive-{p}")
-            for p in ("spray", "adaptive")])
+            for p in ("spray", "adaptive")]
+         # go-back-N's rewinds with adaptive timeouts (its RTT floor, D-SACKs of resent duplicates)
+         + [pytest.param(_incast(False, receiver="go_back_n", rto_mode="adaptive"), id="lossy-rto-adaptive-go_back_n")])
 
 
 def _run(sc, kernel):

@@ -113,21 +113,23 @@ NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "ca
 QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "nic", "inact",
              "anext", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
              "oh", "ot", "ol", "rcum", "rmax", "rmaxt", "rn", "rhold", "runack", "rce", "racks", "rport",
-             "srtt", "rttvar", "draws", "u", "reot", "brtt")
+             "srtt", "rttvar", "draws", "u", "reot", "brtt", "gbt", "rnak")
 # (srtt, rttvar: the RTT estimator; draws, u: the jitter draws' counter and the current draw; reot: when
-#  the reorder window was last widened by a D-SACK; brtt: the idle round trip, Flow.base_rtt_ps)
+#  the reorder window was last widened by a D-SACK; brtt: the idle round trip, Flow.base_rtt_ps;
+#  gbt: go-back-N's last rewind, QueuePair.goback_t; rnak: the receiver's NAK is outstanding, r_nak)
 PKT_FIELDS = ("qp", "dst", "wire", "pay", "seq", "ttx", "npk", "hop", "kind", "ce", "sack", "tdata", "at", "aseq",
               "next", "pnext", "pstart", "ptx", "pprio", "live", "dsack")
 NODE_FIELDS = ("psn", "val", "next")
 MSG_FIELDS = ("size", "deliv", "drop", "inj", "dup", "rx", "ooo", "peakh", "rw", "rwmax", "ecn", "acks", "ctrl_arr",
-              "ctrl_drop", "done", "q0", "qn")
+              "ctrl_drop", "done", "q0", "qn",
+              "naks", "naks_sent", "disc")
 HOST_FIELDS = ("hold", "peak", "made", "order")
 (P_BUSY, P_TXB, P_TXP, P_PEAK, P_IH, P_IT, P_PH, P_PT, P_OFFSET, P_DELIVER, P_PEER_SW, P_SW, P_BUFFER, P_DROPS, P_DROPB, P_CDROPS, P_ECN, P_CB, P_CP, P_PRIO, P_RN, P_RD,) = range(len(PORT_FIELDS))
 (N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT,) = range(len(NIC_FIELDS))
-(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT,) = range(len(QP_FIELDS))
+(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK,) = range(len(QP_FIELDS))
 (K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK,) = range(len(PKT_FIELDS))
 (D_PSN, D_VAL, D_NEXT,) = range(len(NODE_FIELDS))
-(M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN,) = range(len(MSG_FIELDS))
+(M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC,) = range(len(MSG_FIELDS))
 (H_HOLD, H_PEAK, H_MADE, H_ORDER,) = range(len(HOST_FIELDS))
 
 #: the model functions compiled into the core from their own modules: numba's disk cache of the
@@ -148,7 +150,10 @@ G_REFRESH, G_RPER, G_RDEL, G_NTHR, G_RCAP = range(36, 41)
 # adaptive timeouts (Sender: adaptive, dsack, rto_min, rto_max, rto_k, rto_jit) and their counters
 # (Sender.probes, spurious_probes, dsacks)
 G_RTO_ADAPTIVE, G_DSACK, G_RTO_MIN, G_RTO_MAX, G_RTO_K, G_RTO_JIT, G_PROBES, G_SPROBES, G_DSACKS = range(41, 50)
-NG = 50
+# the receiver model (Receiver.selective: 1 = ddp holds a unit beyond a gap, SACK + RACK; 0 = go-back-N
+# discards it and NAKs, the sender rewinds) and the stale NAKs ignored (Sender.naks_ignored)
+G_SELECTIVE, G_NAKS_IGNORED = range(50, 52)
+NG = 52
 
 # agenda entry kinds
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
@@ -159,7 +164,7 @@ R_DRAINED, R_TIME_LIMIT, R_PY, R_PROGRESS, R_SPACE, R_ERROR = 0, 1, 2, 3, 4, 5
 # what R_PY hands to Python (X.g[G_PY_KIND])
 P_NONE, P_RELEASE, P_SAMPLE, P_DONE, P_FAIL = 0, 1, 2, 3, 4
 # packet kinds (net/packet.py), rtx causes (columns of MessageState.rtx_bytes)
-DATA, ACK = 0, 1
+DATA, ACK, NAK = 0, 1, 2
 C_SACK, C_TIMEOUT, C_NAK = 0, 1, 2
 # per-PSN flags (sender: sacked, lost, probed; receiver: held)
 F_SACKED, F_LOST, F_HELD, F_PROBED = 1, 2, 4, 8
@@ -890,8 +895,9 @@ def _widen(X, q):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_ack(X, q, t, pkt):
-    # = Sender._on_ack: one ACK per unit (no SACK bitmap: the coalesced branch never runs),
-    #   selective, no congestion-control hook; D-SACKs and RTT samples outside the legacy set-up
+    # = Sender._on_ack: one ACK per unit (no SACK bitmap: the coalesced branch never runs), no
+    #   congestion-control hook; D-SACKs and RTT samples outside the legacy set-up; RACK for a
+    #   selective receiver, the outstanding list's acknowledged head dropped for go-back-N
     newly = _advance(X, q, t, X.K[pkt, K_SEQ])
     s = X.K[pkt, K_SACK]
     base = X.Q[q, Q_BASE]
@@ -944,21 +950,26 @@ def _on_ack(X, q, t, pkt):
         X.Q[q, Q_TMO] = 0
         X.Q[q, Q_RTO_AT] = t + _rto(X, q)
     found = False
-    limit = X.Q[q, Q_RACK] - (X.Q[q, Q_REO] if X.Q[q, Q_REO] else X.g[G_REO])
-    while X.Q[q, Q_OH] >= 0:
-        d = X.Q[q, Q_OH]
-        psn = X.D[d, D_PSN]
-        ts = X.D[d, D_VAL]
-        if _stale(X, q, psn, ts):
+    if X.g[G_SELECTIVE]:
+        limit = X.Q[q, Q_RACK] - (X.Q[q, Q_REO] if X.Q[q, Q_REO] else X.g[G_REO])
+        while X.Q[q, Q_OH] >= 0:
+            d = X.Q[q, Q_OH]
+            psn = X.D[d, D_PSN]
+            ts = X.D[d, D_VAL]
+            if _stale(X, q, psn, ts):
+                _out_popleft(X, q)
+                continue
+            if ts >= limit:
+                break
             _out_popleft(X, q)
-            continue
-        if ts >= limit:
-            break
-        _out_popleft(X, q)
-        X.a_flag[base + psn] |= F_LOST
-        X.Q[q, Q_OUTB] -= _payload(X, q, psn)
-        _rtx_append(X, q, psn, C_SACK)
-        found = True
+            X.a_flag[base + psn] |= F_LOST
+            X.Q[q, Q_OUTB] -= _payload(X, q, psn)
+            _rtx_append(X, q, psn, C_SACK)
+            found = True
+    else:
+        # go-back-N: no loss detection; what the cumulative PSN covers leaves the outstanding list
+        while X.Q[q, Q_OH] >= 0 and X.D[X.Q[q, Q_OH], D_PSN] < X.Q[q, Q_UNA]:
+            _out_popleft(X, q)
     if X.Q[q, Q_UNA] >= X.Q[q, Q_NPSN]:
         # = Sender._finish
         X.Q[q, Q_DONE] = 1
@@ -967,6 +978,36 @@ def _on_ack(X, q, t, pkt):
         return
     if found or newly:
         _kick_qp(X, q, t)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _rewind(X, q, t, psn, cause):
+    # = Sender._rewind (go-back-N: resend everything from psn). Its ``lost.clear()`` has nothing to
+    #   clear here: a go-back-N sender never presumes a unit lost (no RACK, no probe), so no F_LOST
+    #   flag of the queue pair is set
+    X.Q[q, Q_SEQ] = psn
+    X.Q[q, Q_GBC] = cause
+    X.Q[q, Q_GBT] = t
+    while X.Q[q, Q_OH] >= 0:
+        _out_popleft(X, q)
+    _rtx_clear(X, q)
+    X.Q[q, Q_OUTB] = 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _on_nak(X, q, t, pkt):
+    # = Sender._on_nak (no congestion-control hook)
+    e = X.K[pkt, K_SEQ]
+    newly = _advance(X, q, t, e)
+    X.M[X.Q[q, Q_MSG], M_NAKS] += 1
+    if X.K[pkt, K_TDATA] < X.Q[q, Q_GBT]:
+        X.g[G_NAKS_IGNORED] += 1              # triggered by a unit sent before the last rewind
+        return
+    if e < X.Q[q, Q_SEQ]:
+        _rewind(X, q, t, e, C_NAK)
+    else:
+        X.Q[q, Q_OUTB] -= newly
+    _kick_qp(X, q, t)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -1021,7 +1062,7 @@ def _probe(X, q):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_rto(X, q, t):
-    # = Sender._on_rto, selective
+    # = Sender._on_rto
     if X.Q[q, Q_DONE] or (X.Q[q, Q_UNA] >= X.Q[q, Q_HIGH] and X.Q[q, Q_RH] < 0 and X.Q[q, Q_SEQ] >= X.Q[q, Q_NPSN]):
         X.Q[q, Q_ARMED] = 0
         return
@@ -1046,24 +1087,23 @@ def _on_rto(X, q, t):
             X.g[G_PY_KIND] = P_FAIL
             X.g[G_PY_A] = q
         return
-    if adaptive:
+    if not X.g[G_SELECTIVE]:
+        _rewind(X, q, t, X.Q[q, Q_UNA], C_TIMEOUT)    # go-back-N, either timer mode
+    elif adaptive:
         _probe(X, q)
-        X.Q[q, Q_RTO_AT] = t + _rto(X, q)
-        push(X, X.Q[q, Q_RTO_AT], _seq(X), E_RTO, q, 0)
-        _kick_qp(X, q, t)
-        return
-    base = X.Q[q, Q_BASE]
-    while X.Q[q, Q_OH] >= 0:
-        # (each outstanding node is freed before its retransmission's is taken: the loop needs no
-        #  free nodes of its own, however many units are outstanding)
-        d = X.Q[q, Q_OH]
-        psn = X.D[d, D_PSN]
-        ts = X.D[d, D_VAL]
-        _out_popleft(X, q)
-        if not _stale(X, q, psn, ts):
-            X.a_flag[base + psn] |= F_LOST
-            X.Q[q, Q_OUTB] -= _payload(X, q, psn)
-            _rtx_append(X, q, psn, C_TIMEOUT)
+    else:
+        base = X.Q[q, Q_BASE]
+        while X.Q[q, Q_OH] >= 0:
+            # (each outstanding node is freed before its retransmission's is taken: the loop needs no
+            #  free nodes of its own, however many units are outstanding)
+            d = X.Q[q, Q_OH]
+            psn = X.D[d, D_PSN]
+            ts = X.D[d, D_VAL]
+            _out_popleft(X, q)
+            if not _stale(X, q, psn, ts):
+                X.a_flag[base + psn] |= F_LOST
+                X.Q[q, Q_OUTB] -= _payload(X, q, psn)
+                _rtx_append(X, q, psn, C_TIMEOUT)
     X.Q[q, Q_RTO_AT] = t + _rto(X, q)
     push(X, X.Q[q, Q_RTO_AT], _seq(X), E_RTO, q, 0)
     _kick_qp(X, q, t)
@@ -1095,6 +1135,17 @@ def _ack_out(X, q, t, pkt):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _send_nak(X, q, t, seq, trigger):
+    # = Receiver.send_now (kind NAK: no SACK, the trigger's send time; the ACK state untouched),
+    #   then reply_nic (one port: r_port)
+    pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, seq, t, 1, -1, NAK)
+    X.K[pkt, K_SACK] = -1
+    X.K[pkt, K_TDATA] = X.K[trigger, K_TTX]
+    _send_ctrl(X, X.Q[q, Q_RPORT], t, pkt)
+    X.M[X.Q[q, Q_MSG], M_NAKS_SENT] += 1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _send_dsack(X, q, t, dup):
     # = Receiver.send_dsack, then reply_nic (one port: r_port)
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, X.Q[q, Q_RCUM], t, 1, -1, ACK)
@@ -1121,7 +1172,8 @@ def _accept(X, t, pkt, row):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_packet(X, t, pkt):
-    # = Receiver.on_packet, ack_every 1, ddp (on_gap holds), no CNPs
+    # = Receiver.on_packet, ack_every 1, no CNPs; on_gap: ddp holds the unit (G_SELECTIVE),
+    #   go-back-N discards it (GoBackN.on_gap)
     npk = X.K[pkt, K_NPK]
     X.hist[int(math.log(t - X.K[pkt, K_TTX]) * X.f[0])] += npk
     q = X.K[pkt, K_QP]
@@ -1179,8 +1231,15 @@ def _on_packet(X, t, pkt):
             if cum > npsn:
                 cum = npsn
         X.Q[q, Q_RCUM] = cum
+        X.Q[q, Q_RNAK] = 0
         X.Q[q, Q_RUNACK] += 1
         _send_ack(X, q, t, cum, pkt)          # (r_unacked >= ack_every = 1)
+    elif not X.g[G_SELECTIVE]:
+        # = GoBackN.on_gap: discard; the first unit beyond the gap NAKs the expected PSN
+        X.M[row, M_DISC] += X.K[pkt, K_PAY]
+        if not X.Q[q, Q_RNAK]:
+            X.Q[q, Q_RNAK] = 1
+            _send_nak(X, q, t, cum, pkt)
     else:
         # = Receiver._hold
         a = base + seq
@@ -1216,8 +1275,11 @@ def _to_host(X, t, pkt):
     else:
         q = X.K[pkt, K_QP]
         X.M[X.Q[q, Q_MSG], M_CTRL_ARR] += 1
-        if not X.Q[q, Q_DONE]:                 # = Sender.on_ctrl (ACKs only: no NAK, no CNP)
-            _on_ack(X, q, t, pkt)
+        if not X.Q[q, Q_DONE]:                 # = Sender.on_ctrl (ACK or NAK: no CNPs without CC)
+            if X.K[pkt, K_KIND] == ACK:
+                _on_ack(X, q, t, pkt)
+            else:
+                _on_nak(X, q, t, pkt)
     _free_pkt(X, pkt)
 
 # ---------------------------------------------------------------- loop

@@ -5,11 +5,15 @@ that the compiled slices do not run yet, one short phrase each, with the slice t
 empty list: the run is compiled. Otherwise it runs on ``heap`` (the same model in Python) and
 says why, so nothing is ever simplified silently.
 
-Both timer modes are compiled (``receiver.rto_mode: fixed`` and ``adaptive``). Of adaptive
-timeouts, what stays outside is stated by the reasons it comes with: ACK coalescing (its wait
-allowance and SACK-bitmap reach: ``ack_every > 1``), persistent connections (the estimator's
-``heir`` chain), go-back-N (a rewind instead of a probe: ``receiver``), and an ``rto_max`` whose
-jittered product would leave int64 (docs/compiled-core.md 3.1).
+Two receiver models are compiled, ``ddp`` and ``go_back_n`` (NAK on a gap, the sender's rewind
+on NAK and on timeout), both with one ACK per unit; ``reorder_buffer`` runs on heap
+(``receiver: reorder_buffer (slice 3)``), and so does any receiver with ACK coalescing
+(``receiver.ack_every > 1 (slice 4)``) or PFC (``switch.pfc (slice 3)``). Both timer modes are
+compiled (``receiver.rto_mode: fixed`` and ``adaptive``), with either compiled receiver. Of
+adaptive timeouts, what stays outside is stated by the reasons it comes with: ACK coalescing (its
+wait allowance and SACK-bitmap reach: ``ack_every > 1``), persistent connections (the estimator's
+``heir`` chain), and an ``rto_max`` whose jittered product would leave int64
+(docs/compiled-core.md 3.1).
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from ...net.port import PS_BITS
 
 #: routing policies, receiver models and congestion-control algorithms compiled so far
 ROUTING = ("ecmp", "spray", "adaptive")
-RECEIVERS = ("ddp",)
+RECEIVERS = ("ddp", "go_back_n")
 CC = ("none",)
 
 

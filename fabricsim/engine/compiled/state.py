@@ -50,7 +50,7 @@ State = namedtuple("State", list(_ARRAYS))
 #: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
 CAUSES = ("sack", "timeout", "nak")
 #: initial values of the rows that are not 0 (-1 = None)
-_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc", "reot")}
+_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc", "reot", "gbt")}
 _FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack")})
 _FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt")})
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
@@ -178,6 +178,7 @@ def build(engine, nic_index: dict) -> State:
     gv[C.G_RTO_MIN], gv[C.G_RTO_MAX] = snd.rto_min, snd.rto_max
     gv[C.G_RTO_K], gv[C.G_RTO_JIT] = snd.rto_k, snd.rto_jit
     X.rto_salt[0] = snd.salt
+    gv[C.G_SELECTIVE] = snd.selective       # ddp (hold, SACK + RACK) or go-back-N (discard, NAK, rewind)
     gv[C.G_BIN] = rec.goodput_bin_ps
     gv[C.G_ROUTE] = route
     if route == C.ROUTE_ADAPTIVE:
@@ -315,6 +316,9 @@ def sync_message(X: State, st) -> None:
     st.acks = int(X.M[r, C.M_ACKS])
     st.ctrl_arrived = int(X.M[r, C.M_CTRL_ARR])
     st.ctrl_dropped = int(X.M[r, C.M_CTRL_DROP])
+    st.naks = int(X.M[r, C.M_NAKS])
+    st.naks_sent = int(X.M[r, C.M_NAKS_SENT])
+    st.discarded_bytes = int(X.M[r, C.M_DISC])
 
 
 def sync_recorder(X: State, rec) -> None:
@@ -399,6 +403,9 @@ def write_back(X: State, engine, qps, nics) -> None:
         qp.reo, qp.rack_t = int(X.Q[qi, C.Q_REO]), int(X.Q[qi, C.Q_RACK])
         qp.srtt, qp.rttvar, qp.reo_t = int(X.Q[qi, C.Q_SRTT]), int(X.Q[qi, C.Q_RTTVAR]), int(X.Q[qi, C.Q_REOT])
         qp.rto_draws, qp.rto_u = int(X.Q[qi, C.Q_DRAWS]), int(X.Q[qi, C.Q_U])
+        gbc = int(X.Q[qi, C.Q_GBC])
+        qp.goback_t, qp.gb_cause = int(X.Q[qi, C.Q_GBT]), CAUSES[gbc] if gbc >= 0 else ""
+        qp.r_nak = bool(X.Q[qi, C.Q_RNAK])
         qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[qi, C.Q_SENTB]), int(X.Q[qi, C.Q_ACKB])
         qp.flow.active = bool(X.Q[qi, C.Q_ACTIVE])
     fold_reorder(X, engine._rows)
@@ -413,6 +420,7 @@ def write_back(X: State, engine, qps, nics) -> None:
     snd.probes = int(g[C.G_PROBES])
     snd.spurious_probes = int(g[C.G_SPROBES])
     snd.dsacks = int(g[C.G_DSACKS])
+    snd.naks_ignored = int(g[C.G_NAKS_IGNORED])
     hosts = engine.receiver.hosts
     hosts.clear()
     for h in X.HO[:int(g[C.G_HN_MADE]), C.H_ORDER].tolist():
