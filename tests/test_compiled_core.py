@@ -412,6 +412,25 @@ def test_adaptive_timeouts_beyond_int64_fall_back():
     assert ok.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
 
 
+def test_time_spans_beyond_int64_fall_back():
+    """A timer is set at ``t + timeout`` with ``t`` up to the time limit, and a message's reorder
+    waits are summed, in int64: a time limit plus the longest timeout of 2^62 ps or more (fixed or
+    adaptive), or a time limit times the largest message's units of 2^62 or more, goes to heap and
+    says why (these runs diverged when compiled); a limit just below runs compiled."""
+    adaptive = {"rto_mode": "adaptive", "rto_min": "4000000s", "rto_max": "4000000s", "rto_jitter": 0}
+    long_bins = {"timeseries_bin": "100000s"}        # (goodput bins over days of simulated time)
+    for receiver, limit in ((adaptive, "9000000s"), ({"rto_low": "4000000s", "rto_high": "4000000s"}, "9000000s")):
+        b = _run(_lossy_incast(receiver=receiver, simulation={"time_limit": limit}, outputs=long_bins), "compiled")
+        info = b.summary["run"]["kernel"]
+        assert info["ran"] == "heap" and "time_limit plus the longest retransmission timeout" in info["fallback"], info
+    big = _run(_lossy_incast(receiver={**adaptive, "rto_min": "1ms", "rto_max": "1ms"},
+                             simulation={"time_limit": "2300000s"}, outputs=long_bins), "compiled")
+    info = big.summary["run"]["kernel"]
+    assert info["ran"] == "heap" and "units of the largest message" in info["fallback"], info
+    ok = _run(_lossy_incast(simulation={"time_limit": "10s"}), "compiled")
+    assert ok.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
+
+
 def test_a_changed_shared_function_discards_the_cached_core(tmp_path):
     """numba keys the core's disk cache on core.py alone; the shared model functions compiled into
     it are stamped beside the cache, and a different stamp discards it."""

@@ -57,10 +57,20 @@ def uncovered(engine) -> list[str]:
         out.append("receiver.ack_every > 1 (slice 4)")
     if p.rto_mode == "adaptive" and (p.rto_max >= 1 << 62 or (p.rto_max - 1) * engine.sender.rto_jit >= 1 << 63):
         # the jittered timeout r * jitter * u is formed as mul_shr(r * jitter, u) with r < rto_max
-        # (net/sender.py adaptive_rto_ps): r * jitter must fit in int64 (rto_max below 35 s at jitter
-        # 4), and t + rto_max too
+        # (net/sender.py adaptive_rto_ps): r * jitter must fit in int64 (rto_max below 35 s at jitter 4)
         out.append("receiver.rto_max x rto_jitter x 65536 of 2^63 ps or more, or rto_max of 2^62 ps or more, "
                    "with rto_mode: adaptive (slice 7)")
+    limit = int(sc.simulation.time_limit)
+    longest = p.rto_max if p.rto_mode == "adaptive" else max(p.rto_low, p.rto_high)
+    if limit + longest >= 1 << 62:
+        # a timer is set at t + timeout with t up to the time limit: that sum must stay in int64
+        out.append("simulation.time_limit plus the longest retransmission timeout of 2^62 ps (53 days) or more "
+                   "(slice 7)")
+    table = engine.replay.table
+    units = -(-int(np.max(table.size_bytes, initial=0)) // sc.simulation.mtu) + 1
+    if limit * units >= 1 << 62:
+        # a message's reorder waits (each at most the time limit, one per unit) are summed in int64
+        out.append("simulation.time_limit x the units of the largest message of 2^62 ps or more (slice 7)")
     if sc.congestion_control.name not in CC:
         out.append(f"congestion_control: {sc.congestion_control.name} (slice 5)")
     if engine.pfc is not None:
@@ -90,7 +100,6 @@ def uncovered(engine) -> list[str]:
     if any(not q.ps_per_byte and (_fraction_too_fine(q.rate) or q.rate > PS_BITS) for q in engine.ports):
         out.append("a link rate that does not divide 8e12 bit-ps per byte and whose reduced fraction needs "
                    "62 bits or more, or above 8 Tbit/s (slice 7)")
-    table = engine.replay.table
     if len(table) and bool(np.any(np.asarray(table.conn) >= 0)):
         out.append("persistent connections (slice 4: the NIC's send-completion hook)")
     return out
