@@ -282,7 +282,8 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     relay = model.relays(t_src, t_dst)
     host = np.where(relay < 0, t_src, relay)
     cls = model.pair_classes(host, t_dst)
-    sender_capacity, nic_capacity, nic_cls = _sender_ports(model, _link_table(sim), topo.graph, host, cls)
+    link_table = _link_table(sim)
+    sender_capacity, nic_capacity, nic_cls = _sender_ports(model, link_table, topo.graph, host, cls)
     delivered = int(msgs["delivered_bytes"].sum())
     span = max((t_end if t_end is not None else outcome.end_ps) - t0, 1)
     if not all_done:
@@ -318,7 +319,7 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
         "receiver": sc.receiver.name,
         "congestion_control": sc.congestion_control.name,
         "topology": {"name": topo.name, "hosts": topo.num_hosts, "switches": len(topo.switches),
-                     "links": len(_link_table(sim)) // 2},
+                     "links": len(link_table) // 2},
         "messages": {
             "total": int(len(msgs)), "completed": int(len(done)), "incomplete": int(len(incomplete)),
             "incomplete_by_reason": {str(k): int(v) for k, v in incomplete["incomplete_reason"].value_counts().items()},

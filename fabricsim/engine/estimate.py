@@ -50,11 +50,11 @@ def estimate(sim) -> dict:
     t = sim.messages if isinstance(sim.messages, MessageTable) else MessageTable.from_messages(sim.messages)
     unit = sc.simulation.mtu * sc.simulation.cell_packets
     kernel = sc.simulation.kernel
-    rate = HOPS_PER_S[kernel]
+    hops_per_s = HOPS_PER_S[kernel]
     n = len(t)
     if not n:
         return {"messages": 0, "data_packets": 0, "mean_hops": 0.0, "packet_hops": 0, "kernel": kernel,
-                "hops_per_s": rate, "wall_s": 0.0}
+                "hops_per_s": hops_per_s, "wall_s": 0.0}
     packets = int(np.sum(-(-t.size_bytes // unit)))
     step = max(1, n // SAMPLE_PAIRS)
     rows = range(0, n, step)
@@ -68,7 +68,7 @@ def estimate(sim) -> dict:
     ack_every = getattr(sc.receiver.params, "ack_every", 1) or 1
     packet_hops = int(packets * mean_hops * (1 + 1 / ack_every))
     return {"messages": n, "data_packets": packets, "mean_hops": mean_hops, "packet_hops": packet_hops,
-            "kernel": kernel, "hops_per_s": rate, "wall_s": packet_hops / rate}
+            "kernel": kernel, "hops_per_s": hops_per_s, "wall_s": packet_hops / hops_per_s}
 
 
 def long_run_warning(sim) -> str | None:

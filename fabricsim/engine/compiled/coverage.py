@@ -91,7 +91,7 @@ def uncovered(engine) -> list[str]:
     if any(sw.strict[1] or sw.strict[2] for sw in sws if hasattr(sw, "strict")):
         out.append("switch.strict_priority with ACK/NAK in the strict class (slice 5)")
     sim = sc.simulation
-    wire = max(sim.mtu + sim.header, getattr(p, "ack_size", 0))        # the largest packet: data or ACK
+    wire = max(sim.mtu + sim.header, getattr(sc.receiver.params, "ack_size", 0))   # the largest packet: data or ACK
     if wire * max((rate_fraction(q.rate)[1] for q in engine.ports), default=1) >= 1 << 63:
         # wire * rd (= wire * ps per byte when the rate divides PS_BITS) in int64: packets up to
         # 1,152,921 B at any rate
