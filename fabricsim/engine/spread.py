@@ -169,6 +169,7 @@ class SpreadBuilder:
         self._direct_ok: dict = {}         # (starts id, attachment id) -> last hop without a walk?
         self._direct_seg = _KeyMemo()      # (starts id, destination) -> its last-hop segment
         self._down_seg = _KeyMemo()        # (exits id, destination) -> its shared last-hop segment
+        self._mid_memo = _KeyMemo()        # (starts id, attachment id) -> :meth:`_mid_id`
         self._multi_into = None
         rate = links.rate_bps.astype(np.float64)
         self._rate = rate
@@ -494,35 +495,25 @@ class SpreadBuilder:
         if not n:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
         up, sid, _q, _node, _w = self._up_rows(src, dst, uid, hashes)
-        starts_of = self._starts_list()
         att = self._attach_ids(dst)
         A = int(self._attach_id.max()) + 1
+        # the switch-to-switch part depends on the queue pair only through (starts, the
+        # destination's attachments): attachments_reachable reads dst through them alone
         key = sid * A + att
         uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        mid = np.empty(len(uk), dtype=np.int64)         # -1: no switch-to-switch segment
-        exit_id = np.empty(len(uk), dtype=np.int64)
-        for u in np.argsort(first, kind="stable").tolist():
-            j = int(first[u])
-            starts = starts_of[int(sid[j])]
-            mkey = (starts, self.paths.attachments_reachable([x for x, _w in starts], int(dst[j])))
-            got = self._mid.get(mkey)
-            if got is None:
-                acc, exits = self._walk(dict(starts), int(dst[j]), None, mkey[1])
-                got = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
-            mid[u] = -1 if got[0] is None else got[0]
-            exit_id[u] = self._exits_id.setdefault(got[1], len(self._exits_id))
-        inv = inv.ravel()
-        m, e = mid[inv], exit_id[inv]
-        exits_of = self._exits_list()
-        dk = dst * (int(e.max()) + 1) + e
-        udk, dfirst, dinv = np.unique(dk, return_index=True, return_inverse=True)
-        down = np.empty(len(udk), dtype=np.int64)
-        for u in np.argsort(dfirst, kind="stable").tolist():
-            j = int(dfirst[u])
-            d_, exits = int(dst[j]), exits_of[int(e[j])]
-            got = self._down.get((d_, exits))
-            down[u] = got if got is not None else self._last_hop(d_, exits, None)
-        down = down[dinv.ravel()]
+        got, known = self._mid_memo.lookup(uk)
+        if not known.all():
+            new = np.flatnonzero(~known)
+            new = new[np.argsort(first[new], kind="stable")]       # first-use order: segment numbers
+            starts_of = self._starts_list()
+            for u in new.tolist():
+                j = int(first[u])
+                got[u] = self._mid_id(starts_of[int(sid[j])], int(dst[j]))
+            self._mid_memo.add(uk[new], got[new])
+        got = got[inv.ravel()]
+        m, e = (got >> 32) - 1, got & 0xFFFFFFFF      # (m = -1: no switch-to-switch segment)
+        # the last hop, per (exits, destination)
+        down = self._shared_downs(dst, e)
         has_mid = m >= 0
         counts = 2 + has_mid.astype(np.int64)
         ptr = np.zeros(n + 1, dtype=np.int64)
@@ -533,6 +524,86 @@ class SpreadBuilder:
         segs[ptr[mids] + 1] = m[mids]
         segs[ptr[1:] - 1] = down
         return counts, segs, np.ones(len(segs))
+
+    def _mid_id(self, starts: tuple, dst: int) -> int:
+        """The switch-to-switch segment of ``starts`` towards ``dst`` (:meth:`_row`'s ``mid``) and
+        its exits' id, packed as ``(segment + 1) << 32 | exits id`` (``0 << 32``: no segment), for
+        :meth:`_rows_shared`'s memo."""
+        mkey = (starts, self.paths.attachments_reachable([x for x, _w in starts], dst))
+        got = self._mid.get(mkey)
+        if got is None:
+            acc, exits = self._walk(dict(starts), dst, None, mkey[1])
+            got = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
+        eid = self._exits_id.setdefault(got[1], len(self._exits_id))
+        if len(self.seg_links) >= 2**31 - 1 or eid >= 2**32:
+            raise OverflowError("more than 2^31 - 2 segments or 2^32 exits")
+        return ((0 if got[0] is None else got[0] + 1) << 32) | eid
+
+    def _shared_downs(self, dst: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """The shared last-hop segment of each queue pair into ``dst`` from the exits ``e`` (ids of
+        ``_exits_id``) under a shared policy (:meth:`_last_hop`), looked up per distinct (exits,
+        destination) at once; new ones made in first-use order (the numbering of one by one),
+        all at once where every exit has one link into the destination (the usual case)."""
+        hosts = self.links.topology.num_hosts
+        dk = e * hosts + dst
+        udk, dfirst, dinv = np.unique(dk, return_index=True, return_inverse=True)
+        down, known = self._down_seg.lookup(udk)
+        if not known.all():
+            new = np.flatnonzero(~known)
+            new = new[np.argsort(dfirst[new], kind="stable")]
+            exits_of = self._exits_list()
+            for u, seg in zip(new.tolist(), self._new_downs(dst[dfirst[new]], e[dfirst[new]], exits_of)):
+                down[u] = seg
+            self._down_seg.add(udk[new], down[new])
+        return down[dinv.ravel()]
+
+    def _new_downs(self, d: np.ndarray, e: np.ndarray, exits_of: list) -> list:
+        """:meth:`_last_hop` (shared) of the pairs ``(d[k], exits_of[e[k]])``, in order, as
+        segment numbers: the pairs already in ``_down`` read from it; the others, where each
+        exit has exactly one link into its destination, made at once (its coefficient the exit's
+        weight, as ``w * 1.0`` in :meth:`_last_hop`); any other by :meth:`_last_hop`."""
+        out = []
+        xs, ws, ks = [], [], []
+        todo = []
+        for k, (d_, ei) in enumerate(zip(d.tolist(), e.tolist())):
+            exits = exits_of[ei]
+            got = self._down.get((d_, exits))
+            out.append(got)
+            if got is None:
+                todo.append(k)
+                for x, w in exits:
+                    xs.append(x)
+                    ws.append(w)
+                    ks.append(k)
+        if not todo:
+            return out
+        xs_a = np.asarray(xs, dtype=np.int64)
+        ks_a = np.asarray(ks, dtype=np.int64)
+        links, cnt = self.links.links_between(xs_a, d[ks_a])
+        one = np.ones(len(todo), dtype=bool)                   # every exit of the pair: one link
+        single = cnt == 1
+        one[np.searchsorted(todo, ks_a[~single])] = False
+        # per pair in order: its exits' links sorted (as _segment sorts them), coefficients w
+        pair = np.searchsorted(todo, ks_a)
+        keep = one[pair] & single
+        lk = links[np.cumsum(cnt)[keep] - 1]
+        cw = np.asarray(ws, dtype=np.float64)[keep]
+        pk = pair[keep]
+        order = np.lexsort((lk, pk))
+        lk, cw, pk = lk[order], cw[order], pk[order]
+        bounds = np.searchsorted(pk, np.arange(len(todo) + 1))
+        for t, k in enumerate(todo):
+            d_, exits = int(d[k]), exits_of[int(e[k])]
+            if (d_, exits) in self._down:                      # (a pair repeated in this batch)
+                out[k] = self._down[(d_, exits)]
+            elif one[t] and self.kind != "per_flow":
+                a, b = bounds[t], bounds[t + 1]
+                self.seg_links.append(lk[a:b])
+                self.seg_coef.append(cw[a:b])
+                out[k] = self._down[(d_, exits)] = len(self.seg_links) - 1
+            else:
+                out[k] = self._last_hop(d_, exits, None)
+        return out
 
     def _exits_list(self) -> list:
         """The exits tuples by id (:meth:`_rows_shared`)."""
