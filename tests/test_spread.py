@@ -17,6 +17,7 @@ from fabricsim.routing.ecmp import ecmp_index, ecmp_index_array
 CLUSTER = {"kind": "cluster", "domain": "hgx8", "nodes": 4, "rails": 4, "spines": 2,
            "nic": {"ports": 2, "rate": "400Gbps"}}
 LEAF_SPINE = {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4, "links_per_spine": 2}
+NVL72 = {"kind": "cluster", "domain": "nvl72", "racks": 2, "nic": {"ports": 2, "rate": "400Gbps"}}
 
 
 def builder(topology, routing, split="per_packet"):
@@ -175,6 +176,49 @@ def test_vectorised_shared_placement_equals_the_per_queue_pair_rows(topology, sp
     assert sb.segments == after
 
 
+def _parallel_links_topology():
+    """Four hosts, two leaves, two spines; gpu1 has two links from leaf0."""
+    nodes = [{"name": f"gpu{i}", "type": "host"} for i in range(4)] + \
+        [{"name": f"leaf{i}", "type": "switch", "tier": 1} for i in range(2)] + \
+        [{"name": f"spine{i}", "type": "switch", "tier": 2} for i in range(2)]
+    link = lambda a, b: {"a": a, "b": b, "rate": "400Gbps", "delay": "500ns"}   # noqa: E731
+    links = [link("gpu0", "leaf0"), link("gpu1", "leaf0"), link("gpu1", "leaf0"), link("gpu2", "leaf1"),
+             link("gpu3", "leaf1")] + [link(f"leaf{i}", f"spine{j}") for i in range(2) for j in range(2)]
+    return {"kind": "explicit", "nodes": nodes, "links": links}
+
+
+@pytest.mark.parametrize("topology", [CLUSTER, LEAF_SPINE, NVL72, _parallel_links_topology()],
+                         ids=["cluster", "leaf_spine", "nvl72", "parallel_links"])
+@pytest.mark.parametrize("routing", ["spray", "adaptive"])
+def test_batched_last_hops_number_and_fill_segments_as_last_hop_one_by_one(topology, routing):
+    # rows() makes the new shared last hops of a batch at once (single-link exits read from the
+    # link table); a builder whose last hops all go through _last_hop, one distinct (exits,
+    # destination) at a time in first-use order, must give the same segment numbers, links and
+    # coefficients exactly, batch after batch
+    sim, fast = builder(topology, routing)
+    _sim, slow = builder(topology, routing)
+
+    def one_by_one(d, e, exits_of):
+        out = []
+        for d_, ei in zip(d.tolist(), e.tolist()):
+            got = slow._down.get((d_, exits_of[ei]))
+            out.append(got if got is not None else slow._last_hop(d_, exits_of[ei], None))
+        return out
+
+    slow._new_downs = one_by_one
+    src, dst, uid, h = pairs(sim, n=400, seed=3)
+    for a, b in ((0, 150), (100, 400), (0, 400)):
+        got = fast.rows(src[a:b], dst[a:b], uid[a:b], h[a:b])
+        want = slow.rows(src[a:b], dst[a:b], uid[a:b], h[a:b])
+        for x, y in zip(got, want):
+            assert np.array_equal(x, y)
+    assert fast.segments == slow.segments
+    for x, y in zip(fast.seg_links, slow.seg_links):
+        assert np.array_equal(x, y)
+    for x, y in zip(fast.seg_coef, slow.seg_coef):
+        assert np.array_equal(np.asarray(x), np.asarray(y))
+
+
 def _dict_walk(sb, starts, dst):
     """The switch-to-switch spread one switch at a time with dicts (as first written): the
     reference the level-by-level walk must equal exactly."""
@@ -232,19 +276,11 @@ def test_level_walk_sums_in_order_of_first_arrival():
 def test_parallel_links_into_a_host_are_placed_as_the_per_queue_pair_walk():
     # gpu1 has two links from leaf0: its last hop is a choice (no shared last-hop segment), which
     # the vectorised placement must find for it alone
-    nodes = [{"name": f"gpu{i}", "type": "host"} for i in range(4)] + \
-        [{"name": f"leaf{i}", "type": "switch", "tier": 1} for i in range(2)] + \
-        [{"name": f"spine{i}", "type": "switch", "tier": 2} for i in range(2)]
-    link = lambda a, b: {"a": a, "b": b, "rate": "400Gbps", "delay": "500ns"}   # noqa: E731
-    links = [link("gpu0", "leaf0"), link("gpu1", "leaf0"), link("gpu1", "leaf0"), link("gpu2", "leaf1"),
-             link("gpu3", "leaf1")] + [link(f"leaf{i}", f"spine{j}") for i in range(2) for j in range(2)]
-    sim, sb = builder({"kind": "explicit", "nodes": nodes, "links": links}, "ecmp")
+    sim, sb = builder(_parallel_links_topology(), "ecmp")
     src, dst, uid, h = pairs(sim, n=100)
     assert_rows_equal_row(sb, src, dst, uid, h)
     assert sb._multi_into.tolist() == [False, True, False, False]
 
-
-NVL72 = {"kind": "cluster", "domain": "nvl72", "racks": 2, "nic": {"ports": 2, "rate": "400Gbps"}}
 
 
 @pytest.mark.parametrize("routing", ["ecmp", "adaptive"])
