@@ -10,8 +10,10 @@ long timeouts and retry limits, fixed or adaptive timeouts (``rto_mode: adaptive
 ``rto_min`` 1-20 us, ``rto_max`` 50 us or 1 ms, jitter 0-4, ``rto_rttvar_mult`` default / 0 / 4, retry
 limits 2-50; the
 adaptive draws come after every other, so a seed's fabric, traffic and routing are those it drew
-before adaptive timeouts joined), and the ``go_back_n`` receiver in 40% of the cases (drawn last
-of all, so a seed's other draws are those it drew before go-back-N joined). Each runs on both kernels; every table, the summary and the event
+before adaptive timeouts joined), the ``go_back_n`` receiver in 40% of the cases (drawn after
+those, so a seed's other draws are those it drew before go-back-N joined), and PFC in 40% (drawn
+last of all: ``xoff`` 9, 20, 40 or 135 KB, ``xon`` half of it or 4 KB below, the response IEEE's
+bound, 200 ns or 1 us; lossless switches then enforce no buffer). Each runs on both kernels; every table, the summary and the event
 count must be identical, and the compiled run must really be compiled.
 
     python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
@@ -78,12 +80,20 @@ def scenario(seed: int) -> dict:
     if r.random() < 0.4:
         # (drawn last: a seed's other draws are those it drew before go-back-N joined)
         receiver["model"] = "go_back_n"
+    if r.random() < 0.4:
+        # PFC (drawn after everything else, for the same reason): thresholds from two packets to the
+        # 135 KB default, xon below them, and the pause response IEEE's bound or a fixed time; the
+        # low ones pause NIC and switch ports in most cases with contention
+        xoff = r.choice([9, 20, 40, 135])
+        sc["switch"]["pfc"] = {"enabled": True, "xoff": f"{xoff}KB", "xon": f"{r.choice([xoff // 2, xoff - 4])}KB",
+                               "response": r.choice(["auto", "200ns", "1us"])}
     return sc
 
 
 def compare(sc: dict, status: list | None = None) -> list[str]:
     """Run ``sc`` on both kernels; the differences found (empty: identical). The heap run's
-    status, its ``summary["run"]`` and its NAK count are appended to ``status`` if given."""
+    status, its ``summary["run"]``, its NAK count and its PFC pause events are appended to
+    ``status`` if given."""
     import pandas as pd
 
     import fabricsim
@@ -92,7 +102,8 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
         res[k] = fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": k}})
     a, b = res["heap"], res["compiled"]
     if status is not None:
-        status.extend((a.summary["status"], a.summary["run"], int(a.messages["naks"].sum())))
+        status.extend((a.summary["status"], a.summary["run"], int(a.messages["naks"].sum()),
+                       int(a.links["pfc_pause_events"].sum())))
     out = []
     if b.summary["run"]["kernel"].get("ran") != "compiled":
         out.append(f"did not run compiled: {b.summary['run']['kernel']}")
@@ -141,6 +152,7 @@ def main(argv=None) -> int:
               + (f" timeouts {st[1]['retransmission_timeouts']} probes {st[1]['timeout_probes']} "
                  f"dsacks {st[1]['dsacks_received']}" if sc["receiver"].get("rto_mode") == "adaptive" else "")
               + (f" naks {st[2]} stale {st[1]['stale_naks_ignored']}" if sc["receiver"]["model"] == "go_back_n" else "")
+              + (f" pfc xoff {sc['switch']['pfc']['xoff']} pauses {st[3]}" if "pfc" in sc["switch"] else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0

@@ -50,6 +50,18 @@ def _lossy_incast(**over):
     return sc
 
 
+def _pfc_incast(**over):
+    """An incast into a lossless fabric whose thresholds (xoff 20 KB, xon 10 KB) pause both the
+    senders' NIC ports and the spines' ports towards the receiver's leaf (congestion spreading),
+    with ECN sampled at dequeue (LosslessPort._start's marking)."""
+    sc = _lossy_incast(switch={"ecn": {"enabled": True, "kmin": "8KB", "kmax": "48KB"},
+                               "pfc": {"enabled": True, "xoff": "20KB", "xon": "10KB"}},
+                       traffic={"pattern": "incast", "senders": 6, "receiver": 0, "message_size": "128KiB"})
+    for k, v in over.items():
+        sc[k] = {**sc.get(k, {}), **v} if isinstance(v, dict) else v
+    return sc
+
+
 def _all_to_all(**receiver):
     """Every host to every other over 100G host links, 3 queue pairs each, into 32 KiB buffers, with
     adaptive timeouts: 21 queue pairs share each NIC, so a unit presumed lost can still wait for its
@@ -173,6 +185,26 @@ CASES = {
     "gbn-retry-limit": lambda tmp: _lossy_incast(
         receiver={"model": "go_back_n", "rto_mode": "adaptive", "rto_min": "1us", "rto_max": "3us", "rto_jitter": 0,
                   "retry_limit": 2}),
+    # PFC (net/lossless.py): an incast that pauses NIC and switch ports, under each compiled routing
+    # policy (adaptive sees a paused port's PAUSED_PENALTY_PS) and receiver; ECN at enqueue; link
+    # samples of lossless queues; a run cut while ports are paused and queues hold packets; rates
+    # that do not divide 8e12 (the queue's drain time in int64); go-back-N's timeouts behind pauses;
+    # a shared-buffer topology (lossless switches enforce no buffer); an all-to-all at 100G hosts
+    **{f"pfc-{p}-{r}": (lambda tmp, p=p, r=r: _pfc_incast(routing={"policy": p}, receiver={"model": r}))
+       for p in ("ecmp", "spray", "adaptive") for r in ("ddp", "go_back_n")},
+    "pfc-ecn-at-enqueue": lambda tmp: _pfc_incast(switch={"ecn": {"enabled": True, "kmin": "8KB", "kmax": "48KB",
+                                                                  "sample": "enqueue"}}),
+    "pfc-sampling-on": lambda tmp: _pfc_incast(routing={"policy": "spray"}, outputs={"link_sample_interval": "1us"}),
+    "pfc-time-limit-cut": lambda tmp: _pfc_incast(simulation={"time_limit": "9us"}),
+    "pfc-rates-not-dividing-8e12": lambda tmp: _pfc_incast(
+        topology={**FABRIC, "host_link": {"rate": "333Gbps", "delay": "500ns"},
+                  "fabric_link": {"rate": "300Gbps", "delay": "500ns"}}, routing={"policy": "adaptive"}),
+    "pfc-gbn-timeouts": lambda tmp: _pfc_incast(routing={"policy": "spray"},
+                                               receiver={"model": "go_back_n", "rto_low": "3us", "rto_high": "4us"}),
+    "pfc-shared-buffer": lambda tmp: _pfc_incast(topology={**FABRIC, "buffer": {"mode": "shared", "size": "64KiB"}}),
+    "pfc-all-to-all": lambda tmp: {**_all_to_all(), "receiver": {},
+                                   "switch": {"pfc": {"enabled": True, "xoff": "30KB", "xon": "20KB",
+                                                      "response": "300ns"}}},
 }
 
 
@@ -222,6 +254,21 @@ def test_compiled_core_gives_the_heap_kernels_tables(case, tmp_path):
             assert run["dsacks_received"] > 0 and run["spurious_retransmissions_detected"] > 0
         if case not in ("rto-adaptive-rttvar-floor", "rto-adaptive-dsack-of-a-resend"):
             assert run["spurious_timeout_probes"] > 0
+    if case.startswith("pfc-"):
+        links = a.links
+        assert links["pfc_paused_ps"].sum() > 0 and run["dropped_packets"] == 0
+        assert a.summary["status"] == ("time_limit" if case == "pfc-time-limit-cut" else "complete")
+        hosts = links["src"] < 8                             # (FABRIC: hosts 0-7)
+        if case != "pfc-all-to-all":                         # NIC ports and switch ports paused
+            assert (links["pfc_pause_events"][hosts] > 0).any() and (links["pfc_pause_events"][~hosts] > 0).any()
+        if case == "pfc-time-limit-cut":
+            assert run["in_network_payload_bytes"] > 0
+        if case == "pfc-sampling-on":
+            assert len(a.link_timeseries)
+        if case == "pfc-gbn-timeouts":
+            assert run["retransmission_timeouts"] > 0
+        if case in ("pfc-ecn-at-enqueue", "pfc-ecmp-ddp"):
+            assert links["ecn_marked_packets"].sum() > 0
     if case.startswith("gbn-"):
         m = a.messages
         assert a.summary["status"] == ("incomplete_failed" if case == "gbn-retry-limit" else "complete")
@@ -276,7 +323,8 @@ def test_pools_that_start_small_grow_without_losing_state(monkeypatch):
 def test_serialisation_and_backlog_of_any_rate_equal_the_ports_big_int_arithmetic():
     """``_ser`` and ``_backlog_bytes`` (int64, over PS_BITS / rate reduced) against ``Port.ser_ps``
     and ``d * rate // PS_BITS`` in Python's big ints, for rates that divide 8e12 and rates that do
-    not, at backlogs up to 2^62 ps and packets up to 1 MB."""
+    not, at backlogs up to 2^62 ps and packets up to 1 MB; and a lossless queue's ``_ser_big`` and
+    ``_drain_ps`` against ``Port.ser_ps`` and ``b * PS_BITS // rate`` for queues up to a 2^62 ps drain."""
     from collections import namedtuple
 
     from fabricsim.engine.compiled import core
@@ -303,6 +351,13 @@ def test_serialisation_and_backlog_of_any_rate_equal_the_ports_big_int_arithmeti
             assert core._ser(X, p.index, w) == p.ser_ps(w), (p.rate, w)
         for d in backlogs:
             assert core._backlog_bytes(X, p.index, d) == d * p.rate // PS_BITS, (p.rate, d)
+        # a lossless queue of b bytes (PFC: LosslessPort's peak and Pfc._apply_resume's busy_until),
+        # up to queues whose drain time reaches 2^62 ps
+        top = (2**62) * p.rate // PS_BITS
+        sizes = [0, 1, 2, 3, 79, 80, 81, 1_152_921, 1_152_922, 10**9, top] + rng.integers(0, top + 1, 40).tolist()
+        for b in (b for b in sizes if b <= top):
+            assert core._ser_big(X, p.index, b) == p.ser_ps(b), (p.rate, b)
+            assert core._drain_ps(X, p.index, b) == b * PS_BITS // p.rate, (p.rate, b)
 
 
 def test_outside_the_slice_the_run_says_why_and_runs_on_heap():
@@ -428,6 +483,19 @@ def test_time_spans_beyond_int64_fall_back():
     info = big.summary["run"]["kernel"]
     assert info["ran"] == "heap" and "units of the largest message" in info["fallback"], info
     ok = _run(_lossy_incast(simulation={"time_limit": "10s"}), "compiled")
+    assert ok.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
+
+
+def test_pfc_drain_times_beyond_int64_fall_back():
+    """A lossless queue's drain time is formed in int64 and is at most the time limit times the
+    fabric's total port rate over the port's: a run where that reaches 2^61 ps goes to heap and
+    says why; a long limit below it runs compiled."""
+    sc = _pfc_incast(topology={**FABRIC, "host_link": {"rate": "1Gbps", "delay": "500ns"}},
+                     simulation={"time_limit": "1000000s"}, outputs={"timeseries_bin": "100s"})
+    b = _run(sc, "compiled")
+    info = b.summary["run"]["kernel"]
+    assert info["ran"] == "heap" and "switch.pfc with simulation.time_limit x" in info["fallback"], info
+    ok = _run(_pfc_incast(simulation={"time_limit": "10s"}), "compiled")
     assert ok.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
 
 

@@ -47,6 +47,8 @@ def _permutation(routing: str):
 CASES = ([pytest.param(_permutation(p), id=f"routing-{p}") for p in ROUTING.names()]
          + [pytest.param(_incast(False, receiver=r), id=f"lossy-receiver-{r}") for r in RECEIVERS.names()]
          + [pytest.param(_incast(True, cc=c, routing="ecmp"), id=f"pfc-cc-{c}") for c in CC.names()]
+         + [pytest.param(_incast(True, receiver=r, routing="adaptive"), id=f"pfc-receiver-{r}")
+            for r in RECEIVERS.names()]
          + [pytest.param(_incast(False, cc=c, routing="adaptive"), id=f"lossy-cc-{c}") for c in CC.names()]
          # adaptive timeouts (probes, D-SACKs) under drops, with spraying's and adaptive routing's reordering
          + [pytest.param(_incast(False, routing=p, rto_mode="adaptive"), id=f"lossy-rto-adaptive-{p}")
@@ -78,8 +80,7 @@ def _compiled_slice(sc: dict) -> bool:
     """True if ``sc`` is inside the compiled core's slice (fabricsim/engine/compiled/coverage.py)."""
     from fabricsim.engine.compiled import coverage
     return (sc["routing"]["policy"] in coverage.ROUTING and sc.get("receiver", {}).get("model", "ddp") in
-            coverage.RECEIVERS and sc.get("congestion_control", {}).get("algorithm", "none") in coverage.CC
-            and not sc.get("switch", {}).get("pfc", {}).get("enabled", False))
+            coverage.RECEIVERS and sc.get("congestion_control", {}).get("algorithm", "none") in coverage.CC)
 
 
 @pytest.mark.skipif(not KERNELS, reason="only the reference kernel exists")

@@ -108,7 +108,14 @@ rtt_estimate = njit(_nrt=False)(sender_mod.rtt_estimate)
 # rn, rd: PS_BITS / rate as the reduced fraction rd / rn (coverage.rate_fraction); rn == 1 when the rate
 # divides PS_BITS, and then rd is the port's whole ps per byte (Port.ps_per_byte)
 PORT_FIELDS = ("busy", "txb", "txp", "peak", "ih", "it", "ph", "pt", "offset", "deliver", "peer_sw", "sw",
-               "buffer", "drops", "dropb", "cdrops", "ecn", "cb", "cp", "prio", "rn", "rd")
+               "buffer", "drops", "dropb", "cdrops", "ecn", "cb", "cp", "prio", "rn", "rd",
+               "lqh", "lqt", "qbytes", "sending", "cur", "ingb", "ingpk", "xoff", "paused", "pev", "pps", "psince",
+               "pfcd", "nicp")
+# (PFC, net/lossless.py: lqh, lqt: the lossless-class FIFO of a LosslessPort (q), linked through the packets'
+#  next; qbytes, sending, cur; ingb, ingpk, xoff: ingress_bytes, ingress_peak, xoff_sent of the link;
+#  paused, pev, pps, psince: paused, pause_events, paused_ps, paused_since; pfcd: the pause frame's
+#  delay + the transmitter's response, Pfc.signal's delay (port.delay + Pfc.response_ps(port)); nicp:
+#  the NIC row of a host port, LosslessPort.nic, -1 for a switch port)
 NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "calls", "sent")
 QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "nic", "inact",
              "anext", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
@@ -118,16 +125,18 @@ QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "
 #  the reorder window was last widened by a D-SACK; brtt: the idle round trip, Flow.base_rtt_ps;
 #  gbt: go-back-N's last rewind, QueuePair.goback_t; rnak: the receiver's NAK is outstanding, r_nak)
 PKT_FIELDS = ("qp", "dst", "wire", "pay", "seq", "ttx", "npk", "hop", "kind", "ce", "sack", "tdata", "at", "aseq",
-              "next", "pnext", "pstart", "ptx", "pprio", "live", "dsack")
+              "next", "pnext", "pstart", "ptx", "pprio", "live", "dsack", "inport")
 NODE_FIELDS = ("psn", "val", "next")
 MSG_FIELDS = ("size", "deliv", "drop", "inj", "dup", "rx", "ooo", "peakh", "rw", "rwmax", "ecn", "acks", "ctrl_arr",
               "ctrl_drop", "done", "q0", "qn",
               "naks", "naks_sent", "disc")
 HOST_FIELDS = ("hold", "peak", "made", "order")
-(P_BUSY, P_TXB, P_TXP, P_PEAK, P_IH, P_IT, P_PH, P_PT, P_OFFSET, P_DELIVER, P_PEER_SW, P_SW, P_BUFFER, P_DROPS, P_DROPB, P_CDROPS, P_ECN, P_CB, P_CP, P_PRIO, P_RN, P_RD,) = range(len(PORT_FIELDS))
+(P_BUSY, P_TXB, P_TXP, P_PEAK, P_IH, P_IT, P_PH, P_PT, P_OFFSET, P_DELIVER, P_PEER_SW, P_SW, P_BUFFER, P_DROPS, P_DROPB, P_CDROPS, P_ECN, P_CB, P_CP, P_PRIO, P_RN, P_RD,
+ P_LQH, P_LQT, P_QBYTES, P_SENDING, P_CUR, P_INGB, P_INGPK, P_XOFF, P_PAUSED, P_PEV, P_PPS, P_PSINCE, P_PFCD,
+ P_NICP,) = range(len(PORT_FIELDS))
 (N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT,) = range(len(NIC_FIELDS))
 (Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK,) = range(len(QP_FIELDS))
-(K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK,) = range(len(PKT_FIELDS))
+(K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK, K_INPORT,) = range(len(PKT_FIELDS))
 (D_PSN, D_VAL, D_NEXT,) = range(len(NODE_FIELDS))
 (M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC,) = range(len(MSG_FIELDS))
 (H_HOLD, H_PEAK, H_MADE, H_ORDER,) = range(len(HOST_FIELDS))
@@ -153,12 +162,16 @@ G_RTO_ADAPTIVE, G_DSACK, G_RTO_MIN, G_RTO_MAX, G_RTO_K, G_RTO_JIT, G_PROBES, G_S
 # the receiver model (Receiver.selective: 1 = ddp holds a unit beyond a gap, SACK + RACK; 0 = go-back-N
 # discards it and NAKs, the sender rewinds) and the stale NAKs ignored (Sender.naks_ignored)
 G_SELECTIVE, G_NAKS_IGNORED = range(50, 52)
-NG = 52
+# PFC (net/lossless.py Pfc): on, xoff and xon thresholds, PAUSED_PENALTY_PS, the pauses applied (Pfc.pauses)
+G_PFC, G_XOFF, G_XON, G_PENALTY, G_PAUSES = range(52, 57)
+NG = 57
 
 # agenda entry kinds
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
-# port delivery: to a switch, to a host, to a host after settling dequeue-time samples
-D_SWITCH, D_HOST, D_HOST_SETTLE = 0, 1, 2
+# PFC: LosslessPort._done, Pfc._apply_pause, Pfc._apply_resume (the argument: the port)
+E_LDONE, E_PAUSE, E_RESUME = 5, 6, 7
+# port delivery: to a switch, to a host, to a host after settling dequeue-time samples, to a lossless switch
+D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH = 0, 1, 2, 3
 # returns of run()
 R_DRAINED, R_TIME_LIMIT, R_PY, R_PROGRESS, R_SPACE, R_ERROR = 0, 1, 2, 3, 4, 5
 # what R_PY hands to Python (X.g[G_PY_KIND])
@@ -270,6 +283,7 @@ def _pkt(X, qp, dst, wire, payload, seq, t_tx, npk, hop, kind):
     X.K[i, K_PNEXT] = -1
     X.K[i, K_LIVE] = 1
     X.K[i, K_DSACK] = -1
+    X.K[i, K_INPORT] = -1
     return i
 
 
@@ -582,27 +596,32 @@ def _quality_pick(X, sw, dst, off, n, pkt, now):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _choose(X, sw, t, pkt):
+    # = route = self.route.get(pkt.dst) or self.lookup(pkt.dst); route[0] or self.choose(self, route[1], pkt, t)
+    dst = X.K[pkt, K_DST]
+    n = X.r_cnt[sw, dst]
+    off = X.r_off[sw, dst]
+    if n == 1:
+        return X.r_ports[off]
+    if X.g[G_ROUTE] == ROUTE_ECMP:
+        # = Ecmp.choose (its cache memoises a pure function)
+        qp = X.K[pkt, K_QP]
+        return X.r_ports[off + np.int64(ecmp_pick(X.q_hash[qp], X.route_salt[0], np.uint64(X.s_node[sw]),
+                                                 np.uint64(n), X.K[pkt, K_KIND] != DATA))]
+    if X.g[G_ROUTE] == ROUTE_SPRAY:
+        # = Spray.choose
+        return X.r_ports[off + np.int64(_draw(X, X.route_salt[0], pkt, sw) % np.uint64(n))]
+    return _quality_pick(X, sw, dst, off, n, pkt, t)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _switch_arrive(X, sw, t, pkt):
     # = Switch.arrive (lossy, no INT, no shared pool; strict-priority kinds never occur: coverage)
     hop = X.K[pkt, K_HOP]
     _advance_inflight(X, hop)
     _settle_due(X, hop, t)
-    dst = X.K[pkt, K_DST]
-    n = X.r_cnt[sw, dst]
-    off = X.r_off[sw, dst]
     kind = X.K[pkt, K_KIND]
-    if n == 1:
-        port = X.r_ports[off]
-    elif X.g[G_ROUTE] == ROUTE_ECMP:
-        # = Ecmp.choose (its cache memoises a pure function)
-        qp = X.K[pkt, K_QP]
-        port = X.r_ports[off + np.int64(ecmp_pick(X.q_hash[qp], X.route_salt[0], np.uint64(X.s_node[sw]),
-                                                 np.uint64(n), kind != DATA))]
-    elif X.g[G_ROUTE] == ROUTE_SPRAY:
-        # = Spray.choose
-        port = X.r_ports[off + np.int64(_draw(X, X.route_salt[0], pkt, sw) % np.uint64(n))]
-    else:
-        port = _quality_pick(X, sw, dst, off, n, pkt, t)
+    port = _choose(X, sw, t, pkt)
     _settle_due(X, port, t)
     wire = X.K[pkt, K_WIRE]
     bu = X.P[port, P_BUSY]
@@ -638,12 +657,157 @@ def _switch_arrive(X, sw, t, pkt):
             _fifo_append(X.P, port, P_PH, P_PT, X.K, K_PNEXT, pkt)
     _enqueue_arrival(X, port, pkt, bu + X.P[port, P_OFFSET])
 
+# ---------------------------------------------------------------- PFC: net/lossless.py
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _ser_big(X, port, b):
+    # = Port.ser_ps(b) = -((-b * PS_BITS) // rate) for a queue of b bytes, exact in int64 beyond the
+    # packet sizes _ser is bounded to (coverage): b = a * rn + c, so ceil(b * rd / rn) = a * rd + ceil(c * rd / rn)
+    # with c * rd < rn * rd < 2^62 and a * rd at most the result (a drain time: coverage bounds it)
+    rn = X.P[port, P_RN]
+    rd = X.P[port, P_RD]
+    if rn == 1:
+        return b * rd
+    return (b // rn) * rd - ((-((b % rn) * rd)) // rn)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _drain_ps(X, port, b):
+    # = b * PS_BITS // port.rate (LosslessPort.enqueue's peak), floor(b * rd / rn) split as in _ser_big
+    rn = X.P[port, P_RN]
+    rd = X.P[port, P_RD]
+    if rn == 1:
+        return b * rd
+    return (b // rn) * rd + ((b % rn) * rd) // rn
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _signal(X, t, port, pause):
+    # = Pfc.signal: the peer of ``port`` sends XOFF (pause) or XON, in effect one link delay plus
+    #   the transmitter's response time later (kernel.schedule: the seq drawn now)
+    push(X, t + X.P[port, P_PFCD], _seq(X), E_PAUSE if pause else E_RESUME, port, 0)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _lstart(X, port, t):
+    # = LosslessPort._start (no strict-priority packet ever queued: coverage; no INT)
+    pkt = X.P[port, P_LQH]
+    if pkt >= 0 and not X.P[port, P_PAUSED]:
+        _fifo_popleft(X.P, port, P_LQH, P_LQT, X.K, K_NEXT)
+    else:
+        X.P[port, P_SENDING] = 0
+        return
+    X.P[port, P_SENDING] = 1
+    X.P[port, P_CUR] = pkt
+    wire = X.K[pkt, K_WIRE]
+    done = t + _ser(X, port, wire)
+    X.P[port, P_TXB] += wire
+    X.P[port, P_TXP] += X.K[pkt, K_NPK]
+    if X.K[pkt, K_KIND] != DATA:
+        X.P[port, P_CB] += wire
+        X.P[port, P_CP] += 1
+    else:
+        sw = X.P[port, P_SW]
+        q = X.P[port, P_QBYTES] - wire          # bytes queued behind it as it starts to leave
+        if sw >= 0 and X.s_deq[sw] and X.s_kmin[sw] >= 0 and q > X.s_kmin[sw] and _mark(X, sw, q, pkt):
+            X.K[pkt, K_CE] = 1
+            X.P[port, P_ECN] += 1
+    push(X, done, _seq(X), E_LDONE, port, 0)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _lenqueue(X, port, t, pkt):
+    # = LosslessPort.enqueue(t, pkt, strict=False)
+    wire = X.K[pkt, K_WIRE]
+    qb = X.P[port, P_QBYTES] + wire
+    X.P[port, P_QBYTES] = qb
+    bu = X.P[port, P_BUSY]
+    X.P[port, P_BUSY] = (bu if bu > t else t) + _ser(X, port, wire)
+    pk = _drain_ps(X, port, qb)
+    if pk > X.P[port, P_PEAK]:
+        X.P[port, P_PEAK] = pk
+    _fifo_append(X.P, port, P_LQH, P_LQT, X.K, K_NEXT, pkt)
+    if not X.P[port, P_SENDING]:
+        _lstart(X, port, t)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _ldone(X, t, port):
+    # = LosslessPort._done
+    pkt = X.P[port, P_CUR]
+    X.P[port, P_CUR] = -1
+    wire = X.K[pkt, K_WIRE]
+    X.P[port, P_QBYTES] -= wire
+    ing = X.K[pkt, K_INPORT]
+    if ing >= 0:
+        X.K[pkt, K_INPORT] = -1
+        X.P[ing, P_INGB] -= wire
+        if X.P[ing, P_XOFF] and X.P[ing, P_INGB] <= X.g[G_XON]:
+            X.P[ing, P_XOFF] = 0
+            _signal(X, t, ing, False)
+    _enqueue_arrival(X, port, pkt, t + X.P[port, P_OFFSET])
+    _lstart(X, port, t)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _lossless_arrive(X, sw, t, pkt):
+    # = LosslessSwitch.arrive (no INT; data, ACK and NAK all in the lossless class: coverage)
+    ing = X.K[pkt, K_HOP]
+    _advance_inflight(X, ing)
+    port = _choose(X, sw, t, pkt)
+    if X.K[pkt, K_KIND] == DATA:
+        kmin = X.s_kmin[sw]
+        qb = X.P[port, P_QBYTES]
+        if kmin >= 0 and not X.s_deq[sw] and qb > kmin and _mark(X, sw, qb, pkt):
+            X.K[pkt, K_CE] = 1
+            X.P[port, P_ECN] += 1
+    X.K[pkt, K_INPORT] = ing
+    b = X.P[ing, P_INGB] + X.K[pkt, K_WIRE]
+    X.P[ing, P_INGB] = b
+    if b > X.P[ing, P_INGPK]:
+        X.P[ing, P_INGPK] = b
+    if not X.P[ing, P_XOFF] and b > X.g[G_XOFF]:
+        X.P[ing, P_XOFF] = 1
+        _signal(X, t, ing, True)
+    _lenqueue(X, port, t, pkt)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _apply_pause(X, t, port):
+    # = Pfc._apply_pause
+    if X.P[port, P_PAUSED]:
+        return
+    X.P[port, P_PAUSED] = 1
+    X.P[port, P_PEV] += 1
+    X.P[port, P_PSINCE] = t
+    X.g[G_PAUSES] += 1
+    if X.P[port, P_NICP] < 0:
+        X.P[port, P_BUSY] += X.g[G_PENALTY]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _apply_resume(X, t, port):
+    # = Pfc._apply_resume
+    if not X.P[port, P_PAUSED]:
+        return
+    X.P[port, P_PAUSED] = 0
+    X.P[port, P_PPS] += t - X.P[port, P_PSINCE]
+    if X.P[port, P_NICP] >= 0:
+        _kick(X, X.P[port, P_NICP], t)
+    else:
+        X.P[port, P_BUSY] = t + _ser_big(X, port, X.P[port, P_QBYTES])
+        if not X.P[port, P_SENDING]:
+            _lstart(X, port, t)
+
 # ---------------------------------------------------------------- NIC
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _kick(X, nic, t):
-    # = Nic.kick (no PFC)
+    # = Nic.kick (a paused port is kicked by its resume)
+    if X.P[X.N[nic, N_PORT], P_PAUSED]:
+        return
     bu = X.P[X.N[nic, N_PORT], P_BUSY]
     if bu > t:
         t = bu
@@ -740,7 +904,7 @@ def _arm(X, q, t):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _nic_tx(X, nic, t, token):
-    # = Nic.tx (no PFC, no window, no pacing below line rate, no on_sent: coverage)
+    # = Nic.tx (no window, no pacing below line rate, no on_sent: coverage)
     X.N[nic, N_CALLS] += 1
     if token != X.N[nic, N_TOKEN]:
         return
@@ -758,6 +922,9 @@ def _nic_tx(X, nic, t, token):
     if bu > t:
         X.N[nic, N_PEND] = bu
         push(X, bu, _seq(X), E_TX, nic, token)
+        return
+    if X.P[port, P_PAUSED]:                  # PFC: resumed by the engine
+        X.N[nic, N_BUSY] = 0
         return
     mtu = X.g[G_MTU]
     seg = X.g[G_SEG]
@@ -1317,6 +1484,8 @@ def run(X, until_ps):
             code = X.P[X.K[a, K_HOP], P_DELIVER]
             if code == D_SWITCH:
                 _switch_arrive(X, X.P[X.K[a, K_HOP], P_PEER_SW], t, a)
+            elif code == D_LSWITCH:
+                _lossless_arrive(X, X.P[X.K[a, K_HOP], P_PEER_SW], t, a)
             else:
                 if code == D_HOST_SETTLE and X.P[X.K[a, K_HOP], P_PH] >= 0:
                     _settle(X, X.K[a, K_HOP], t)
@@ -1325,6 +1494,12 @@ def run(X, until_ps):
             _nic_tx(X, a, t, b)
         elif kind == E_RTO:
             _on_rto(X, a, t)
+        elif kind == E_LDONE:
+            _ldone(X, t, a)
+        elif kind == E_PAUSE:
+            _apply_pause(X, t, a)
+        elif kind == E_RESUME:
+            _apply_resume(X, t, a)
         elif kind == E_RELEASE:
             g[G_PY_KIND] = P_RELEASE
             g[G_PY_A] = a

@@ -73,8 +73,14 @@ def uncovered(engine) -> list[str]:
         out.append("simulation.time_limit x the units of the largest message of 2^62 ps or more (slice 7)")
     if sc.congestion_control.name not in CC:
         out.append(f"congestion_control: {sc.congestion_control.name} (slice 5)")
-    if engine.pfc is not None:
-        out.append("switch.pfc (slice 3)")
+    if engine.pfc is not None and engine.ports:
+        # a lossless queue's drain time (its peak, busy_until) is formed in int64: the bytes a port
+        # can hold are at most what reached its switch by the time limit, so the drain time is at
+        # most limit x (the fabric's total port rate / the port's rate)
+        rates = [q.rate for q in engine.ports]
+        if limit * (sum(rates) // min(rates) + 1) >= 1 << 61:
+            out.append("switch.pfc with simulation.time_limit x (total port rate / slowest port rate) of 2^61 ps "
+                       "or more (slice 7)")
     if engine.cell != 1:
         out.append("simulation.cell_packets > 1 (slice 4)")
     if engine.pxn:

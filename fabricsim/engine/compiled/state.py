@@ -15,6 +15,7 @@ from collections import deque, namedtuple
 
 import numpy as np
 
+from ...net.lossless import PAUSED_PENALTY_PS, LosslessPort
 from ...net.packet import Packet
 from ...receiver.base import HostRx
 from . import core as C
@@ -51,8 +52,8 @@ State = namedtuple("State", list(_ARRAYS))
 CAUSES = ("sack", "timeout", "nak")
 #: initial values of the rows that are not 0 (-1 = None)
 _FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc", "reot", "gbt")}
-_FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack")})
-_FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt")})
+_FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack", "inport")})
+_FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt", "lqh", "lqt", "cur", "nicp")})
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
 _FIELDS_OF = {"P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS, "D": C.NODE_FIELDS,
               "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS}
@@ -118,6 +119,7 @@ def build(engine, nic_index: dict) -> State:
     a["rto_salt"] = np.zeros(1, dtype=np.uint64)         # Sender.salt (set below)
     _adaptive(a, engine, quality if route == C.ROUTE_ADAPTIVE else None, s_local, r_off, r_cnt, cand)
     # ports
+    pfc = engine.pfc
     P = a["P"] = _arr("P", len(ports))
     col = {f: i for i, f in enumerate(C.PORT_FIELDS)}
     for p in ports:
@@ -125,19 +127,25 @@ def build(engine, nic_index: dict) -> State:
         P[i, col["rn"]], P[i, col["rd"]] = rate_fraction(p.rate)     # PS_BITS / rate = rd / rn
         P[i, col["offset"]] = p.offset
         if p.peer in s_local:
-            P[i, col["deliver"]] = C.D_SWITCH
+            P[i, col["deliver"]] = C.D_LSWITCH if pfc is not None else C.D_SWITCH
             P[i, col["peer_sw"]] = s_local[p.peer]
         else:
             P[i, col["deliver"]] = C.D_HOST if p.deliver == engine._to_host else C.D_HOST_SETTLE
         if p.owner in s_local:
             P[i, col["sw"]] = s_local[p.owner]
         P[i, col["buffer"]] = -1 if p.buffer is None else p.buffer
+        if pfc is not None:
+            # Pfc.signal's delay: the pause frame's flight and the transmitter's response (the model's own)
+            P[i, col["pfcd"]] = p.delay + pfc.response_ps(p)
     # NIC ports (one per host: coverage)
     nics = [nic for h in sim.topology.hosts for nic in engine.nics[h]]
     for i, nic in enumerate(nics):
         nic_index[nic] = i
     a["N"] = _arr("N", len(nics))
     a["N"][:, C.N_PORT] = [nic.port.index for nic in nics]
+    if pfc is not None:
+        for i, nic in enumerate(nics):
+            P[nic.port.index, col["nicp"]] = i          # = LosslessPort.nic (a paused host port kicks its NIC)
     # messages
     rows = engine._rows
     a["M"] = _arr("M", len(rows))
@@ -180,6 +188,9 @@ def build(engine, nic_index: dict) -> State:
     X.rto_salt[0] = snd.salt
     gv[C.G_SELECTIVE] = snd.selective       # ddp (hold, SACK + RACK) or go-back-N (discard, NAK, rewind)
     gv[C.G_BIN] = rec.goodput_bin_ps
+    if pfc is not None:
+        gv[C.G_PFC], gv[C.G_XOFF], gv[C.G_XON] = 1, pfc.xoff, pfc.xon
+        gv[C.G_PENALTY] = PAUSED_PENALTY_PS
     gv[C.G_ROUTE] = route
     if route == C.ROUTE_ADAPTIVE:
         qp_ = quality.p
@@ -329,10 +340,45 @@ def sync_recorder(X: State, rec) -> None:
         rec.delivered_at_last_first_arrival = int(g[C.G_DLFA])
 
 
+class _OnWire:
+    """Stands in for a lossless port's packet on the wire (``LosslessPort.cur``) while the run is
+    compiled: a link sample reads its ``wire`` only (``PacketEngine._snapshot``). The packet
+    itself is put back at the end (:func:`write_back`)."""
+
+    __slots__ = ("wire",)
+
+    def __init__(self, wire):
+        self.wire = wire
+
+
+def _write_lossless(X: State, ports, counters: bool) -> None:
+    """The lossless ports' queue state (``qbytes``, the packet on the wire: what a link sample
+    reads) and with ``counters`` the PFC counters the links table reads."""
+    P = X.P
+    qb, cur = P[:, C.P_QBYTES].tolist(), P[:, C.P_CUR].tolist()
+    wire = X.K[:, C.K_WIRE]
+    if counters:
+        cols = {n: row(X, "P", n).tolist() for n in ("paused", "pev", "pps", "psince", "ingpk")}
+    for p in ports:
+        i = p.index
+        p.qbytes = qb[i]
+        c = cur[i]
+        p.cur = _OnWire(int(wire[c])) if c >= 0 else None
+        if counters:
+            p.paused = bool(cols["paused"][i])
+            p.pause_events = cols["pev"][i]
+            p.paused_ps = cols["pps"][i]
+            p.paused_since = cols["psince"][i]
+            p.ingress_peak = cols["ingpk"][i]
+
+
 def write_ports(X: State, ports, counters: bool = True) -> None:
     """Port state onto the Port objects: ``busy_until`` and ``tx_bytes`` (what a link sample
-    reads), and with ``counters`` every other counter."""
+    reads), and with ``counters`` every other counter; under PFC also the lossless ports' queue
+    state and PFC counters."""
     busy, txb = X.P[:, C.P_BUSY].tolist(), X.P[:, C.P_TXB].tolist()
+    if X.g[C.G_PFC]:
+        _write_lossless(X, ports, counters)
     if not counters:
         for p in ports:
             p.busy_until = busy[p.index]
@@ -369,6 +415,13 @@ def _packet(X: State, i: int, qps, ports) -> Packet:
     return pkt
 
 
+def _lossless_packet(X: State, i: int, qps, ports) -> Packet:
+    pkt = _packet(X, i, qps, ports)
+    ing = int(X.K[i, C.K_INPORT])
+    pkt.inport = ports[ing] if ing >= 0 else None
+    return pkt
+
+
 def write_back(X: State, engine, qps, nics) -> None:
     """The whole state onto the engine's objects, as the Python kernel would have left them
     (docs/compiled-core.md 4.4): what the end of ``PacketEngine.run`` reads."""
@@ -383,6 +436,20 @@ def write_back(X: State, engine, qps, nics) -> None:
             p.inflight.append((int(X.K[i, C.K_AT]), int(X.K[i, C.K_ASEQ]), p.deliver, _packet(X, i, qps, ports)))
             i = int(X.K[i, C.K_NEXT])
         p.pend = deque()              # (settled samples are not needed once the run is over)
+        if isinstance(p, LosslessPort):
+            # the lossless queue, the packet on the wire and the link's ingress accounting
+            p.q = deque()
+            i = int(X.P[p.index, C.P_LQH])
+            while i >= 0:
+                p.q.append(_lossless_packet(X, i, qps, ports))
+                i = int(X.K[i, C.K_NEXT])
+            c = int(X.P[p.index, C.P_CUR])
+            p.cur = _lossless_packet(X, c, qps, ports) if c >= 0 else None
+            p.sending = bool(X.P[p.index, C.P_SENDING])
+            p.ingress_bytes = int(X.P[p.index, C.P_INGB])
+            p.xoff_sent = bool(X.P[p.index, C.P_XOFF])
+    if engine.pfc is not None:
+        engine.pfc.pauses = int(g[C.G_PAUSES])
     for nic, i in nics.items():
         nic.tx_calls = int(X.N[i, C.N_CALLS])
         nic.tx_sent = int(X.N[i, C.N_SENT])
