@@ -8,7 +8,9 @@ says why, so nothing is ever simplified silently.
 Two receiver models are compiled, ``ddp`` and ``go_back_n`` (NAK on a gap, the sender's rewind
 on NAK and on timeout), both with one ACK per unit; ``reorder_buffer`` runs on heap
 (``receiver: reorder_buffer (slice 3)``), and so does any receiver with ACK coalescing
-(``receiver.ack_every > 1 (slice 4)``) or PFC (``switch.pfc (slice 3)``). Both timer modes are
+(``receiver.ack_every > 1 (slice 4)``). PFC (``switch.pfc.enabled``) is compiled, lossless
+switches and paused NIC ports alike, unless a lossless queue's drain time could leave int64 (the
+time limit x the fabric's total port rate over its slowest port's, of 2^61 ps or more). Both timer modes are
 compiled (``receiver.rto_mode: fixed`` and ``adaptive``), with either compiled receiver. Of
 adaptive timeouts, what stays outside is stated by the reasons it comes with: ACK coalescing (its
 wait allowance and SACK-bitmap reach: ``ack_every > 1``), persistent connections (the estimator's
