@@ -122,8 +122,9 @@ VARIANTS = {
 }
 
 
-def scenario(policy: str, variant: str, seed: int, trace: str | None = None) -> dict:
-    """bench_routing.py's ``128`` fabric with the policy's routing and the variant's settings."""
+def scenario(policy: str, variant: str, seed: int, trace: str | None = None, kernel: str | None = None) -> dict:
+    """bench_routing.py's ``128`` fabric with the policy's routing and the variant's settings
+    (``kernel``: ``simulation.kernel``, the engine's default if None)."""
     sys.path.insert(0, str(HERE))
     from bench_routing import fabric
     sc = fabric("128", dict(POLICIES[policy]["fabricsim"]), seed)
@@ -131,6 +132,8 @@ def scenario(policy: str, variant: str, seed: int, trace: str | None = None) -> 
     sc.update(json.loads(json.dumps(VARIANTS[variant])))
     if trace:
         sc["traffic"] = {"pattern": "trace", "path": trace}
+    if kernel:
+        sc.setdefault("simulation", {})["kernel"] = kernel
     return sc
 
 
@@ -181,7 +184,7 @@ print(json.dumps({"wall_s": wall, "engine_wall_s": s["run"]["wall_time_s"], "sta
     "alone_ps": int(m["ideal_fct_ps"].max()),
     "completion_time_ratio": s["effective_bandwidth"]["completion_time_ratio"],
     "messages_completed": s["messages"]["completed"], "messages_total": s["messages"]["total"],
-    "events": s["run"]["events"], "packet_hops": s["run"]["packet_hops"],
+    "events": s["run"]["events"], "packet_hops": s["run"]["packet_hops"], "kernel": s["run"]["kernel"],
     "drops": s["run"]["dropped_packets"], "retransmitted_payload_bytes": s["run"]["retransmitted_payload_bytes"],
     "pfc_pause_events": s["run"]["pfc_pause_events"],
     "connections": sorted(zip(m["src"].tolist(), m["dst"].tolist(), m["size_bytes"].tolist()))}))
@@ -240,8 +243,18 @@ def main():
     ap.add_argument("--long", type=float, default=60.0, help="a case whose first run exceeds this many s is run once")
     ap.add_argument("--cm", help="an htsim connection matrix to run instead of the generated permutation "
                                  "(read through fabricsim interop cm-import)")
+    ap.add_argument("--kernels", nargs="+", default=["heap"], choices=["heap", "simpy", "compiled"],
+                    help="fabricsim's packet kernels (simulation.kernel), one row each (default heap); a "
+                         "compiled run that falls back to heap says so in its row")
     ap.add_argument("--out", default=str(HERE / "results" / "htsim_side_by_side.json"))
     args = ap.parse_args()
+    if "compiled" in args.kernels:
+        # numba compiles the core on first use (about a minute) and caches it on disk: pay that
+        # before any timed run, on a tiny case
+        warm = scenario(args.policies[0], args.variants[0], args.seed, kernel="compiled")
+        warm["traffic"] = {**warm["traffic"], "message_size": "64KiB"}
+        with tempfile.TemporaryDirectory(prefix="bench_htsim_warm_") as tmp:
+            run_fabricsim(warm, pathlib.Path(tmp) / "warm")
 
     binary = os.environ.get("HTSIM")
     htsim_note = None
@@ -271,20 +284,25 @@ def main():
             sc_file.write_text(yaml.safe_dump(scenario(policy, args.variants[0], args.seed, trace), sort_keys=False))
             export_cmds.append(cm_export(str(sc_file), str(cm)))
             nodes = int(cm.read_text().split()[1])
-            for variant in args.variants:
-                sc = scenario(policy, variant, args.seed, trace)
-                print(f"fabricsim {policy:<9} {variant:<14}", end=" ", flush=True)
-                best, walls, _ = timed(lambda: run_fabricsim(sc, tmpd / f"fs_{policy}_{variant}"), args.repeat, args.long)
+            for variant, kernel in ((v, k) for v in args.variants for k in args.kernels):
+                sc = scenario(policy, variant, args.seed, trace, kernel)
+                print(f"fabricsim {policy:<9} {variant:<14} {kernel:<8}", end=" ", flush=True)
+                best, walls, _ = timed(lambda: run_fabricsim(sc, tmpd / f"fs_{policy}_{variant}_{kernel}"), args.repeat,
+                                       args.long)
                 conns = best.pop("connections")
                 size = max(c[2] for c in conns)
                 ideal_ps = size * 8 * 10**12 // LINE_RATE_BPS
                 T = best["last_end_ps"] if best["status"] == "complete" else None
+                ran = best["kernel"]
                 row = {"simulator": "fabricsim", "variant": variant, "policy": policy, "scenario": sc,
+                       "kernel_requested": kernel,
+                       "kernel_ran": ran.get("ran", kernel) if isinstance(ran, dict) else kernel,
                        "wall_s": best["wall_s"], "wall_runs_s": walls, "completion_us": T / 1e6 if T else None,
                        "fraction_of_ideal": ideal_ps / T if T else None,
                        "vs_alone": best["alone_ps"] / T if T else None, **best}
                 rows.append(row)
-                print(f"wall {best['wall_s']:.2f} s (runs {', '.join(f'{w:.2f}' for w in walls)})  "
+                print(f"wall {best['wall_s']:.2f} s (runs {', '.join(f'{w:.2f}' for w in walls)}; engine "
+                      f"{best['engine_wall_s']:.2f} s on {row['kernel_ran']})  "
                       f"T {fmt(row['completion_us'], '.1f')} us  fraction {fmt(row['fraction_of_ideal'])}", flush=True)
             if binary:
                 if alone is None:   # one flow alone on the idle fabric, in htsim's own terms
@@ -320,18 +338,19 @@ def main():
     # the table
     print(f"\nideal = per-host payload at line rate = {fmt(ideal_ps and ideal_ps / 1e6, '.1f')} us; "
           "fraction = ideal / last completion; vs alone = the simulator's own one-flow time / last completion")
-    hdr = ("policy", "simulator", "wall s", "T us", "fraction", "vs alone", "fs CTR", "htsim/fabricsim wall")
+    hdr = ("policy", "simulator", "wall s", "engine s", "T us", "fraction", "vs alone", "fs CTR", "htsim/fabricsim wall")
     print(" | ".join(hdr))
     ratios = {}
     for policy in args.policies:
         h = next((r for r in rows if r["simulator"] == "htsim" and r["policy"] == policy), None)
         for r in (x for x in rows if x["policy"] == policy):
-            name = "htsim_roce" if r["simulator"] == "htsim" else f"fabricsim ({r['variant']})"
+            name = "htsim_roce" if r["simulator"] == "htsim" else f"fabricsim ({r['variant']}, {r['kernel_ran']})"
             ratio = None
             if h and r["simulator"] == "fabricsim":
                 ratio = h["wall_s"] / r["wall_s"]
-                ratios[f"{policy}/{r['variant']}"] = ratio
-            print(" | ".join([policy, name, f"{r['wall_s']:.2f}", fmt(r["completion_us"], ".1f"),
+                ratios[f"{policy}/{r['variant']}/{r['kernel_ran']}"] = ratio
+            print(" | ".join([policy, name, f"{r['wall_s']:.2f}", fmt(r.get("engine_wall_s"), ".2f"),
+                              fmt(r["completion_us"], ".1f"),
                               fmt(r["fraction_of_ideal"]), fmt(r["vs_alone"]),
                               fmt(r.get("completion_time_ratio")), fmt(ratio, ".2f")]))
     if htsim_note:
