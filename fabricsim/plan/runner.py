@@ -603,10 +603,10 @@ def packet_slice(spec: PlanSpec, cases: list[Case], items_of: dict, sims: dict, 
     est = {r: sims[r[0]].packet_estimate_s(r[1]) for r in runs}
     total = sum(est.values())
     if total > ps.max_wall_s:
-        from ..engine.estimate import HOPS_PER_S
         kernel = sims[runs[0][0]].built.scenario.simulation.kernel
         raise ConfigError(f"the {len(runs)} sampled patterns would take about {total:.3g} s of wall time with the "
-                          f"packet engine (estimate at {HOPS_PER_S[kernel]:,} packet-hops/s, kernel {kernel}; "
+                          f"packet engine (estimated by the measured cost model of kernel {kernel}, "
+                          "fabricsim/engine/estimate.py SPEED; "
                           "allowed: at most "
                           f"max_wall_s = {ps.max_wall_s:g} s: fewer patterns or types, a smaller cluster, or a "
                           "larger max_wall_s)", source=source, field="fabric.packet_slice.max_wall_s")
