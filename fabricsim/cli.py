@@ -229,7 +229,8 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete, jobs, 
         if seeds < 1:
             raise ConfigError(f"{seeds} (allowed: 1 or more)", field="--seeds")
         varied = parse_vary(vary)
-        _plan(scenario, varied, seeds)  # every combination checked before anything is written
+        topologies: dict = {}           # built once: for the checks and then for every run
+        _plan(scenario, varied, seeds, topologies)  # every combination checked before anything is written
         out = Path(output or Path("results") / f"{loaded.scenario.name}-compare")
         from .analysis.outpath import check_writable_dir
         check_writable_dir(out)
@@ -243,7 +244,8 @@ def compare_cmd(scenario, vary, seeds, output, quiet, include_incomplete, jobs, 
         if scheduler is not None and executor not in (None, "dask"):
             raise ConfigError(f"--scheduler needs --executor dask (got {executor})", field="--scheduler")
         df = compare(scenario, varied, seeds=seeds, output_dir=out, progress=progress,
-                     include_incomplete=include_incomplete, jobs=jobs, executor=executor, scheduler=scheduler)
+                     include_incomplete=include_incomplete, jobs=jobs, executor=executor, scheduler=scheduler,
+                     topologies=topologies)
     except FabricsimError as exc:
         _fail(exc)
     except KeyboardInterrupt:

@@ -254,7 +254,8 @@ def _plan(scenario, vary: dict, seeds, topologies: dict | None = None):
 
 def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Path | None = None,
             metrics: list[str] | None = None, progress=None, include_incomplete: bool = False,
-            jobs: int | None = None, executor=None, scheduler: str | None = None) -> pd.DataFrame:
+            jobs: int | None = None, executor=None, scheduler: str | None = None,
+            topologies: dict | None = None) -> pd.DataFrame:
     """Run every combination of ``vary`` and every seed; one row per run.
 
     Parameters
@@ -291,6 +292,10 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         ``jobs`` > 1 alone means ``processes``. The table is the same either way, rows in the
         same order (wall times aside); with an executor, ``progress`` is called as each run
         finishes (``i`` counting finished runs) rather than before it starts.
+    topologies:
+        Topologies already built (a dict the caller keeps, as :func:`fabricsim.api.prepare`
+        takes it): the checks and the runs in this process reuse them, so each distinct
+        topology section is built once (the CLI passes the one its own checks filled).
 
     Returns
     -------
@@ -319,7 +324,8 @@ def compare(scenario, vary: dict | None = None, seeds=None, output_dir: str | Pa
         raise ConfigError(f"unknown metric {unknown[0]!r} (allowed: {', '.join(DEFAULT_METRICS)}; per operation "
                           f"KEY_{{{','.join(OP_METRICS)}}} with KEY one of {', '.join(op_keys())})",
                           field="metrics")
-    topologies: dict = {}           # each topology built once for validation and every run
+    if topologies is None:
+        topologies = {}             # each topology built once for validation and every run
     base, keys, dotted, combos, seed_list = _plan(scenario, vary or {}, seeds, topologies)
     source = scenario.scenario if isinstance(scenario, LoadedScenario) else scenario
     out = Path(output_dir) if output_dir is not None else None
