@@ -64,7 +64,7 @@ def prepare(source, overrides=(), seed: int | None = None,
 
 
 def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | None = None,
-        progress: bool = False, topologies: dict | None = None, estimate_warning: str | None = "",
+        progress: "bool | Progress" = False, topologies: dict | None = None, estimate_warning: str | None = "",
         overwrite: bool = False) -> Result:
     """Run a scenario (YAML path, dict, :class:`Scenario`, :class:`LoadedScenario`, or the
     :class:`~fabricsim.engine.SimulationInput` :func:`prepare` returned: then nothing is built
@@ -83,7 +83,9 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
     seed:
         Replaces ``simulation.seed``.
     progress:
-        Show a progress bar in simulated time.
+        Show what the run is doing on stderr when it is a terminal (:class:`Progress`: the phase,
+        the simulated time reached, each table written); or a :class:`Progress` already showing
+        (``fabricsim run`` starts one before preparing), which this call closes when it returns.
     topologies:
         Topologies already built, reused (see :func:`prepare`).
     estimate_warning:
@@ -112,25 +114,29 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
             import warnings
             warnings.warn(estimate_warning, stacklevel=2)
     recorder = Recorder(sc.outputs.latency_rel_error, sc.outputs.timeseries_bin, stream_path=stream)
+    bar = progress if isinstance(progress, Progress) else Progress() if progress else None
     try:
         with StopSignals() as signals:
+            if bar is not None:
+                bar.phase("building the engine")
             engine = ENGINES.get(sc.simulation.engine)(sim, recorder)
-            bar = _progress_bar(len(sim.messages), sc.simulation.time_limit) if progress else None
+            if bar is not None:
+                bar.phase("simulating")
             t0 = time.perf_counter()
             try:
-                outcome = engine.run(progress=bar.update_time if bar else None)
+                outcome = engine.run(progress=bar.update_time if bar is not None else None)
             finally:
-                if bar:
-                    bar.close()
                 recorder.close()
             signals.defer()    # the run is over: a signal now must not lose the results being written
             wall = time.perf_counter() - t0
             del engine      # its working state (flows, connections, replay) is not needed for the results
             if estimate_warning:
                 outcome.warnings.insert(0, estimate_warning)
+            if bar is not None:
+                bar.phase("building the results")
             result = build_result(sim, recorder, outcome, wall, __version__)
             if folder is not None:
-                folder.finish(result)
+                folder.finish(result, progress=bar.phase if bar is not None else None)
     except KeyboardInterrupt:
         # interrupted before the engine could take over (its own Ctrl-C handling keeps the results)
         recorder.close()
@@ -154,6 +160,9 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
         if isinstance(exc, ConfigError) or (isinstance(exc, FabricsimError) and not where):
             raise
         raise SimulationError(reason + where) from exc
+    finally:
+        if bar is not None:
+            bar.close()
     return result
 
 
@@ -200,22 +209,47 @@ class StopSignals:
         return False
 
 
-class _progress_bar:
-    """tqdm bar on stderr advanced in simulated time: shown only after a second of wall time and
-    only when stderr is a terminal (``disable=None``), so logs and CI output stay clean."""
+class Progress:
+    """What a run is doing, as one line on stderr: the phase (preparing, simulating with the
+    simulated time reached and its pace, building the results, writing each table) and the wall
+    time so far. Shown only when stderr is a terminal (tqdm's ``disable=None``) and only once the
+    run has taken ``delay_s`` of wall time, so short runs, logs and CI output stay clean;
+    :meth:`close` clears the line. ``fabricsim run`` makes one before it prepares the scenario and
+    hands it to :func:`run` (``progress=``); ``run(progress=True)`` makes its own."""
 
-    def __init__(self, n_messages: int, limit_ps: int):
+    def __init__(self, delay_s: float = 1.0):
         import sys
         from tqdm import tqdm
-        self._bar = tqdm(total=None, unit="us", unit_scale=False, desc="simulated", leave=False,
-                         file=sys.stderr, disable=None, delay=1.0,
-                         bar_format="{desc}: {n:.1f} us simulated [{elapsed}, {rate_fmt}]")
-        self._last = 0
+        self._bar = tqdm(total=None, desc="preparing", leave=False, file=sys.stderr, disable=None,
+                         delay=delay_s, bar_format="{desc} [{elapsed}]")
+        self._t0 = self._phase_t0 = time.perf_counter()
+        self._delay = delay_s
+        self._shown = 0.0
 
-    def update_time(self, now_ps: int):
+    def phase(self, text: str) -> None:
+        """Name the phase now under way (shown at once if the run is past its delay)."""
+        self._bar.set_description_str(text, refresh=False)
+        self._phase_t0 = time.perf_counter()
+        self._show(self._phase_t0, force=True)
+
+    def update_time(self, now_ps: int) -> None:
+        """The engine reached simulated time ``now_ps`` (the line is redrawn at most 10 times a second)."""
+        t = time.perf_counter()
+        if t - self._shown < 0.1:
+            return
         us = now_ps / 1e6
-        self._bar.update(us - self._last)
-        self._last = us
+        pace = us / max(t - self._phase_t0, 1e-9)       # simulated us per wall second since the engine started
+        self._bar.set_description_str(f"simulating: {us:.1f} us simulated ({pace:.3g} us/s)", refresh=False)
+        self._show(t)
 
-    def close(self):
+    def _show(self, t: float, force: bool = False) -> None:
+        if t - self._t0 >= self._delay and (force or t - self._shown >= 0.1):
+            self._bar.refresh()
+            self._shown = t
+
+    def clear(self) -> None:
+        """Take the line off the terminal (before printing something else; the next phase redraws it)."""
+        self._bar.clear()
+
+    def close(self) -> None:
         self._bar.close()

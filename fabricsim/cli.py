@@ -135,9 +135,12 @@ def run(scenario, output, force, seed, sets, quiet, as_json, report):
     plots/); a folder holding another scenario's results is refused (exit 2) unless --force.
     """
     from .analysis.writer import ResultsFolder, default_results_dir
-    from .api import prepare, run as api_run
+    from .api import Progress, prepare, run as api_run
     out = None
+    bar = None if quiet else Progress()      # a line on a terminal once the run takes a second
     try:
+        if bar is not None:
+            bar.phase("preparing: topology, paths, traffic")
         loaded, sim = prepare(scenario, sets, seed)  # every input error surfaces before any output
         sc = loaded.scenario
         dumped = sc.model_dump(mode="json")
@@ -148,12 +151,18 @@ def run(scenario, output, force, seed, sets, quiet, as_json, report):
         from .engine.estimate import long_run_warning
         slow = long_run_warning(sim)
         if slow:
+            if bar is not None:
+                bar.clear()
             click.echo(f"warning: {slow}", err=True)    # before it starts: the user may stop it now
-        result = api_run(sim, output_dir=out, progress=not quiet, estimate_warning=slow,   # built once
+        result = api_run(sim, output_dir=out, progress=bar or False, estimate_warning=slow,   # built once
                          overwrite=force)
     except FabricsimError as exc:
+        if bar is not None:
+            bar.close()
         _fail(exc, scenario, list(sets) + ([f"simulation.seed={seed}"] if seed is not None else []))
     except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
         where = f" (run.json in {out})" if out is not None and (Path(out) / "run.json").is_file() else ""
         click.echo(f"interrupted before the run started{where}", err=True)
         sys.exit(130)

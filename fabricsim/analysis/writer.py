@@ -222,17 +222,18 @@ class ResultsFolder:
                 df.to_csv(tmp, index=False)
             os.replace(tmp, self.path / f"{name}.{fmt}")
 
-    def finish(self, result: Result):
-        self._table("messages", result.messages)
-        self._table("links", result.links)
-        self._table("latency_histogram", result.latency)
-        self._table("goodput_timeseries", result.goodput)
-        if len(result.collectives):
-            self._table("collectives", result.collectives)
-        if len(result.link_timeseries):
-            self._table("link_timeseries", result.link_timeseries)
-        if len(result.nics):
-            self._table("nics", result.nics)
+    def finish(self, result: Result, progress=None):
+        """Write every table of ``result`` and the final ``summary.json`` / ``run.json``;
+        ``progress(text)`` (optional) is told each table before it is written."""
+        tables = [("messages", result.messages), ("links", result.links), ("latency_histogram", result.latency),
+                  ("goodput_timeseries", result.goodput)]
+        tables += [(name, df) for name, df in (("collectives", result.collectives),
+                                               ("link_timeseries", result.link_timeseries), ("nics", result.nics))
+                   if len(df)]
+        for name, df in tables:
+            if progress is not None:
+                progress(f"writing {name} ({len(df):,} rows, {'/'.join(self.formats)})")
+            self._table(name, df)
         self._write_text("summary.json", summary_json(result.summary))
         run = {k: v for k, v in self._run.items() if k != "pid"}
         self._write_text("run.json", json.dumps({**run, "seed": result.summary["seed"], **result.summary["run"]},
