@@ -26,6 +26,7 @@ on disk next to this package.
 from __future__ import annotations
 
 from ...errors import SimulationError
+from ...net.sender import ack_wait_ps
 from . import core as C
 from . import state as S
 
@@ -160,6 +161,11 @@ class CompiledKernel:
             # first send's timer: the same pure function of the two hosts, memoised per pair)
             X.Q[q, C.Q_BRTT] = qp.flow.base_rtt_ps
             X.Q[q, C.Q_SRTT], X.Q[q, C.Q_RTTVAR] = qp.srtt, qp.rttvar
+            snd = self.engine.sender
+            if snd.ack_wait_bytes:
+                # ACK coalescing's allowance at this queue pair's line rate (Sender.rto's, in Python's
+                # integers: ack_wait_bytes * PS_BITS may pass 2^63)
+                X.Q[q, C.Q_WAIT] = ack_wait_ps(snd.ack_wait_ps, snd.ack_wait_bytes, qp.flow.line_bps)
         self.qps.append(qp)
         self.qp_row[id(qp)] = q
         return q
@@ -175,6 +181,8 @@ class CompiledKernel:
             self._need("pkt", 2 * X.K.shape[0])
         if g[C.G_DNFREE] < 4 * C.SPACE:
             self._need("node", 2 * self.X.D.shape[0])
+        if g[C.G_BNFREE] < 4 * C.SPACE:
+            self._need("bm", 2 * self.X.BM.shape[0])
         self._need("heap", int(g[C.G_HN]) + 4 * C.SPACE)
         if g[C.G_OLOG_N] + C.SPACE > X.OL.shape[1]:
             S.fold_reorder(self.X, self.engine._rows)
