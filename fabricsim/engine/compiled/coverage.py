@@ -6,16 +6,18 @@ empty list: the run is compiled. Otherwise it runs on ``heap`` (the same model i
 says why, so nothing is ever simplified silently.
 
 Two receiver models are compiled, ``ddp`` and ``go_back_n`` (NAK on a gap, the sender's rewind
-on NAK and on timeout), both with one ACK per unit; ``reorder_buffer`` runs on heap
-(``receiver: reorder_buffer (slice 3)``), and so does any receiver with ACK coalescing
-(``receiver.ack_every > 1 (slice 4)``). PFC (``switch.pfc.enabled``) is compiled, lossless
-switches and paused NIC ports alike, unless a lossless queue's drain time could leave int64 (the
-time limit x the fabric's total port rate over its slowest port's, of 2^61 ps or more). Both timer modes are
-compiled (``receiver.rto_mode: fixed`` and ``adaptive``), with either compiled receiver. Of
-adaptive timeouts, what stays outside is stated by the reasons it comes with: ACK coalescing (its
-wait allowance and SACK-bitmap reach: ``ack_every > 1``), persistent connections (the estimator's
-``heir`` chain), and an ``rto_max`` whose jittered product would leave int64
-(docs/compiled-core.md 3.1).
+on NAK and on timeout), each with one ACK per unit or with ACK coalescing (``receiver.ack_every >
+1``: AckReq units, the delayed-ACK timer, SACK bitmaps, RACK and probes within the bitmap's reach);
+``reorder_buffer`` runs on heap (``receiver: reorder_buffer (slice 3)``). PFC
+(``switch.pfc.enabled``) is compiled, lossless switches and paused NIC ports alike, unless a
+lossless queue's drain time could leave int64 (the time limit x the fabric's total port rate over
+its slowest port's, of 2^61 ps or more). Both timer modes are compiled (``receiver.rto_mode:
+fixed`` and ``adaptive``), with either compiled receiver, with or without coalescing. What stays
+outside is stated by the reasons it comes with: persistent connections (the estimator's ``heir``
+chain), an ``rto_max`` whose jittered product would leave int64 (docs/compiled-core.md 3.1), and
+with coalescing a delayed-ACK timer past int64 (the time limit plus ``ack_delay`` of 2^62 ps or
+more) or, with adaptive timeouts, a wait allowance of 2^61 ps or more (``ack_delay`` plus
+``ack_every`` units at a host's line rate, added to the timeout's base in int64).
 """
 from __future__ import annotations
 
