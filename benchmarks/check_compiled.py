@@ -13,8 +13,11 @@ adaptive draws come after every other, so a seed's fabric, traffic and routing a
 before adaptive timeouts joined), the ``go_back_n`` receiver in 40% of the cases (drawn after
 those, so a seed's other draws are those it drew before go-back-N joined), and PFC in 40% (drawn
 last of all: ``xoff`` 9, 20, 40 or 135 KB, ``xon`` half of it or 4 KB below, the response IEEE's
-bound, 200 ns or 1 us; lossless switches then enforce no buffer). Each runs on both kernels; every table, the summary and the event
-count must be identical, and the compiled run must really be compiled.
+bound, 200 ns or 1 us; lossless switches then enforce no buffer), and ACK coalescing in 40% (drawn after
+PFC: ``ack_every`` 2, 4, 8 or 64, ``sack_bitmap`` 8, 16 or 256, ``ack_delay`` 500 ns or 2 us, and in
+half of them a 200 ns ``reorder_window``, under which late units are acknowledged by name). Each
+runs on both kernels; every table, the summary and the event count must be identical, and the
+compiled run must really be compiled.
 
     python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
     python3 benchmarks/check_compiled.py --cases 50 --seed 7
@@ -87,13 +90,20 @@ def scenario(seed: int) -> dict:
         xoff = r.choice([9, 20, 40, 135])
         sc["switch"]["pfc"] = {"enabled": True, "xoff": f"{xoff}KB", "xon": f"{r.choice([xoff // 2, xoff - 4])}KB",
                                "response": r.choice(["auto", "200ns", "1us"])}
+    if r.random() < 0.4:
+        # ACK coalescing (drawn last, for the same reason): AckReq spacing, a SACK bitmap shorter than
+        # the window or not, the delayed-ACK timer; a tight reorder window acknowledges late units by name
+        receiver.update(ack_every=r.choice([2, 4, 8, 64]), sack_bitmap=r.choice([8, 16, 256]),
+                        ack_delay=r.choice(["500ns", "2us"]))
+        if r.random() < 0.5:
+            receiver["reorder_window"] = "200ns"
     return sc
 
 
 def compare(sc: dict, status: list | None = None) -> list[str]:
     """Run ``sc`` on both kernels; the differences found (empty: identical). The heap run's
-    status, its ``summary["run"]``, its NAK count and its PFC pause events are appended to
-    ``status`` if given."""
+    status, its ``summary["run"]``, its NAK count, its PFC pause events and its control packets sent are
+    appended to ``status`` if given."""
     import pandas as pd
 
     import fabricsim
@@ -103,7 +113,7 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
     a, b = res["heap"], res["compiled"]
     if status is not None:
         status.extend((a.summary["status"], a.summary["run"], int(a.messages["naks"].sum()),
-                       int(a.links["pfc_pause_events"].sum())))
+                       int(a.links["pfc_pause_events"].sum()), a.summary["conservation"]["control"]["sent_packets"]))
     out = []
     if b.summary["run"]["kernel"].get("ran") != "compiled":
         out.append(f"did not run compiled: {b.summary['run']['kernel']}")
@@ -153,6 +163,8 @@ def main(argv=None) -> int:
                  f"dsacks {st[1]['dsacks_received']}" if sc["receiver"].get("rto_mode") == "adaptive" else "")
               + (f" naks {st[2]} stale {st[1]['stale_naks_ignored']}" if sc["receiver"]["model"] == "go_back_n" else "")
               + (f" pfc xoff {sc['switch']['pfc']['xoff']} pauses {st[3]}" if "pfc" in sc["switch"] else "")
+              + (f" ack_every {sc['receiver']['ack_every']} sack {sc['receiver']['sack_bitmap']} ctrl {st[4]}"
+                 if "ack_every" in sc["receiver"] else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0

@@ -8,8 +8,11 @@ re-arm, the final snapshot), timeouts and failures (``retry_limit``), a run cut 
 with packets in flight, ECN sampled at enqueue, unbounded buffers, two serialisation rates,
 dependencies with compute gaps and GPU jobs, a time limit beyond 2**40 ps, and adaptive timeouts
 (``receiver.rto_mode: adaptive``: the RTT estimator, back-off with jitter draws, timeout probes,
-D-SACKs and the tail-loss probe, failures at the retry limit), and the go-back-N receiver (NAKs
-and rewinds after drops and from reordering, stale NAKs, its timeouts and retry limit).
+D-SACKs and the tail-loss probe, failures at the retry limit), the go-back-N receiver (NAKs
+and rewinds after drops and from reordering, stale NAKs, its timeouts and retry limit), and ACK
+coalescing (``receiver.ack_every > 1``) with both receivers and both timer modes: the delayed-ACK
+timer, SACK bitmaps and RACK within their reach, late units acknowledged by name, the adaptive
+timeout's wait allowance, probes within the bitmap's reach, bitmaps in flight when a run is cut.
 """
 from __future__ import annotations
 
@@ -292,6 +295,182 @@ def test_random_scenarios_inside_the_slice_are_identical(seed):
     assert chk.compare(chk.scenario(seed)) == []
 
 
+
+def _a2a_tight(**receiver):
+    """A sprayed all-to-all over three leaves on 100G spine links with 256 KiB buffers: deep spine
+    queues reorder units by microseconds, so with a 100 ns reorder window a unit often arrives
+    after an ACK reported one sent well after it."""
+    sc = _all_to_all(**receiver)
+    sc["topology"] = {**FABRIC, "leaves": 3, "buffer": {"mode": "per_port", "size": "256KiB"},
+                      "fabric_link": {"rate": "100Gbps", "delay": "500ns"}}
+    return sc
+
+
+#: ACK coalescing (receiver.ack_every > 1) with each compiled receiver and timer mode, and the
+#: branches each case must reach in the heap run (counted by _Reach): the delayed-ACK timer firing,
+#: re-armed lazily (a unit arrived since it was set) and stale (an ACK went out since); ACKs whose
+#: SACK bitmap reports held units, held units beyond the bitmap's reach; RACK within the reach
+#: (_rack_scan) and skipping units beyond it; a late unit acknowledged by name (per-unit format);
+#: the adaptive timeout's wait allowance; a probe of the earliest unit within reach (not the
+#: lowest unacknowledged PSN); the go-back-N receiver's NAKs
+COALESCING = {
+    "ddp-8-fixed-ecmp": (lambda tmp: _lossy_incast(receiver={"ack_every": 8}),
+                         {"timer_fired", "timer_rearmed", "timer_stale", "bitmap"}),
+    "ddp-8-adaptive-spray": (lambda tmp: _lossy_incast(routing={"policy": "spray"},
+                                                       receiver={"ack_every": 8, "rto_mode": "adaptive"}),
+                             {"timer_fired", "bitmap", "rack_scan", "wait", "dsack_sent"}),
+    "ddp-8-sack8-adaptive-spray": (lambda tmp: _lossy_incast(
+        routing={"policy": "spray"}, receiver={"ack_every": 8, "sack_bitmap": 8, "rto_mode": "adaptive"}),
+        {"bitmap", "beyond_reach", "rack_scan", "rack_skips_beyond_reach"}),
+    "ddp-4-sack8-busy-nics": (lambda tmp: _all_to_all(ack_every=4, sack_bitmap=8, rto_min="1us", retry_limit=50),
+                              {"probe_in_reach", "bitmap", "wait", "dsack_sent"}),
+    "ddp-4-fixed-late-units-by-name": (lambda tmp: _a2a_tight(ack_every=4, reorder_window="100ns", rto_mode="fixed"),
+                                       {"by_name", "rack_scan", "timer_fired", "timer_rearmed"}),
+    "ddp-8-time-limit-cut": (lambda tmp: _lossy_incast(receiver={"ack_every": 8}, simulation={"time_limit": "9us"}),
+                             {"timer_fired"}),
+    "gbn-64-fixed-ecmp": (lambda tmp: _lossy_incast(receiver={"model": "go_back_n", "ack_every": 64}),
+                          {"timer_fired", "timer_rearmed", "nak"}),
+    "gbn-64-adaptive-spray": (lambda tmp: _lossy_incast(routing={"policy": "spray"},
+                                                        receiver={"model": "go_back_n", "ack_every": 64,
+                                                                  "rto_mode": "adaptive"}),
+                              {"timer_fired", "nak", "wait", "dsack_sent"}),
+    "gbn-8-adaptive-late-units": (lambda tmp: _a2a_tight(model="go_back_n", ack_every=8, reorder_window="100ns"),
+                                  {"timer_fired", "timer_stale", "nak", "wait", "dsack_sent"}),
+    # the ethernet profile's transport (go-back-N, ack_every 64, fixed timers, PFC, ECMP) without its
+    # DCQCN (congestion control is a later slice): an incast that pauses
+    "ethernet-profile-cc-none": (lambda tmp: {**_pfc_incast(), "profile": "ethernet",
+                                              "congestion_control": {"algorithm": "none"}, "receiver": {}},
+                                 {"timer_fired", "timer_rearmed"}),
+}
+
+
+class _Reach:
+    """Counts, in a heap run, the ACK-coalescing branches a case reaches (wrapping the Python
+    models' methods with monkeypatch; the compiled run is not touched)."""
+
+    def __init__(self, monkeypatch):
+        from collections import Counter
+
+        from fabricsim.net.packet import ACK, NAK
+        from fabricsim.net.sender import Sender
+        from fabricsim.receiver.base import Receiver
+        self.n = n = Counter()
+        timer, ack, send_now = Receiver._on_ack_timer, Receiver.ack, Receiver.send_now
+        scan, probe, rto = Sender._rack_scan, Sender._probe, Sender.rto
+
+        def on_timer(rcv, t, arg):
+            qp, token = arg
+            n["timer_stale" if qp.r_acks != token or not qp.r_unacked else
+              "timer_rearmed" if t < qp.r_last_rx + rcv.ack_delay else "timer_fired"] += 1
+            return timer(rcv, t, arg)
+
+        def on_ack(rcv, t, qp, dup):
+            if qp.r_set:
+                n["bitmap"] += 1
+                n["beyond_reach"] += any(p >= qp.r_cum + rcv.sack_units for p in qp.r_set)
+            n["dsack_sent"] += dup is not None
+            return ack(rcv, t, qp, dup)
+
+        def on_send_now(rcv, t, qp, kind, seq, trigger):
+            n["by_name" if kind == ACK else "nak" if kind == NAK else "other"] += 1
+            return send_now(rcv, t, qp, kind, seq, trigger)
+
+        def on_scan(snd, qp, limit):
+            n["rack_scan"] += 1
+            reach = qp.una + snd.sack_reach
+            n["rack_skips_beyond_reach"] += any(ts < limit and psn >= reach for psn, ts in qp.outstanding)
+            return scan(snd, qp, limit)
+
+        def on_probe(snd, qp):
+            n["probe_in_reach"] += qp.una in qp.lost or qp.una >= qp.high
+            return probe(snd, qp)
+
+        def on_rto(snd, qp):
+            n["wait"] += bool(snd.ack_wait_bytes and snd.adaptive and qp.high < qp.npsn)
+            return rto(snd, qp)
+
+        for cls, name, fn in ((Receiver, "_on_ack_timer", on_timer), (Receiver, "ack", on_ack),
+                              (Receiver, "send_now", on_send_now), (Sender, "_rack_scan", on_scan),
+                              (Sender, "_probe", on_probe), (Sender, "rto", on_rto)):
+            monkeypatch.setattr(cls, name, fn)
+
+
+@pytest.mark.parametrize("case", list(COALESCING))
+def test_ack_coalescing_compiled_gives_the_heap_kernels_tables(case, tmp_path, monkeypatch):
+    make, reaches = COALESCING[case]
+    sc = make(tmp_path)
+    with monkeypatch.context() as m:
+        reach = _Reach(m)
+        a = _run(sc, "heap")
+    b = _run(sc, "compiled")
+    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
+    pd.testing.assert_frame_equal(a.messages, b.messages)
+    pd.testing.assert_frame_equal(a.links, b.links)
+    assert _comparable(a.summary) == _comparable(b.summary)
+    assert a.summary["run"]["events"] == b.summary["run"]["events"]       # the same agenda entries
+    for table in ("latency", "goodput", "link_timeseries", "nics"):
+        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
+    missed = {k for k in reaches if not reach.n[k]}
+    assert not missed, (missed, dict(reach.n))
+    if case == "ddp-8-time-limit-cut":
+        assert a.summary["status"] == "time_limit" and a.summary["conservation"]["control"]["in_flight_packets"] > 0
+    else:
+        assert a.summary["status"] == "complete"
+
+
+def test_coalesced_acks_in_flight_are_written_back_with_their_bitmaps():
+    """A run cut while coalesced ACKs are in flight: the packets the compiled run puts back on the
+    ports (``PacketEngine.in_flight``) carry the SACK bitmaps, D-SACKs and send times heap's do."""
+    from fabricsim.analysis.recorder import Recorder
+    from fabricsim.api import prepare
+    from fabricsim.engine.packet import PacketEngine
+
+    sc = _lossy_incast(routing={"policy": "spray"}, topology={**FABRIC, "buffer": {"mode": "per_port", "size": "16KiB"}},
+                       traffic={"pattern": "incast", "senders": 6, "receiver": 0, "message_size": "1MiB"},
+                       receiver={"ack_every": 4, "sack_bitmap": 200, "rto_mode": "adaptive"},
+                       simulation={"time_limit": "14us"})
+    seen = {}
+    for kernel in ("heap", "compiled"):
+        _, sim = prepare({**sc, "simulation": {**sc["simulation"], "kernel": kernel}})
+        eng = PacketEngine(sim, Recorder())
+        eng.run()
+        assert eng.kernel_info["ran"] == kernel
+        seen[kernel] = sorted((p.qp.uid, p.kind, p.seq, p.wire, p.t_tx, p.sacks, p.dsack, p.sack, p.t_data, p.ce)
+                              for p in eng.in_flight() if p.kind)
+    assert seen["heap"] == seen["compiled"]
+    assert any(p[5] for p in seen["heap"])                       # bitmaps reporting held units
+    assert any(p[5] is not None and p[5] >> 64 for p in seen["heap"])   # beyond the first word
+
+
+def test_the_compiled_ack_request_is_the_receivers_own():
+    """ACK coalescing's AckReq test compiled from receiver/base.py equals the Python function."""
+    from fabricsim.engine.compiled import core
+    from fabricsim.receiver.base import ack_requested
+
+    rng = random.Random(5)
+    for _ in range(20000):
+        ae = rng.choice([2, 3, 8, 64, 1024, rng.randrange(2, 1025)])
+        npsn = rng.randrange(1, 5000)
+        seq = rng.randrange(npsn)
+        end = seq + rng.choice([1, 1, 2, 4])
+        cum = rng.choice([seq, end, rng.randrange(npsn + 1)])
+        assert bool(core.ack_requested(seq, end, cum, npsn, ae)) == ack_requested(seq, end, cum, npsn, ae)
+
+
+def test_coalescing_timers_beyond_int64_fall_back():
+    """The delayed-ACK timer is set at ``t + ack_delay``, and the adaptive timeout adds ACK
+    coalescing's allowance (``ack_delay`` plus ``ack_every`` units at the line rate) to its base,
+    in int64: a time limit plus ``ack_delay`` of 2^62 ps or more, or an allowance of 2^61 ps or more
+    with adaptive timeouts, goes to heap and says why."""
+    b = _run(_lossy_incast(receiver={"ack_every": 8, "ack_delay": "4700000s"}), "compiled")
+    info = b.summary["run"]["kernel"]
+    assert info["ran"] == "heap" and "receiver.ack_delay of 2^62 ps" in info["fallback"], info
+    b = _run(_lossy_incast(receiver={"ack_every": 8, "ack_delay": "2400000s", "rto_mode": "adaptive"}), "compiled")
+    info = b.summary["run"]["kernel"]
+    assert info["ran"] == "heap" and "receiver.ack_delay plus ack_every units" in info["fallback"], info
+    ok = _run(_lossy_incast(receiver={"ack_every": 8, "ack_delay": "1ms", "rto_mode": "adaptive"}), "compiled")
+    assert ok.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
+
 def test_pools_that_start_small_grow_without_losing_state(monkeypatch):
     """Every pool starts at a few entries (list nodes: 64) and must grow between events: an RTO of
     a queue pair with many units outstanding moves them all to its retransmission list in one
@@ -319,6 +498,36 @@ def test_pools_that_start_small_grow_without_losing_state(monkeypatch):
     pd.testing.assert_frame_equal(a.messages, b.messages)
     pd.testing.assert_frame_equal(a.links, b.links)
 
+
+
+def test_sack_bitmaps_pool_that_starts_small_grows_without_losing_state(monkeypatch):
+    """The pool of SACK bitmaps (one per coalesced ACK in flight that reports held units) starts
+    at 20 and must grow between events, the bitmaps in flight kept (their rows are copied and the
+    new rows join the free list)."""
+    from fabricsim.engine.compiled import core, state
+    build, grow = state.build, state.grow
+    grown = []
+
+    def tiny(engine, nic_index):
+        X = build(engine, nic_index)
+        X = X._replace(BM=state._arr("BM", 20, X.BM.shape[1]))
+        state._link_free(X.BM[:, 0], 0)
+        X.g[core.G_BFREE], X.g[core.G_BNFREE] = 0, 20
+        return X
+
+    def counted(X, group, need):
+        grown.append(group)
+        return grow(X, group, need)
+
+    monkeypatch.setattr(state, "build", tiny)
+    monkeypatch.setattr(state, "grow", counted)
+    sc = _a2a_tight(ack_every=4, sack_bitmap=100, reorder_window="100ns")
+    a = _run(sc, "heap")
+    b = _run(sc, "compiled")
+    assert grown.count("bm") >= 2
+    pd.testing.assert_frame_equal(a.messages, b.messages)
+    pd.testing.assert_frame_equal(a.links, b.links)
+    assert _comparable(a.summary) == _comparable(b.summary)
 
 def test_serialisation_and_backlog_of_any_rate_equal_the_ports_big_int_arithmetic():
     """``_ser`` and ``_backlog_bytes`` (int64, over PS_BITS / rate reduced) against ``Port.ser_ps``

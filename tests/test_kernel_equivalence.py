@@ -27,8 +27,10 @@ FABRIC = {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 2, "spines": 2,
           "host_link": {"rate": "400Gbps", "delay": "500ns"}, "fabric_link": {"rate": "400Gbps", "delay": "500ns"}}
 
 
-def _incast(lossless: bool, receiver="ddp", cc="none", routing="spray", rto_mode="fixed"):
+def _incast(lossless: bool, receiver="ddp", cc="none", routing="spray", rto_mode="fixed", ack_every=1):
     rcv = {"model": receiver} if rto_mode == "fixed" else {"model": receiver, "rto_mode": rto_mode}
+    if ack_every != 1:
+        rcv["ack_every"] = ack_every
     return {"name": "eq_incast", "topology": {**FABRIC, "buffer": {"mode": "per_port", "size": "64KiB"}},
             "traffic": {"pattern": "incast", "senders": 6, "receiver": 0, "message_size": "128KiB"},
             "routing": {"policy": routing}, "receiver": rcv,
@@ -54,7 +56,12 @@ CASES = ([pytest.param(_permutation(p), id=f"routing-{p}") for p in ROUTING.name
          + [pytest.param(_incast(False, routing=p, rto_mode="adaptive"), id=f"lossy-rto-adaptive-{p}")
             for p in ("spray", "adaptive")]
          # go-back-N's rewinds with adaptive timeouts (its RTT floor, D-SACKs of resent duplicates)
-         + [pytest.param(_incast(False, receiver="go_back_n", rto_mode="adaptive"), id="lossy-rto-adaptive-go_back_n")])
+         + [pytest.param(_incast(False, receiver="go_back_n", rto_mode="adaptive"), id="lossy-rto-adaptive-go_back_n")]
+         # ACK coalescing (SACK bitmaps, the delayed-ACK timer) with each receiver, fixed and adaptive
+         # timeouts; go-back-N with ack_every 64 lossless under ECMP is the ethernet profile's transport
+         + [pytest.param(_incast(False, receiver=r, ack_every=8, rto_mode=m), id=f"lossy-ack-every-8-{r}-{m}")
+            for r in RECEIVERS.names() for m in ("fixed", "adaptive")]
+         + [pytest.param(_incast(True, receiver="go_back_n", routing="ecmp", ack_every=64), id="pfc-ack-every-64-go_back_n")])
 
 
 def _run(sc, kernel):

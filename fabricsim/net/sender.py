@@ -96,7 +96,7 @@ class Sender:
         est = qp if qp.heir is None else self._estimator(qp)
         srtt = est.srtt
         # (once the last unit is out no ACK waits for more: the last unit requests one)
-        wait = (self.ack_wait_ps + self.ack_wait_bytes * PS_BITS // qp.flow.line_bps
+        wait = (ack_wait_ps(self.ack_wait_ps, self.ack_wait_bytes, qp.flow.line_bps)
                 if self.ack_wait_bytes and qp.high < qp.npsn else 0)
         # the idle round trip is read only before the first RTT sample (it is worked out when first read)
         return adaptive_rto_ps(self.rto_min, 0 if srtt else qp.flow.base_rtt_ps, srtt, est.rttvar, self.rto_k,
@@ -505,6 +505,19 @@ def adaptive_rto_ps(rto_min_ps: int, idle_rtt_ps: int, srtt_ps: int, rttvar_ps: 
     if jitter_q16:
         r += mul_shr(r * jitter_q16, u, 40)
     return r if r < rto_max_ps else rto_max_ps
+
+
+def ack_wait_ps(delay_ps: int, wait_bytes: int, line_bps: int) -> int:
+    """ACK coalescing's allowance in the adaptive timeout (ps): the receiver's delayed-ACK timer
+    ``delay_ps`` plus the time ``wait_bytes`` (``ack_every`` units with their headers) take at
+    the queue pair's line rate, which an ACK may wait for before it is due. ``wait_bytes *
+    PS_BITS`` can exceed 2**63 (``ack_every`` 1024, 9 KB units): the compiled core takes this
+    per queue pair from Python (docs/compiled-core.md 3.1).
+
+    >>> ack_wait_ps(2_000_000, 64 * 4160, 400_000_000_000)
+    7324800
+    """
+    return delay_ps + wait_bytes * PS_BITS // line_bps
 
 
 def rto_draw(salt: int, uid: int, n: int) -> int:

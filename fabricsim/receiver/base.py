@@ -137,6 +137,19 @@ def record_reorder(qp, st, pkt, end: int) -> None:
         qp.r_max = end
 
 
+def ack_requested(seq: int, end: int, cum: int, npsn: int, ack_every: int) -> bool:
+    """ACK coalescing: True if the unit of PSNs ``[seq, end)``, accepted or held with the in-order
+    prefix now at ``cum``, is acknowledged at once: it carries a PSN ``p`` with
+    ``(p + 1) % ack_every == 0`` or the queue pair's last PSN (the sender's AckReq), or the prefix
+    has reached the end of the queue pair's ``npsn`` PSNs. Otherwise the delayed-ACK timer covers
+    it. The one definition for both kernels (the compiled core compiles it from this source).
+
+    >>> [ack_requested(p, p + 1, p + 1, 200, 64) for p in (0, 62, 63, 127, 199)]
+    [False, False, True, True, True]
+    """
+    return end // ack_every > seq // ack_every or end >= npsn or cum >= npsn
+
+
 class HostRx:
     """Live per-host receive state that spans queue pairs: reorder-buffer occupancy."""
 
@@ -391,8 +404,7 @@ class Receiver:
             qp.r_tel = pkt.tel
         qp.r_last_rx = t
         qp.r_unacked += 1
-        ae = self.ack_every
-        if end // ae > seq // ae or end >= qp.npsn or cum >= qp.npsn:
+        if ack_requested(seq, end, cum, qp.npsn, self.ack_every):
             self.ack(t, qp, None)
         elif qp.r_unacked == 1:
             self.kernel.schedule(t + self.ack_delay, self._on_ack_timer, (qp, qp.r_acks))

@@ -1,12 +1,13 @@
 """``simulation.kernel: compiled``: the packet engine's datapath compiled with numba (issue 15).
 
 The design is docs/compiled-core.md; this package is its slice 1 (section 4.2), the queue
-metric of slice 2, slice 4's adaptive timeouts and slice 3's go-back-N receiver: ECMP, spraying
-and adaptive routing (graded queues, refresh, remote grades) over lossy switches with per-port
-drop-tail buffers and ECN (RED, at enqueue or dequeue), the ``ddp`` receiver (SACK + RACK) or the
-``go_back_n`` receiver (NAK on a gap, the sender's rewind) acknowledging every unit, fixed or
-adaptive timeouts (RTT estimator, back-off, jitter draws, timeout probes, D-SACK) and
-``retry_limit``, congestion control ``none``, one NIC port per host. Any other scenario runs on
+metric of slice 2, slice 4's adaptive timeouts and ACK coalescing and slice 3's go-back-N receiver
+and PFC: ECMP, spraying and adaptive routing (graded queues, refresh, remote grades) over lossy
+switches with per-port drop-tail buffers and ECN (RED, at enqueue or dequeue) or PFC-lossless ones,
+the ``ddp`` receiver (SACK + RACK) or the ``go_back_n`` receiver (NAK on a gap, the sender's
+rewind) acknowledging every unit or coalescing ACKs (``ack_every > 1``: the delayed-ACK timer, SACK
+bitmaps), fixed or adaptive timeouts (RTT estimator, back-off, jitter draws, timeout probes,
+D-SACK) and ``retry_limit``, congestion control ``none``, one NIC port per host. Any other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 
@@ -26,6 +27,7 @@ on disk next to this package.
 from __future__ import annotations
 
 from ...errors import SimulationError
+from ...net.sender import ack_wait_ps
 from . import core as C
 from . import state as S
 
@@ -160,6 +162,11 @@ class CompiledKernel:
             # first send's timer: the same pure function of the two hosts, memoised per pair)
             X.Q[q, C.Q_BRTT] = qp.flow.base_rtt_ps
             X.Q[q, C.Q_SRTT], X.Q[q, C.Q_RTTVAR] = qp.srtt, qp.rttvar
+            snd = self.engine.sender
+            if snd.ack_wait_bytes:
+                # ACK coalescing's allowance at this queue pair's line rate (Sender.rto's, in Python's
+                # integers: ack_wait_bytes * PS_BITS may pass 2^63)
+                X.Q[q, C.Q_WAIT] = ack_wait_ps(snd.ack_wait_ps, snd.ack_wait_bytes, qp.flow.line_bps)
         self.qps.append(qp)
         self.qp_row[id(qp)] = q
         return q
@@ -175,6 +182,8 @@ class CompiledKernel:
             self._need("pkt", 2 * X.K.shape[0])
         if g[C.G_DNFREE] < 4 * C.SPACE:
             self._need("node", 2 * self.X.D.shape[0])
+        if g[C.G_BNFREE] < 4 * C.SPACE:
+            self._need("bm", 2 * self.X.BM.shape[0])
         self._need("heap", int(g[C.G_HN]) + 4 * C.SPACE)
         if g[C.G_OLOG_N] + C.SPACE > X.OL.shape[1]:
             S.fold_reorder(self.X, self.engine._rows)

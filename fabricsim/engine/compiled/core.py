@@ -28,6 +28,7 @@ from numba import literal_unroll, njit
 from ...flows import identity
 from ...net import sender as sender_mod
 from ...net import switch as switch_mod
+from ...receiver import base as receiver_mod
 from ...routing import ecmp as ecmp_mod
 
 # ---------------------------------------------------------------- shared model arithmetic
@@ -99,6 +100,8 @@ adaptive_rto_ps = _rebind(sender_mod.adaptive_rto_ps, mul_shr=_mul_shr)
 rto_draw = _rebind(sender_mod.rto_draw, mix64=_mix64)
 #: :func:`fabricsim.net.sender.rtt_estimate`, compiled
 rtt_estimate = njit(_nrt=False)(sender_mod.rtt_estimate)
+#: :func:`fabricsim.receiver.base.ack_requested`, compiled (ACK coalescing's AckReq)
+ack_requested = njit(_nrt=False)(receiver_mod.ack_requested)
 
 
 # ---------------------------------------------------------------- state layout
@@ -120,12 +123,16 @@ NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "ca
 QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "nic", "inact",
              "anext", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
              "oh", "ot", "ol", "rcum", "rmax", "rmaxt", "rn", "rhold", "runack", "rce", "racks", "rport",
-             "srtt", "rttvar", "draws", "u", "reot", "brtt", "gbt", "rnak")
+             "srtt", "rttvar", "draws", "u", "reot", "brtt", "gbt", "rnak", "rtack", "rtsent", "rlast", "wait")
 # (srtt, rttvar: the RTT estimator; draws, u: the jitter draws' counter and the current draw; reot: when
 #  the reorder window was last widened by a D-SACK; brtt: the idle round trip, Flow.base_rtt_ps;
-#  gbt: go-back-N's last rewind, QueuePair.goback_t; rnak: the receiver's NAK is outstanding, r_nak)
+#  gbt: go-back-N's last rewind, QueuePair.goback_t; rnak: the receiver's NAK is outstanding, r_nak;
+#  ACK coalescing: rtack, rtsent, rlast: r_tack, r_tsent, r_last_rx; wait: the adaptive timeout's
+#  allowance for a coalesced ACK, sender.ack_wait_ps at the queue pair's line rate, worked out in Python)
 PKT_FIELDS = ("qp", "dst", "wire", "pay", "seq", "ttx", "npk", "hop", "kind", "ce", "sack", "tdata", "at", "aseq",
-              "next", "pnext", "pstart", "ptx", "pprio", "live", "dsack", "inport")
+              "next", "pnext", "pstart", "ptx", "pprio", "live", "dsack", "inport", "sacks")
+# (sacks: a control packet's SACK bitmap, Packet.sacks: -1 None (the per-unit format), -2 an empty
+#  bitmap, else its row of X.BM)
 NODE_FIELDS = ("psn", "val", "next")
 MSG_FIELDS = ("size", "deliv", "drop", "inj", "dup", "rx", "ooo", "peakh", "rw", "rwmax", "ecn", "acks", "ctrl_arr",
               "ctrl_drop", "done", "q0", "qn",
@@ -135,8 +142,8 @@ HOST_FIELDS = ("hold", "peak", "made", "order")
  P_LQH, P_LQT, P_QBYTES, P_SENDING, P_CUR, P_INGB, P_INGPK, P_XOFF, P_PAUSED, P_PEV, P_PPS, P_PSINCE, P_PFCD,
  P_NICP,) = range(len(PORT_FIELDS))
 (N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT,) = range(len(NIC_FIELDS))
-(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK,) = range(len(QP_FIELDS))
-(K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK, K_INPORT,) = range(len(PKT_FIELDS))
+(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK, Q_RTACK, Q_RTSENT, Q_RLAST, Q_WAIT,) = range(len(QP_FIELDS))
+(K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK, K_INPORT, K_SACKS,) = range(len(PKT_FIELDS))
 (D_PSN, D_VAL, D_NEXT,) = range(len(NODE_FIELDS))
 (M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC,) = range(len(MSG_FIELDS))
 (H_HOLD, H_PEAK, H_MADE, H_ORDER,) = range(len(HOST_FIELDS))
@@ -145,7 +152,7 @@ HOST_FIELDS = ("hold", "peak", "made", "order")
 #: core is keyed on this file only, so :func:`check_cache` discards it when one of these changes
 SHARED = (identity.mix64, identity.packet_draw_fields, ecmp_mod.direction_hash, ecmp_mod.ecmp_pick,
           switch_mod.red_below, sender_mod.mul_shr, sender_mod.adaptive_rto_ps, sender_mod.rto_draw,
-          sender_mod.rtt_estimate)
+          sender_mod.rtt_estimate, receiver_mod.ack_requested)
 
 # ---------------------------------------------------------------- codes
 
@@ -164,12 +171,17 @@ G_RTO_ADAPTIVE, G_DSACK, G_RTO_MIN, G_RTO_MAX, G_RTO_K, G_RTO_JIT, G_PROBES, G_S
 G_SELECTIVE, G_NAKS_IGNORED = range(50, 52)
 # PFC (net/lossless.py Pfc): on, xoff and xon thresholds, PAUSED_PENALTY_PS, the pauses applied (Pfc.pauses)
 G_PFC, G_XOFF, G_XON, G_PENALTY, G_PAUSES = range(52, 57)
-NG = 57
+# ACK coalescing (Receiver: coalesce, ack_every, ack_delay, sack_units, sack_bytes; Sender.sack_reach)
+# and the free list of SACK bitmaps (X.BM rows)
+G_COALESCE, G_ACK_EVERY, G_ACK_DELAY, G_SACK_UNITS, G_SACK_BYTES, G_SACK_REACH, G_BFREE, G_BNFREE = range(57, 65)
+NG = 65
 
 # agenda entry kinds
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
 # PFC: LosslessPort._done, Pfc._apply_pause, Pfc._apply_resume (the argument: the port)
 E_LDONE, E_PAUSE, E_RESUME = 5, 6, 7
+# Receiver._on_ack_timer (the queue pair, the token: its r_acks when the timer was set)
+E_ACK_TIMER = 8
 # port delivery: to a switch, to a host, to a host after settling dequeue-time samples, to a lossless switch
 D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH = 0, 1, 2, 3
 # returns of run()
@@ -284,15 +296,33 @@ def _pkt(X, qp, dst, wire, payload, seq, t_tx, npk, hop, kind):
     X.K[i, K_LIVE] = 1
     X.K[i, K_DSACK] = -1
     X.K[i, K_INPORT] = -1
+    X.K[i, K_SACKS] = -1
     return i
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _free_pkt(X, i):
+    b = X.K[i, K_SACKS]
+    if b >= 0:                              # its SACK bitmap back to the free list
+        X.BM[b, 0] = X.g[G_BFREE]
+        X.g[G_BFREE] = b
+        X.g[G_BNFREE] += 1
     X.K[i, K_LIVE] = 0
     X.K[i, K_NEXT] = X.g[G_PFREE]
     X.g[G_PFREE] = i
     X.g[G_PNFREE] += 1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _bitmap(X):
+    # a cleared SACK bitmap: a row of X.BM, whose column 0 links the free list and columns 1.. hold
+    # the bits (bit i of the bitmap: bit i % 64 of column 1 + i // 64, in int64 words)
+    i = X.g[G_BFREE]
+    X.g[G_BFREE] = X.BM[i, 0]
+    X.g[G_BNFREE] -= 1
+    for w in range(1, X.BM.shape[1]):
+        X.BM[i, w] = 0
+    return i
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -877,11 +907,13 @@ def _send_ctrl(X, nic, t, pkt):
 @njit(cache=True, nogil=True, _nrt=False)
 def _rto(X, q):
     # = Sender.rto. Adaptive: a queue pair is its own estimator (no persistent connections, so no
-    #   heir: coverage) and no ACK waits for more units (ack_every 1: wait 0); the idle round trip
-    #   is passed always (adaptive_rto_ps reads it only before the first sample)
+    #   heir: coverage); with ACK coalescing the wait allowance (ack_wait_ps at the queue pair's
+    #   line rate, worked out when it was registered) until its last unit is out; the idle round
+    #   trip is passed always (adaptive_rto_ps reads it only before the first sample)
     if X.g[G_RTO_ADAPTIVE]:
-        return adaptive_rto_ps(X.g[G_RTO_MIN], X.Q[q, Q_BRTT], X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR], X.g[G_RTO_K], 0,
-                               X.Q[q, Q_TMO], X.g[G_RTO_JIT], X.Q[q, Q_U], X.g[G_RTO_MAX])
+        wait = X.Q[q, Q_WAIT] if X.g[G_COALESCE] and X.Q[q, Q_HIGH] < X.Q[q, Q_NPSN] else 0
+        return adaptive_rto_ps(X.g[G_RTO_MIN], X.Q[q, Q_BRTT], X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR], X.g[G_RTO_K],
+                               wait, X.Q[q, Q_TMO], X.g[G_RTO_JIT], X.Q[q, Q_U], X.g[G_RTO_MAX])
     return X.g[G_RTO_LOW] if X.Q[q, Q_OL] <= X.g[G_RTO_LOW_UNITS] else X.g[G_RTO_HIGH]
 
 
@@ -1061,10 +1093,64 @@ def _widen(X, q):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _sack_bitmap(X, q, pkt):
+    # = Sender._on_ack's coalesced branch: every unit of the ACK's SACK bitmap (held beyond its
+    #   cumulative PSN) acknowledged selectively (cell 1: bit i is PSN seq + i; the order of the
+    #   bits does not matter: sets and a sum); returns the bytes newly acknowledged
+    newly = 0
+    r = X.K[pkt, K_SACKS]
+    if r < 0:
+        return 0
+    first = X.K[pkt, K_SEQ]
+    una = X.Q[q, Q_UNA]
+    base = X.Q[q, Q_BASE]
+    for w in range(X.BM.shape[1] - 1):
+        v = X.BM[r, 1 + w]
+        if v == 0:
+            continue
+        for b in range(64):
+            if (v >> b) & 1:
+                psn = first + 64 * w + b
+                a = base + psn
+                if psn >= una and not X.a_flag[a] & F_SACKED:
+                    X.a_flag[a] |= F_SACKED
+                    if X.a_flag[a] & F_LOST:
+                        X.a_flag[a] &= ~F_LOST
+                    else:
+                        newly += _payload(X, q, psn)
+    return newly
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _rack_scan(X, q, limit):
+    # = Sender._rack_scan: RACK within the SACK bitmap's reach (units marked lost stay in the
+    #   outstanding list until they reach its front)
+    una = X.Q[q, Q_UNA]
+    reach = una + X.g[G_SACK_REACH]
+    base = X.Q[q, Q_BASE]
+    found = False
+    d = X.Q[q, Q_OH]
+    while d >= 0:
+        psn = X.D[d, D_PSN]
+        ts = X.D[d, D_VAL]
+        d = X.D[d, D_NEXT]
+        if ts >= limit:
+            break
+        if psn >= reach or _stale(X, q, psn, ts):
+            continue
+        X.a_flag[base + psn] |= F_LOST
+        X.Q[q, Q_OUTB] -= _payload(X, q, psn)
+        _rtx_append(X, q, psn, C_SACK)
+        found = True
+    return found
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _on_ack(X, q, t, pkt):
-    # = Sender._on_ack: one ACK per unit (no SACK bitmap: the coalesced branch never runs), no
-    #   congestion-control hook; D-SACKs and RTT samples outside the legacy set-up; RACK for a
-    #   selective receiver, the outstanding list's acknowledged head dropped for go-back-N
+    # = Sender._on_ack, no congestion-control hook: an ACK in the per-unit format (naming its
+    #   trigger), or with ACK coalescing in the coalesced format (a SACK bitmap); D-SACKs and RTT
+    #   samples outside the legacy set-up; RACK for a selective receiver (within the SACK bitmap's
+    #   reach with coalescing), the outstanding list's acknowledged head dropped for go-back-N
     newly = _advance(X, q, t, X.K[pkt, K_SEQ])
     s = X.K[pkt, K_SACK]
     base = X.Q[q, Q_BASE]
@@ -1090,6 +1176,7 @@ def _on_ack(X, q, t, pkt):
                     _widen(X, q)
                     X.Q[q, Q_REOT] = t
     elif X.g[G_DSACK]:
+        newly += _sack_bitmap(X, q, pkt)      # (none: -1 the per-unit format, -2 empty)
         d = X.K[pkt, K_DSACK]
         if d < 0:
             if td > X.Q[q, Q_RACK]:
@@ -1127,6 +1214,9 @@ def _on_ack(X, q, t, pkt):
                 _out_popleft(X, q)
                 continue
             if ts >= limit:
+                break
+            if X.g[G_SACK_REACH]:
+                found = _rack_scan(X, q, limit)
                 break
             _out_popleft(X, q)
             X.a_flag[base + psn] |= F_LOST
@@ -1200,7 +1290,7 @@ def _probe_unit(X, q, psn):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _probe(X, q):
-    # = Sender._probe (no ACK coalescing: the SACK bitmap's reach is the whole queue pair)
+    # = Sender._probe
     while X.Q[q, Q_OH] >= 0:
         d = X.Q[q, Q_OH]
         if _stale(X, q, X.D[d, D_PSN], X.D[d, D_VAL]):
@@ -1214,7 +1304,8 @@ def _probe(X, q):
     if una < X.Q[q, Q_HIGH] and not X.a_flag[base + una] & F_LOST:
         _probe_unit(X, q, una)
         return
-    reach = X.Q[q, Q_NPSN]
+    # (within reach of the SACK bitmap with ACK coalescing; else the whole queue pair)
+    reach = una + X.g[G_SACK_REACH] if X.g[G_SACK_REACH] else X.Q[q, Q_NPSN]
     d = X.Q[q, Q_OH]
     while d >= 0:
         psn = X.D[d, D_PSN]
@@ -1338,30 +1429,64 @@ def _accept(X, t, pkt, row):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _on_packet(X, t, pkt):
-    # = Receiver.on_packet, ack_every 1, no CNPs; on_gap: ddp holds the unit (G_SELECTIVE),
-    #   go-back-N discards it (GoBackN.on_gap)
-    npk = X.K[pkt, K_NPK]
-    X.hist[int(math.log(t - X.K[pkt, K_TTX]) * X.f[0])] += npk
-    q = X.K[pkt, K_QP]
-    row = X.Q[q, Q_MSG]
-    if X.K[pkt, K_CE]:
-        # = Receiver._marked (cnp_interval None)
-        X.M[row, M_ECN] += npk
-        X.Q[q, Q_RCE] += npk
-    seq = X.K[pkt, K_SEQ]
+def _ack(X, q, t, dup):
+    # = Receiver.ack (``dup`` -1 = None): with a duplicate, the units since the last ACK first
+    if dup >= 0 and X.Q[q, Q_RUNACK]:
+        _ack_one(X, q, t, -1)
+    _ack_one(X, q, t, dup)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _ack_one(X, q, t, dup):
+    # = Receiver.ack's own ACK (cell 1, no telemetry), then reply_nic (one port: r_port): the
+    #   bitmap of the units held within sack_bitmap of the cumulative PSN (Q_RN of them held in all,
+    #   each flagged F_HELD), the latest send time since the last ACK or the duplicate's
     cum = X.Q[q, Q_RCUM]
-    base = X.Q[q, Q_BASE]
-    if seq < cum or (X.Q[q, Q_RN] and X.a_flag[base + seq] & F_HELD):
-        X.M[row, M_DUP] += X.K[pkt, K_PAY]
-        if X.g[G_DSACK]:
-            _send_dsack(X, q, t, pkt)
-        else:
-            _send_ack(X, q, t, cum, -1)
+    pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK] + X.g[G_SACK_BYTES], 0, cum, t, 1, -1, ACK)
+    X.K[pkt, K_SACK] = -1
+    bm = -2
+    n = X.Q[q, Q_RN]
+    if n:
+        base = X.Q[q, Q_BASE]
+        lim = cum + X.g[G_SACK_UNITS]
+        if lim > X.Q[q, Q_NPSN]:
+            lim = X.Q[q, Q_NPSN]          # (held units are below npsn)
+        p = cum
+        while p < lim and n:
+            if X.a_flag[base + p] & F_HELD:
+                if bm < 0:
+                    bm = _bitmap(X)
+                i = p - cum
+                X.BM[bm, 1 + (i >> 6)] |= np.int64(1) << (i & 63)
+                n -= 1
+            p += 1
+    X.K[pkt, K_SACKS] = bm
+    if dup >= 0:
+        X.K[pkt, K_DSACK] = X.K[dup, K_SEQ]
+        X.K[pkt, K_TDATA] = X.K[dup, K_TTX]
+    else:
+        X.K[pkt, K_TDATA] = X.Q[q, Q_RTACK]
+        if X.Q[q, Q_RTACK] > X.Q[q, Q_RTSENT]:
+            X.Q[q, Q_RTSENT] = X.Q[q, Q_RTACK]
+    _ack_out(X, q, t, pkt)
+    X.Q[q, Q_RTACK] = -1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _on_ack_timer(X, q, t, token):
+    # = Receiver._on_ack_timer
+    if X.Q[q, Q_RACKS] != token or not X.Q[q, Q_RUNACK]:
+        return                                # an ACK went out since: it covered these units
+    due = X.Q[q, Q_RLAST] + X.g[G_ACK_DELAY]
+    if t < due:
+        push(X, due, _seq(X), E_ACK_TIMER, q, token)
         return
-    X.M[row, M_RX] += 1
-    end = seq + npk
-    # = record_reorder
+    _ack(X, q, t, -1)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _record_reorder(X, q, row, pkt, end):
+    # = record_reorder (the distance logged for Python's reorder_hist dict)
     if X.K[pkt, K_TTX] < X.Q[q, Q_RMAXT]:
         X.M[row, M_OOO] += 1
         d = X.Q[q, Q_RMAX] - end
@@ -1375,58 +1500,64 @@ def _on_packet(X, t, pkt):
         X.Q[q, Q_RMAXT] = X.K[pkt, K_TTX]
     if end > X.Q[q, Q_RMAX]:
         X.Q[q, Q_RMAX] = end
-    if seq == cum:
-        _accept(X, t, pkt, row)
-        cum = end
-        if X.Q[q, Q_RN]:
-            # = Receiver._join_held
-            h = X.Q[q, Q_DST]
-            npsn = X.Q[q, Q_NPSN]
-            while cum < npsn and X.a_flag[base + cum] & F_HELD:
-                X.a_flag[base + cum] &= ~F_HELD
-                X.Q[q, Q_RN] -= 1
-                p = X.Q[q, Q_SIZE] - cum * X.g[G_MTU]
-                if p > X.g[G_SEG]:
-                    p = X.g[G_SEG]
-                X.Q[q, Q_RHOLD] -= p
-                X.HO[h, H_HOLD] -= p
-                w = t - X.a_rarr[base + cum]
-                X.M[row, M_RW] += w
-                if w > X.M[row, M_RWMAX]:
-                    X.M[row, M_RWMAX] = w
-                cum += 1
-            if cum > npsn:
-                cum = npsn
-        X.Q[q, Q_RCUM] = cum
-        X.Q[q, Q_RNAK] = 0
-        X.Q[q, Q_RUNACK] += 1
-        _send_ack(X, q, t, cum, pkt)          # (r_unacked >= ack_every = 1)
-    elif not X.g[G_SELECTIVE]:
-        # = GoBackN.on_gap: discard; the first unit beyond the gap NAKs the expected PSN
-        X.M[row, M_DISC] += X.K[pkt, K_PAY]
-        if not X.Q[q, Q_RNAK]:
-            X.Q[q, Q_RNAK] = 1
-            _send_nak(X, q, t, cum, pkt)
-    else:
-        # = Receiver._hold
-        a = base + seq
-        X.a_flag[a] |= F_HELD
-        X.Q[q, Q_RN] += 1
-        X.a_rarr[a] = t
-        p = X.K[pkt, K_PAY]
-        X.Q[q, Q_RHOLD] += p
-        if X.Q[q, Q_RHOLD] > X.M[row, M_PEAKH]:
-            X.M[row, M_PEAKH] = X.Q[q, Q_RHOLD]
-        h = X.Q[q, Q_DST]
-        if not X.HO[h, H_MADE]:
-            X.HO[h, H_MADE] = 1
-            X.HO[X.g[G_HN_MADE], H_ORDER] = h
-            X.g[G_HN_MADE] += 1
-        X.HO[h, H_HOLD] += p
-        if X.HO[h, H_HOLD] > X.HO[h, H_PEAK]:
-            X.HO[h, H_PEAK] = X.HO[h, H_HOLD]
-        _accept(X, t, pkt, row)
-        _send_ack(X, q, t, cum, pkt)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _join_held(X, t, q, row, cum):
+    # = Receiver._join_held
+    base = X.Q[q, Q_BASE]
+    h = X.Q[q, Q_DST]
+    npsn = X.Q[q, Q_NPSN]
+    while cum < npsn and X.a_flag[base + cum] & F_HELD:
+        X.a_flag[base + cum] &= ~F_HELD
+        X.Q[q, Q_RN] -= 1
+        p = X.Q[q, Q_SIZE] - cum * X.g[G_MTU]
+        if p > X.g[G_SEG]:
+            p = X.g[G_SEG]
+        X.Q[q, Q_RHOLD] -= p
+        X.HO[h, H_HOLD] -= p
+        w = t - X.a_rarr[base + cum]
+        X.M[row, M_RW] += w
+        if w > X.M[row, M_RWMAX]:
+            X.M[row, M_RWMAX] = w
+        cum += 1
+    return cum if cum <= npsn else npsn
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _hold(X, t, q, row, pkt):
+    # = Receiver._hold
+    a = X.Q[q, Q_BASE] + X.K[pkt, K_SEQ]
+    X.a_flag[a] |= F_HELD
+    X.Q[q, Q_RN] += 1
+    X.a_rarr[a] = t
+    p = X.K[pkt, K_PAY]
+    X.Q[q, Q_RHOLD] += p
+    if X.Q[q, Q_RHOLD] > X.M[row, M_PEAKH]:
+        X.M[row, M_PEAKH] = X.Q[q, Q_RHOLD]
+    h = X.Q[q, Q_DST]
+    if not X.HO[h, H_MADE]:
+        X.HO[h, H_MADE] = 1
+        X.HO[X.g[G_HN_MADE], H_ORDER] = h
+        X.g[G_HN_MADE] += 1
+    X.HO[h, H_HOLD] += p
+    if X.HO[h, H_HOLD] > X.HO[h, H_PEAK]:
+        X.HO[h, H_PEAK] = X.HO[h, H_HOLD]
+    _accept(X, t, pkt, row)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _discard(X, t, q, row, pkt):
+    # = GoBackN.on_gap: discard; the first unit beyond the gap NAKs the expected PSN
+    X.M[row, M_DISC] += X.K[pkt, K_PAY]
+    if not X.Q[q, Q_RNAK]:
+        X.Q[q, Q_RNAK] = 1
+        _send_nak(X, q, t, X.Q[q, Q_RCUM], pkt)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _check_done(X, row):
+    # = if st.delivered >= st.size and not st.done: self._done(st, t) (Python records it)
     if X.M[row, M_DELIV] >= X.M[row, M_SIZE] and not X.M[row, M_DONE]:
         X.M[row, M_DONE] = 1
         X.g[G_PY_KIND] = P_DONE
@@ -1434,11 +1565,111 @@ def _on_packet(X, t, pkt):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _arrived(X, t, pkt):
+    # the start of Receiver.on_packet and on_packet_coalesced: the latency histogram and ECN
+    # (Receiver._marked, cnp_interval None)
+    npk = X.K[pkt, K_NPK]
+    X.hist[int(math.log(t - X.K[pkt, K_TTX]) * X.f[0])] += npk
+    if X.K[pkt, K_CE]:
+        q = X.K[pkt, K_QP]
+        X.M[X.Q[q, Q_MSG], M_ECN] += npk
+        X.Q[q, Q_RCE] += npk
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _on_packet(X, t, pkt):
+    # = Receiver.on_packet, ack_every 1, no CNPs; on_gap: ddp holds the unit (G_SELECTIVE),
+    #   go-back-N discards it (GoBackN.on_gap)
+    _arrived(X, t, pkt)
+    q = X.K[pkt, K_QP]
+    row = X.Q[q, Q_MSG]
+    seq = X.K[pkt, K_SEQ]
+    cum = X.Q[q, Q_RCUM]
+    if seq < cum or (X.Q[q, Q_RN] and X.a_flag[X.Q[q, Q_BASE] + seq] & F_HELD):
+        X.M[row, M_DUP] += X.K[pkt, K_PAY]
+        if X.g[G_DSACK]:
+            _send_dsack(X, q, t, pkt)
+        else:
+            _send_ack(X, q, t, cum, -1)
+        return
+    X.M[row, M_RX] += 1
+    end = seq + X.K[pkt, K_NPK]
+    _record_reorder(X, q, row, pkt, end)
+    if seq == cum:
+        _accept(X, t, pkt, row)
+        cum = end
+        if X.Q[q, Q_RN]:
+            cum = _join_held(X, t, q, row, cum)
+        X.Q[q, Q_RCUM] = cum
+        X.Q[q, Q_RNAK] = 0
+        X.Q[q, Q_RUNACK] += 1
+        _send_ack(X, q, t, cum, pkt)          # (r_unacked >= ack_every = 1)
+    elif not X.g[G_SELECTIVE]:
+        _discard(X, t, q, row, pkt)
+    else:
+        _hold(X, t, q, row, pkt)
+        _send_ack(X, q, t, cum, pkt)
+    _check_done(X, row)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _on_packet_coalesced(X, t, pkt):
+    # = Receiver.on_packet_coalesced (ack_every > 1), no CNPs; on_gap as in _on_packet
+    _arrived(X, t, pkt)
+    q = X.K[pkt, K_QP]
+    row = X.Q[q, Q_MSG]
+    seq = X.K[pkt, K_SEQ]
+    cum = X.Q[q, Q_RCUM]
+    if seq < cum or (X.Q[q, Q_RN] and X.a_flag[X.Q[q, Q_BASE] + seq] & F_HELD):
+        X.M[row, M_DUP] += X.K[pkt, K_PAY]
+        _ack(X, q, t, pkt)
+        return
+    X.M[row, M_RX] += 1
+    end = seq + X.K[pkt, K_NPK]
+    _record_reorder(X, q, row, pkt, end)
+    if seq == cum:
+        _accept(X, t, pkt, row)
+        cum = end
+        if X.Q[q, Q_RN]:
+            cum = _join_held(X, t, q, row, cum)
+        X.Q[q, Q_RCUM] = cum
+        X.Q[q, Q_RNAK] = 0
+    elif not X.g[G_SELECTIVE]:
+        _discard(X, t, q, row, pkt)
+        _check_done(X, row)
+        return
+    else:
+        _hold(X, t, q, row, pkt)
+    ttx = X.K[pkt, K_TTX]
+    if ttx < X.Q[q, Q_RTSENT] - X.g[G_REO]:
+        # an ACK already reported a unit sent reorder_window after this one: acknowledged at once,
+        # by name, in the per-unit format (Receiver.send_now), after the units since the last ACK
+        if X.Q[q, Q_RUNACK]:
+            _ack(X, q, t, -1)
+        _send_ack(X, q, t, X.Q[q, Q_RCUM], pkt)
+        _check_done(X, row)
+        return
+    if ttx > X.Q[q, Q_RTACK]:
+        X.Q[q, Q_RTACK] = ttx
+    X.Q[q, Q_RLAST] = t
+    X.Q[q, Q_RUNACK] += 1
+    if ack_requested(seq, end, cum, X.Q[q, Q_NPSN], X.g[G_ACK_EVERY]):
+        _ack(X, q, t, -1)
+    elif X.Q[q, Q_RUNACK] == 1:
+        # = kernel.schedule(t + ack_delay, self._on_ack_timer, (qp, qp.r_acks))
+        push(X, t + X.g[G_ACK_DELAY], _seq(X), E_ACK_TIMER, q, X.Q[q, Q_RACKS])
+    _check_done(X, row)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _to_host(X, t, pkt):
     # = PacketEngine._to_host (data to the receiver; control counted, then to the sender)
     _advance_inflight(X, X.K[pkt, K_HOP])
     if X.K[pkt, K_KIND] == DATA:
-        _on_packet(X, t, pkt)
+        if X.g[G_COALESCE]:
+            _on_packet_coalesced(X, t, pkt)
+        else:
+            _on_packet(X, t, pkt)
     else:
         q = X.K[pkt, K_QP]
         X.M[X.Q[q, Q_MSG], M_CTRL_ARR] += 1
@@ -1471,7 +1702,7 @@ def run(X, until_ps):
         if t > until_ps:
             g[G_NOW] = until_ps
             return R_TIME_LIMIT
-        if (g[G_PNFREE] < SPACE or g[G_DNFREE] < SPACE or g[G_HN] + SPACE > X.HP.shape[0]
+        if (g[G_PNFREE] < SPACE or g[G_DNFREE] < SPACE or g[G_BNFREE] < SPACE or g[G_HN] + SPACE > X.HP.shape[0]
                 or g[G_OLOG_N] + SPACE > X.OL.shape[1] or t // g[G_BIN] + 1 >= len(X.good)):
             return R_SPACE
         kind = X.HP[0, 2]
@@ -1500,6 +1731,8 @@ def run(X, until_ps):
             _apply_pause(X, t, a)
         elif kind == E_RESUME:
             _apply_resume(X, t, a)
+        elif kind == E_ACK_TIMER:
+            _on_ack_timer(X, a, t, b)
         elif kind == E_RELEASE:
             g[G_PY_KIND] = P_RELEASE
             g[G_PY_A] = a

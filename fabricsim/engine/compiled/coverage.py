@@ -6,16 +6,18 @@ empty list: the run is compiled. Otherwise it runs on ``heap`` (the same model i
 says why, so nothing is ever simplified silently.
 
 Two receiver models are compiled, ``ddp`` and ``go_back_n`` (NAK on a gap, the sender's rewind
-on NAK and on timeout), both with one ACK per unit; ``reorder_buffer`` runs on heap
-(``receiver: reorder_buffer (slice 3)``), and so does any receiver with ACK coalescing
-(``receiver.ack_every > 1 (slice 4)``). PFC (``switch.pfc.enabled``) is compiled, lossless
-switches and paused NIC ports alike, unless a lossless queue's drain time could leave int64 (the
-time limit x the fabric's total port rate over its slowest port's, of 2^61 ps or more). Both timer modes are
-compiled (``receiver.rto_mode: fixed`` and ``adaptive``), with either compiled receiver. Of
-adaptive timeouts, what stays outside is stated by the reasons it comes with: ACK coalescing (its
-wait allowance and SACK-bitmap reach: ``ack_every > 1``), persistent connections (the estimator's
-``heir`` chain), and an ``rto_max`` whose jittered product would leave int64
-(docs/compiled-core.md 3.1).
+on NAK and on timeout), each with one ACK per unit or with ACK coalescing (``receiver.ack_every >
+1``: AckReq units, the delayed-ACK timer, SACK bitmaps, RACK and probes within the bitmap's reach);
+``reorder_buffer`` runs on heap (``receiver: reorder_buffer (slice 3)``). PFC
+(``switch.pfc.enabled``) is compiled, lossless switches and paused NIC ports alike, unless a
+lossless queue's drain time could leave int64 (the time limit x the fabric's total port rate over
+its slowest port's, of 2^61 ps or more). Both timer modes are compiled (``receiver.rto_mode:
+fixed`` and ``adaptive``), with either compiled receiver, with or without coalescing. What stays
+outside is stated by the reasons it comes with: persistent connections (the estimator's ``heir``
+chain), an ``rto_max`` whose jittered product would leave int64 (docs/compiled-core.md 3.1), and
+with coalescing a delayed-ACK timer past int64 (the time limit plus ``ack_delay`` of 2^62 ps or
+more) or, with adaptive timeouts, a wait allowance of 2^61 ps or more (``ack_delay`` plus
+``ack_every`` units at a host's line rate, added to the timeout's base in int64).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import math
 import numpy as np
 
 from ...net.port import PS_BITS
+from ...net.sender import ack_wait_ps
 
 #: routing policies, receiver models and congestion-control algorithms compiled so far
 ROUTING = ("ecmp", "spray", "adaptive")
@@ -55,8 +58,6 @@ def uncovered(engine) -> list[str]:
     if sc.receiver.name not in RECEIVERS:
         out.append(f"receiver: {sc.receiver.name} (slice 3)")
     p = sc.receiver.params
-    if p.ack_every != 1:
-        out.append("receiver.ack_every > 1 (slice 4)")
     if p.rto_mode == "adaptive" and (p.rto_max >= 1 << 62 or (p.rto_max - 1) * engine.sender.rto_jit >= 1 << 63):
         # the jittered timeout r * jitter * u is formed as mul_shr(r * jitter, u) with r < rto_max
         # (net/sender.py adaptive_rto_ps): r * jitter must fit in int64 (rto_max below 35 s at jitter 4)
@@ -68,6 +69,18 @@ def uncovered(engine) -> list[str]:
         # a timer is set at t + timeout with t up to the time limit: that sum must stay in int64
         out.append("simulation.time_limit plus the longest retransmission timeout of 2^62 ps (53 days) or more "
                    "(slice 7)")
+    coalesced = p.ack_every > 1
+    if coalesced and limit + p.ack_delay >= 1 << 62:
+        # the delayed-ACK timer is set at t + ack_delay
+        out.append("simulation.time_limit plus receiver.ack_delay of 2^62 ps or more with ack_every > 1 (slice 7)")
+    snd = engine.sender
+    if coalesced and p.rto_mode == "adaptive" and any(
+            ack_wait_ps(snd.ack_wait_ps, snd.ack_wait_bytes, nic.port.rate) >= 1 << 61
+            for nics in engine.nics.values() for nic in nics if not nic.nvlink):
+        # the adaptive timeout's allowance for a coalesced ACK is added to its base in int64
+        # (net/sender.py adaptive_rto_ps), at the line rate of each host's port
+        out.append("receiver.ack_delay plus ack_every units at a host's line rate of 2^61 ps or more, with "
+                   "rto_mode: adaptive (slice 7)")
     table = engine.replay.table
     units = -(-int(np.max(table.size_bytes, initial=0)) // sc.simulation.mtu) + 1
     if limit * units >= 1 << 62:
@@ -99,7 +112,8 @@ def uncovered(engine) -> list[str]:
     if any(sw.strict[1] or sw.strict[2] for sw in sws if hasattr(sw, "strict")):
         out.append("switch.strict_priority with ACK/NAK in the strict class (slice 5)")
     sim = sc.simulation
-    wire = max(sim.mtu + sim.header, getattr(sc.receiver.params, "ack_size", 0))   # the largest packet: data or ACK
+    # the largest packet: data or ACK (a coalesced ACK carries its SACK bitmap)
+    wire = max(sim.mtu + sim.header, p.ack_size + (-(-p.sack_bitmap // 8) if coalesced else 0))
     if wire * max((rate_fraction(q.rate)[1] for q in engine.ports), default=1) >= 1 << 63:
         # wire * rd (= wire * ps per byte when the rate divides PS_BITS) in int64: packets up to
         # 1,152,921 B at any rate

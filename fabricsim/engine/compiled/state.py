@@ -38,6 +38,9 @@ _ARRAYS = {
     "a_flag": (np.uint8, 0, "arena"), "a_resent": (_I, 0, "arena"), "a_rarr": (_I, 0, "arena"),
     "D": (_I, len(C.NODE_FIELDS), "node"),
     "K": (_I, len(C.PKT_FIELDS), "pkt"),
+    # SACK bitmaps of coalesced ACKs (column 0: the free list; then the bitmap's int64 words, as many
+    # as the scenario's sack_bitmap needs: build sets the width)
+    "BM": (_I, 2, "bm"),
     "M": (_I, len(C.MSG_FIELDS), None), "m_rtx": (_I, 0, None),
     "HO": (_I, len(C.HOST_FIELDS), None),
     "hist": (_I, 0, None), "good": (_I, 0, "good"), "OL": (_I, 2, None),
@@ -51,16 +54,18 @@ State = namedtuple("State", list(_ARRAYS))
 #: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
 CAUSES = ("sack", "timeout", "nak")
 #: initial values of the rows that are not 0 (-1 = None)
-_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc", "reot", "gbt")}
-_FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack", "inport")})
+_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc", "reot", "gbt",
+                                 "rtack", "rtsent")}
+_FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack", "inport", "sacks")})
 _FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt", "lqh", "lqt", "cur", "nicp")})
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
 _FIELDS_OF = {"P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS, "D": C.NODE_FIELDS,
               "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS}
 
 
-def _arr(name, n):
-    dt, rows, _g = _ARRAYS[name]
+def _arr(name, n, rows=None):
+    dt, cols, _g = _ARRAYS[name]
+    rows = cols if rows is None else rows
     if name == "a_resent":
         return np.full(n, C.ABSENT, dtype=dt)
     if not rows:
@@ -158,15 +163,19 @@ def build(engine, nic_index: dict) -> State:
     a["good"] = np.zeros(1024, dtype=_I)
     a["OL"] = _arr("OL", 1 << 16)
     # growable pools
+    rcv = engine.receiver
+    a["BM"] = _arr("BM", 256, 1 + -(-rcv.sack_units // 64) if rcv.coalesce else 2)
     for name, (_dt, _rows, group) in _ARRAYS.items():
         if name not in a:
             a[name] = _arr(name, {"heap": 4096, "qp": 64, "arena": 4096, "node": 8192, "pkt": 8192}[group])
     X = State(**a)
     _link_free(X.K[:, C.K_NEXT], 0)
     _link_free(X.D[:, C.D_NEXT], 0)
+    _link_free(X.BM[:, 0], 0)
     gv = X.g
     gv[C.G_PFREE], gv[C.G_PNFREE] = 0, X.K.shape[0]
     gv[C.G_DFREE], gv[C.G_DNFREE] = 0, X.D.shape[0]
+    gv[C.G_BFREE], gv[C.G_BNFREE] = 0, X.BM.shape[0]
     gv[C.G_LFA] = -1
     gv[C.G_GOOD_HI] = -1
     gv[C.G_MTU] = engine.mtu
@@ -187,6 +196,12 @@ def build(engine, nic_index: dict) -> State:
     gv[C.G_RTO_K], gv[C.G_RTO_JIT] = snd.rto_k, snd.rto_jit
     X.rto_salt[0] = snd.salt
     gv[C.G_SELECTIVE] = snd.selective       # ddp (hold, SACK + RACK) or go-back-N (discard, NAK, rewind)
+    # ACK coalescing (the receiver's AckReq spacing, delayed-ACK timer and SACK bitmap; the sender's
+    # RACK and probes within the bitmap's reach; cell_packets 1: coverage)
+    gv[C.G_COALESCE] = rcv.coalesce
+    gv[C.G_ACK_EVERY], gv[C.G_ACK_DELAY] = rcv.ack_every, rcv.ack_delay
+    gv[C.G_SACK_UNITS], gv[C.G_SACK_BYTES] = rcv.sack_units, rcv.sack_bytes if rcv.coalesce else 0
+    gv[C.G_SACK_REACH] = snd.sack_reach
     gv[C.G_BIN] = rec.goodput_bin_ps
     if pfc is not None:
         gv[C.G_PFC], gv[C.G_XOFF], gv[C.G_XON] = 1, pfc.xoff, pfc.xon
@@ -276,8 +291,9 @@ def grow(X: State, group: str, need: int) -> State:
     rep = {}
     for n, (_d, _rows, gr) in _ARRAYS.items():
         if gr == group:
-            arr = _arr(n, new)
-            arr[:old] = getattr(X, n)
+            cur = getattr(X, n)
+            arr = _arr(n, new, cur.shape[1] if cur.ndim == 2 else None)
+            arr[:old] = cur
             rep[n] = arr
     X = X._replace(**rep)
     free = _FREE_LISTS.get(group)
@@ -292,7 +308,8 @@ def grow(X: State, group: str, need: int) -> State:
 
 
 #: pools with a free list: group -> (array, its next-slot column, free-list head and count in g)
-_FREE_LISTS = {"pkt": ("K", C.K_NEXT, C.G_PFREE, C.G_PNFREE), "node": ("D", C.D_NEXT, C.G_DFREE, C.G_DNFREE)}
+_FREE_LISTS = {"pkt": ("K", C.K_NEXT, C.G_PFREE, C.G_PNFREE), "node": ("D", C.D_NEXT, C.G_DFREE, C.G_DNFREE),
+               "bm": ("BM", 0, C.G_BFREE, C.G_BNFREE)}
 
 
 def fold_reorder(X: State, rows) -> None:
@@ -410,7 +427,9 @@ def _packet(X: State, i: int, qps, ports) -> Packet:
     pkt.sack = int(X.K[i, C.K_SACK])
     pkt.t_data = int(X.K[i, C.K_TDATA])
     if kind:
-        pkt.sacks = None
+        b = int(X.K[i, C.K_SACKS])          # -1: None (the per-unit format), -2: an empty bitmap
+        pkt.sacks = None if b == -1 else 0 if b == -2 else sum(
+            (int(w) & 0xFFFFFFFFFFFFFFFF) << (64 * j) for j, w in enumerate(X.BM[b, 1:].tolist()))
         pkt.dsack = int(X.K[i, C.K_DSACK])
     return pkt
 
@@ -473,6 +492,9 @@ def write_back(X: State, engine, qps, nics) -> None:
         gbc = int(X.Q[qi, C.Q_GBC])
         qp.goback_t, qp.gb_cause = int(X.Q[qi, C.Q_GBT]), CAUSES[gbc] if gbc >= 0 else ""
         qp.r_nak = bool(X.Q[qi, C.Q_RNAK])
+        qp.r_unacked, qp.r_ce = int(X.Q[qi, C.Q_RUNACK]), int(X.Q[qi, C.Q_RCE])
+        qp.r_tack, qp.r_tsent, qp.r_last_rx = int(X.Q[qi, C.Q_RTACK]), int(X.Q[qi, C.Q_RTSENT]), \
+            int(X.Q[qi, C.Q_RLAST])
         qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[qi, C.Q_SENTB]), int(X.Q[qi, C.Q_ACKB])
         qp.flow.active = bool(X.Q[qi, C.Q_ACTIVE])
     fold_reorder(X, engine._rows)
