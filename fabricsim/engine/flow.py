@@ -438,9 +438,6 @@ class FlowEngine:
         self._advance = advance
         self.cap = self._capacities()
         self.warnings: list[str] = []
-        if sc.simulation.cell_packets != 1 or sc.simulation.kernel != "heap":
-            self.warnings.append("simulation.cell_packets and simulation.kernel are packet-engine settings: "
-                                 "the flow engine ignores them")
 
     # ------------------------------------------------------------------ set-up
     def _capacities(self) -> np.ndarray:

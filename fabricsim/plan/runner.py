@@ -604,7 +604,7 @@ def packet_slice(spec: PlanSpec, cases: list[Case], items_of: dict, sims: dict, 
     total = sum(est.values())
     if total > ps.max_wall_s:
         from ..engine.estimate import HOPS_PER_S
-        kernel = sims[runs[0][0]].built.scenario.simulation.kernel
+        kernel = sims[runs[0][0]]._scenario("packet").simulation.kernel
         raise ConfigError(f"the {len(runs)} sampled patterns would take about {total:.3g} s of wall time with the "
                           f"packet engine (estimate at {HOPS_PER_S[kernel]:,} packet-hops/s, kernel {kernel}; "
                           "allowed: at most "
