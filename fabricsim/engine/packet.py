@@ -49,7 +49,7 @@ from ..net.port import Port
 from ..net.sender import Sender
 from ..net.switch import ECN_SALT_STREAM, Switch
 from ..traffic.message import Message
-from .interface import ENGINES, RunOutcome, SimulationInput
+from .interface import ENGINES, TIMED_FIGURES, RunOutcome, SimulationInput
 from .kernel import make_kernel
 
 
@@ -706,7 +706,17 @@ class PacketEngine:
         return RunOutcome(status=status, end_ps=now, events=self.kernel.events, packet_hops=hops,
                           links=links, counters=counters, link_samples=self.link_samples,
                           link_samples_truncated=self.link_samples_truncated, host_peak_hold=hosts,
-                          warnings=warnings)
+                          warnings=warnings, fidelity=self.fidelity())
+
+    def fidelity(self) -> dict:
+        """``summary["fidelity"]``: every packet through every hop, nothing estimated; with
+        ``simulation.packet.cell_packets > 1`` the timed figures are those of cells of k packets."""
+        if self.cell == 1:
+            return {"engine": self.name, "model": "packet level: every packet through every hop (discrete events)",
+                    "estimated": []}
+        return {"engine": self.name, "estimated": list(TIMED_FIGURES),
+                "model": f"packet level with cells of {self.cell} MTU packets moved as one unit "
+                         f"(simulation.packet.cell_packets): coarser timing (docs/metrics.md)"}
 
     def _ctrl_arrived(self, t, pkt):
         """A control packet reached the host of its queue pair's sender: counted, then processed."""
