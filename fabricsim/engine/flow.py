@@ -487,6 +487,8 @@ class FlowEngine:
         self._advance = advance
         self.cap = self._capacities()
         self.warnings: list[str] = []
+        if self.policy.fluid_caveat:      # where the policy's flow-level share and a packet run part ways
+            self.warnings.append(self.policy.fluid_caveat)
         self.not_simulated, changed = not_simulated(sc)
         if changed:
             self.warnings.append(
