@@ -48,8 +48,9 @@ class SimulationConfig(BaseModel):
     #: None for an engine without any
     engine_params: Any = Field(None, exclude=True)
     #: parameters given for engines other than the chosen one, with a value other than their
-    #: default: engine name -> the fields, as written (``simulation.packet.kernel``, or the alias ``simulation.kernel``); validated,
-    #: then unused (the run warns once naming them: :meth:`unused_params_warning`)
+    #: default: engine name -> the fields, as written (``simulation.packet.kernel``, or the alias
+    #: ``simulation.kernel``); validated, then unused (the run warns once naming them:
+    #: :meth:`unused_params_warning`)
     unused_params: dict = Field(default_factory=dict, exclude=True)
     compute: Literal["gaps", "gpu"] = Field("gaps", description=(
         "gaps: a message's gap_ps is a plain delay after its dependencies; gpu: it is work on the "

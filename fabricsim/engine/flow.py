@@ -1194,8 +1194,9 @@ class FlowEngine:
         return {"engine": self.name, "model": MODEL, "estimated": list(ESTIMATED),
                 "assumptions": {**NOT_SIMULATED, "efficiency": self.efficiency,
                                 "group": self.group, "quantum_ps": int(self.quantum),
-                                "routing": f"{self.sim.scenario.routing.name}: its flow-level share "
-                                           f"({self.spread.kind}, engine/spread.py)"},
+                                "routing": f"{self.sim.scenario.routing.name}: the policy's flow-level share, "
+                                           f"weights() ({self.spread.kind})"
+                                           + (f"; {self.policy.fluid_caveat}" if self.policy.fluid_caveat else "")},
                 "not_simulated": dict(self.not_simulated)}
 
     def _solver_used(self) -> str:
