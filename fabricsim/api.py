@@ -132,6 +132,9 @@ def run(source, output_dir: str | Path | None = None, overrides=(), seed: int | 
             del engine      # its working state (flows, connections, replay) is not needed for the results
             if estimate_warning:
                 outcome.warnings.insert(0, estimate_warning)
+            unused = sc.simulation.unused_params_warning()     # another engine's parameters, given
+            if unused:
+                outcome.warnings.insert(0, unused)
             if bar is not None:
                 bar.phase("building the results")
             result = build_result(sim, recorder, outcome, wall, __version__)

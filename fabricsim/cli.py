@@ -43,32 +43,44 @@ def _print_summary(s: dict, out_dir):
     m = s["messages"]
     lat = s["packet_latency"]
     nm = s.get("not_modelled") or {}
+    fid = s.get("fidelity") or {}
+    estimated = fid.get("estimated") or []
+
+    def est(*keys):
+        """' [estimate]' if a figure of ``keys`` (summary keys, dotted) is an estimate of the engine's model."""
+        hit = any(e == k or e.startswith(k + ".") or k.startswith(e + ".") for e in estimated for k in keys)
+        return "  [estimate]" if hit else ""
     from .analysis.status import describe
     status = s["run"]["status"]
     partial = status != "complete"
     only = f"  [completed messages only: {m['completed']} of {m['total']}]" if partial else ""
+    unsimulated = fid.get("not_simulated") or {}
+    cc = s["congestion_control"] + (" (not simulated)" if "congestion_control" in unsimulated else "")
     lines = [
         f"scenario {s['scenario']}  seed {s['seed']}  profile {s.get('profile', 'none')}  routing {s['routing']}  "
-        f"cc {s['congestion_control']}  status {describe(status, m)}",
+        f"cc {cc}  status {describe(status, m)}",
         f"messages      {m['completed']}/{m['total']} completed"
         + (f"  ({', '.join(f'{k}: {v}' for k, v in m['incomplete_by_reason'].items())})" if m["incomplete"] else ""),
         "effective bw  goodput {gp} = {gf} of sender line rate; completion time ideal/actual {cr}{note}".format(
             gp=format_rate(eb["goodput_bps"]),
             gf="n/a" if eb["goodput_fraction"] is None else f"{eb['goodput_fraction']:.3f}",
             cr="n/a" if eb["completion_time_ratio"] is None else f"{eb['completion_time_ratio']:.3f}",
-            note=(f"  [INCOMPLETE RUN: payload delivered over the {_t(s['run']['end_ps'])} simulated, "
-                  "not the pattern's]") if partial else ""),
+            note=((f"  [INCOMPLETE RUN: payload delivered over the {_t(s['run']['end_ps'])} simulated, "
+                   "not the pattern's]") if partial else "") + est("effective_bandwidth.goodput_bps")),
     ]
     if eb.get("nic_capacity_bps") and eb["nic_capacity_bps"] != eb.get("sender_capacity_bps"):
         # NVLink ports count in the sender line rate: the scale-out NICs' own share says more
         nf = eb.get("nic_goodput_fraction")
         lines.append(f"scale-out     NIC goodput {format_rate(eb['nic_goodput_bps'])} = "
-                     f"{'n/a' if nf is None else f'{nf:.3f}'} of the hosts' NIC line rate")
+                     f"{'n/a' if nf is None else f'{nf:.3f}'} of the hosts' NIC line rate"
+                     + est("effective_bandwidth.nic_goodput_bps"))
     lines += [
         "slowdown      p99 {p99}  {n} message{pl} slower than 4x ideal{only}".format(
             p99="n/a" if s["slowdown"]["p99"] is None else f"{s['slowdown']['p99']:.2f}",
-            n=s["slowdown"]["messages_over_4x"], pl="" if s["slowdown"]["messages_over_4x"] == 1 else "s", only=only),
-        f"message FCT   p50 {_t(s['fct']['p50_ps'])}  p99 {_t(s['fct']['p99_ps'])}  max {_t(s['fct']['max_ps'])}{only}",
+            n=s["slowdown"]["messages_over_4x"], pl="" if s["slowdown"]["messages_over_4x"] == 1 else "s",
+            only=only) + est("slowdown"),
+        f"message FCT   p50 {_t(s['fct']['p50_ps'])}  p99 {_t(s['fct']['p99_ps'])}  max {_t(s['fct']['max_ps'])}{only}"
+        + est("fct"),
         (f"pkt latency   p50 {_t(lat['p50_ps'])}  p99 {_t(lat['p99_ps'])}  p99.9 {_t(lat['p999_ps'])}"
          f"  ({lat['count']} packets)") if "packet_latency" not in nm else
         f"pkt latency   not modelled ({nm['packet_latency']})",
@@ -80,6 +92,9 @@ def _print_summary(s: dict, out_dir):
         (f"run           flow engine: {s['run'].get('flows', 0)} flows, {s['run'].get('flow_rate_recomputations', 0)} "
          f"rate recomputations in {s['run']['wall_time_s']:.2f}s"),
     ]
+    if estimated:
+        lines.append(f"fidelity      [estimate] = estimated by the {fid.get('engine', s.get('engine'))} engine's model: "
+                     f"{fid.get('model', '').split(':')[0]} (summary.json fidelity; docs/fidelity.md)")
     if out_dir is not None:
         lines.append(f"results       {out_dir}")
     click.echo("\n".join(lines))

@@ -1,7 +1,7 @@
 """The equivalence suite of the packet engine's kernels: every routing policy, receiver model,
 congestion-control algorithm and PFC on small scenarios, run on each kernel other than the
 reference ``heap``; every output table must be identical (issue 15: a new kernel, such as a
-compiled core, joins by being added to ``simulation.kernel`` and passes this unchanged).
+compiled core, joins by being added to ``simulation.packet.kernel`` and passes this unchanged).
 
 The scenarios are small (a few ms in all) but reach each model's branches: an incast that drops
 (lossy, small buffers: retransmissions, reordering, every receiver), the same incast lossless with
@@ -16,12 +16,12 @@ import pytest
 
 import fabricsim
 from fabricsim.cc import CC
-from fabricsim.config.scenario import SimulationConfig
+from fabricsim.engine.packet import PacketParams
 from fabricsim.receiver import RECEIVERS
 from fabricsim.routing import ROUTING
 
 REFERENCE = "heap"
-KERNELS = [k for k in typing.get_args(SimulationConfig.model_fields["kernel"].annotation) if k != REFERENCE]
+KERNELS = [k for k in typing.get_args(PacketParams.model_fields["kernel"].annotation) if k != REFERENCE]
 
 FABRIC = {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 2, "spines": 2,
           "host_link": {"rate": "400Gbps", "delay": "500ns"}, "fabric_link": {"rate": "400Gbps", "delay": "500ns"}}

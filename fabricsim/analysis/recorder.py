@@ -15,17 +15,14 @@ import csv
 
 import numpy as np
 
+from ..engine import interface
 from ..errors import SimulationError
 from .histogram import LogHistogram
 
-MESSAGE_COLUMNS = ["message_id", "src", "dst", "size_bytes", "qps", "start_ps", "release_ps", "end_ps",
-                   "fct_ps", "delivered_bytes", "dropped_bytes", "completed", "incomplete_reason"]
-#: transport statistics per message (definitions in docs/metrics.md)
-TRANSPORT_COLUMNS = ["retransmitted_bytes", "rtx_sack_bytes", "rtx_timeout_bytes", "rtx_nak_bytes",
-                     "duplicate_bytes", "received_packets", "out_of_order_fraction", "reorder_distance_p50_packets",
-                     "reorder_distance_p99_packets", "reorder_distance_max_packets", "peak_reorder_bytes",
-                     "reorder_delay_mean_ps", "reorder_delay_max_ps", "ecn_marked_packets", "cnps", "naks",
-                     "reorder_overflow_bytes", "discarded_out_of_order_bytes"]
+#: the messages table's core columns, in order (declared in :mod:`fabricsim.engine.interface`)
+MESSAGE_COLUMNS = list(interface.MESSAGE_COLUMNS)
+#: transport statistics per message (declared there too; definitions in docs/metrics.md)
+TRANSPORT_COLUMNS = list(interface.TRANSPORT_COLUMNS)
 ALL_MESSAGE_COLUMNS = MESSAGE_COLUMNS + TRANSPORT_COLUMNS
 NO_TRANSPORT = (None,) * len(TRANSPORT_COLUMNS)
 _NO_TRANSPORT_CSV = [""] * len(TRANSPORT_COLUMNS)
@@ -118,7 +115,8 @@ class Recorder:
             self._on_end(st.end)
         row = self._row(st)
         if self._keep:
-            self.hists.append((st.msg.src, st.msg.dst, st.reorder_hist))
+            # (an engine that models no transport has no reorder histogram: its messages add none)
+            self.hists.append((st.msg.src, st.msg.dst, st.reorder_hist if hasattr(st, "rtx_bytes") else {}))
             self.rows.append(row)
             self._states.append(st)
         if self._writer is not None:

@@ -15,7 +15,7 @@ from ..flows.table import MessageTable
 from .bound import LowerBound
 from .collectives import add_tag_columns, collectives_summary, collectives_table
 from .ideal import IdealModel
-from .recorder import ALL_MESSAGE_COLUMNS, TRANSPORT_COLUMNS, hist_percentile
+from .recorder import hist_percentile
 
 PS_PER_S = 10**12
 #: environment variable: "1" makes a run that beats its lower bound an error (the test suite sets it)
@@ -211,6 +211,79 @@ def _sender_ports(model, links, g, host, cls) -> tuple[int, int, np.ndarray]:
     return sender, nic, np.unique(c_of[out])
 
 
+def declared_tables(msgs: pd.DataFrame, links: pd.DataFrame, outcome, recorder, engine: str,
+                    sampling: bool) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The messages and links tables with every declared column (:mod:`fabricsim.engine.interface`),
+    and ``summary["not_modelled"]``.
+
+    The engine's core message columns and required link columns must be there
+    (:class:`~fabricsim.errors.SimulationError` naming the missing ones otherwise). A group of
+    optional columns (``Column.group``) the engine leaves out -- every column of it absent, or NA
+    throughout, in tables with rows -- is NA (of the column's declared dtype, never 0) and gets the
+    engine's reason from ``RunOutcome.not_modelled``, else :func:`~fabricsim.engine.interface.not_reported`'s;
+    a group the engine states it does not model must hold no value. ``nics`` follows ``transport``;
+    ``packet_latency`` is left out when no latency was recorded although payload was delivered;
+    ``link_timeseries`` when the engine gave no link sample although ``sampling`` was on.
+    """
+    from ..engine.interface import (LINK_COLUMNS, MESSAGE_COLUMNS, NOT_MODELLED_KEYS, REQUIRED_LINK_COLUMNS,
+                                    TRANSPORT_COLUMNS, not_reported)
+    not_modelled = dict(outcome.not_modelled or {})
+    unknown = [k for k in not_modelled if k not in NOT_MODELLED_KEYS]
+    if unknown:
+        raise SimulationError(f"engine {engine!r} states not_modelled {', '.join(map(repr, unknown))} (allowed: "
+                              f"{', '.join(NOT_MODELLED_KEYS)}; fabricsim/engine/interface.py NOT_MODELLED_KEYS)")
+    missing = [c for c in MESSAGE_COLUMNS if c not in msgs.columns]
+    if missing:
+        raise SimulationError(f"engine {engine!r} handed over messages without {', '.join(missing)} "
+                              f"(every engine reports MESSAGE_COLUMNS, fabricsim/engine/interface.py)")
+    if len(links):
+        missing = [c for c in REQUIRED_LINK_COLUMNS if c not in links.columns]
+        if missing:
+            raise SimulationError(f"engine {engine!r} reported links without {', '.join(missing)}")
+    tables = {"messages": (msgs, TRANSPORT_COLUMNS), "links": (links, LINK_COLUMNS)}
+    members: dict[str, list] = {}
+    for name, (frame, declared) in tables.items():
+        for col, c in declared.items():
+            if c.group:
+                members.setdefault(c.group, []).append((name, col))
+
+    def has_values(name, col):
+        frame = tables[name][0]
+        return col in frame.columns and bool(frame[col].notna().any())
+
+    for key, cols in members.items():
+        held = [f"{n}.{col}" for n, col in cols if has_values(n, col)]
+        if key in not_modelled:
+            if held:
+                raise SimulationError(f"engine {engine!r} states {key} not modelled but reports {', '.join(held)}")
+        elif not held and any(len(tables[n][0]) for n, _ in cols):
+            not_modelled[key] = not_reported(engine, key)
+    out = {}
+    for name, (frame, declared) in tables.items():
+        if name == "links" and not len(frame):
+            out[name] = frame                  # no links reported: an empty table, as before
+            continue
+        # (in place: the engine's frames are the run's own, and a message table at cluster scale
+        # is too large to copy for a few NA columns)
+        for col, c in declared.items():
+            if c.group and (col not in frame.columns
+                            or (c.group in not_modelled and str(frame[col].dtype) != c.dtype)):
+                frame[col] = pd.Series(pd.NA, index=frame.index, dtype=c.dtype)
+        order = list(MESSAGE_COLUMNS) + list(TRANSPORT_COLUMNS) if name == "messages" else list(LINK_COLUMNS)
+        if list(frame.columns[:len(order)]) != order:
+            frame = frame[order + [c for c in frame.columns if c not in order]]
+        out[name] = frame
+    if "transport" in not_modelled and "nics" not in not_modelled:
+        not_modelled["nics"] = ("no per-host NIC table: it is built from the messages' transport columns, not "
+                                f"modelled here ({not_modelled['transport']})")
+    delivered = int(msgs["delivered_bytes"].sum()) if len(msgs) else 0
+    if "packet_latency" not in not_modelled and recorder.latency.count == 0 and delivered > 0:
+        not_modelled["packet_latency"] = not_reported(engine, "packet_latency")
+    if "link_timeseries" not in not_modelled and sampling and len(links) and not outcome.link_samples:
+        not_modelled["link_timeseries"] = not_reported(engine, "link_timeseries")
+    return out["messages"], out["links"], not_modelled
+
+
 def _pct(values, q):
     if len(values) == 0:
         return None
@@ -230,7 +303,11 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     sc = sim.scenario
     simcfg = sc.simulation
     topo = sim.topology
-    msgs = recorder.frame()
+    # the declared columns (engine/interface.py): those the engine leaves out are NA, and their
+    # groups are in summary["not_modelled"] with the engine's reason or the declared default
+    msgs, links, not_modelled = declared_tables(recorder.frame(), pd.DataFrame(outcome.links), outcome, recorder,
+                                                simcfg.engine, sampling=sc.outputs.link_sample_interval != "off"
+                                                and sc.outputs.link_sample_budget > 0)
     msgs = msgs.sort_values("message_id", kind="stable").reset_index(drop=True)
     for c in ("release_ps", "end_ps", "fct_ps"):
         msgs[c] = msgs[c].astype("Int64")
@@ -246,22 +323,6 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
     msgs = add_tag_columns(msgs, table, rows)
     done = msgs[msgs["completed"]]
 
-    # links: the declared columns (engine/interface.py); those the engine does not model are NA
-    from ..engine.interface import LINK_COLUMNS, REQUIRED_LINK_COLUMNS
-    links = pd.DataFrame(outcome.links)
-    not_modelled = dict(getattr(outcome, "not_modelled", {}) or {})
-    if len(links):
-        missing = [c for c in REQUIRED_LINK_COLUMNS if c not in links.columns]
-        if missing:
-            raise SimulationError(f"engine {simcfg.engine!r} reported links without {', '.join(missing)}")
-        for col in LINK_COLUMNS:
-            if col not in links.columns:
-                links[col] = na_ints(len(links))
-        links = links[list(LINK_COLUMNS) + [c for c in links.columns if c not in LINK_COLUMNS]]
-    if not_modelled.get("transport"):
-        for col in TRANSPORT_COLUMNS:
-            msgs[col] = msgs[col].astype("Float64" if col in ("out_of_order_fraction", "reorder_delay_mean_ps")
-                                         else "Int64")
     duration_all = max(outcome.end_ps, 1)
     if len(links):
         names = _node_names(topo.graph)         # one lookup per node, then one gather per column
@@ -374,6 +435,9 @@ def build_result(sim, recorder, outcome, wall_s: float, version: str) -> Result:
                                      else int(links["peak_queue_bytes"].max())),
         },
         "not_modelled": not_modelled,
+        # what the figures stand on, and which are estimates of the engine's model (RunOutcome.fidelity)
+        "fidelity": dict(outcome.fidelity) if outcome.fidelity else
+        {"engine": simcfg.engine, "model": f"not stated by the {simcfg.engine!r} engine", "estimated": None},
         "run": {
             "version": version, "status": status, "end_ps": outcome.end_ps, "wall_time_s": wall_s,
             "events": outcome.events, "events_per_s": outcome.events / wall_s if wall_s > 0 else None,
@@ -439,25 +503,34 @@ TRANSPORT_SUMMARY_KEYS = ("retransmitted_bytes", "retransmitted_bytes_by_cause",
                           "pfc_paused_ps_total")
 
 
+def _total(col: pd.Series, how: str = "sum"):
+    """Sum (or max) of a column, 0 if it has no rows, None if it is NA throughout (a column of a
+    group the engine reports only in part: engine/interface.py)."""
+    if not len(col):
+        return 0
+    if col.isna().all():
+        return None
+    return int(col.sum() if how == "sum" else col.max())
+
+
 def transport_summary(msgs: pd.DataFrame, links: pd.DataFrame, outcome) -> dict:
     """Run-wide transport figures (docs/metrics.md, "Transport")."""
-    rx = int(msgs["received_packets"].sum()) if len(msgs) else 0
+    rx = _total(msgs["received_packets"]) or 0
     ooo = float((msgs["out_of_order_fraction"] * msgs["received_packets"]).sum()) if rx else 0.0
     c = outcome.counters
     return {
-        "retransmitted_bytes": int(msgs["retransmitted_bytes"].sum()) if len(msgs) else 0,
-        "retransmitted_bytes_by_cause": {k: int(msgs[f"rtx_{k}_bytes"].sum()) if len(msgs) else 0
-                                         for k in ("sack", "timeout", "nak")},
-        "duplicate_bytes": int(msgs["duplicate_bytes"].sum()) if len(msgs) else 0,
+        "retransmitted_bytes": _total(msgs["retransmitted_bytes"]),
+        "retransmitted_bytes_by_cause": {k: _total(msgs[f"rtx_{k}_bytes"]) for k in ("sack", "timeout", "nak")},
+        "duplicate_bytes": _total(msgs["duplicate_bytes"]),
         "retransmission_timeouts": int(c.get("retransmission_timeouts", 0)),
         "out_of_order_fraction": ooo / rx if rx else 0.0,
-        "reorder_distance_max_packets": int(msgs["reorder_distance_max_packets"].max()) if len(msgs) else 0,
+        "reorder_distance_max_packets": _total(msgs["reorder_distance_max_packets"], "max"),
         "peak_reorder_bytes_per_nic": max(outcome.host_peak_hold.values(), default=0),
-        "ecn_marked_packets": int(links["ecn_marked_packets"].sum()) if len(links) else 0,
-        "cnps": int(msgs["cnps"].sum()) if len(msgs) else 0,
-        "naks": int(msgs["naks"].sum()) if len(msgs) else 0,
+        "ecn_marked_packets": _total(links["ecn_marked_packets"]) if len(links) else 0,
+        "cnps": _total(msgs["cnps"]),
+        "naks": _total(msgs["naks"]),
         "pfc_pause_events": int(c.get("pfc_pause_events", 0)),
-        "pfc_paused_ps_total": int(links["pfc_paused_ps"].sum()) if len(links) else 0,
+        "pfc_paused_ps_total": _total(links["pfc_paused_ps"]) if len(links) else 0,
     }
 
 

@@ -11,7 +11,8 @@ what pydantic cannot see:
   registered in the section's registry, allowing exactly that model's ``Params``; a model
   registered later (a plug-in) appears as soon as it is registered;
 * ``simulation.engine`` lists the registered engines, and each engine with parameters has its
-  key (``simulation: {engine: flow, flow: {...}}``);
+  key (``simulation: {engine: flow, flow: {...}}``, ``packet: {kernel: compiled}``); the
+  top-level ``simulation.kernel`` and ``cell_packets`` are listed as aliases of ``packet``'s;
 * ``profile`` lists the registered deployment profiles;
 * a topology without ``kind`` is a leaf-spine and traffic without ``pattern`` a permutation (the
   defaults of :class:`~fabricsim.config.scenario.Scenario`), every other member of those unions
@@ -38,7 +39,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from .policy import PolicySection
-from .scenario import Scenario, SimulationConfig
+from .scenario import PACKET_ALIASES, Scenario, SimulationConfig
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _REF = "#/$defs/{model}"
@@ -155,12 +156,21 @@ def scenario_json_schema() -> dict:
     # engines and their parameter keys
     sim = defs[SimulationConfig.__name__]
     sim["properties"].pop("engine_params", None)
+    sim["properties"].pop("unused_params", None)
     sim["properties"]["engine"]["enum"] = engines.names()
     for n in engines.names():
         p = _params_model(engines.get(n))
         if p is not None:
             sim["properties"][n] = {"anyOf": [{"$ref": refs[p]}, {"type": "null"}],
                                     "description": f"parameters of the {n} engine"}
+    # the top-level aliases of the packet engine's parameters (SimulationConfig: PACKET_ALIASES)
+    packet = _params_model(engines.get("packet")) if "packet" in engines else None
+    if packet is not None:
+        for alias, fld in PACKET_ALIASES.items():
+            prop = copy.deepcopy(defs[names[packet]]["properties"][fld])
+            prop["description"] = (f"alias of simulation.packet.{fld} (a value given both ways must agree): "
+                                   + prop.get("description", ""))
+            sim["properties"][alias] = prop
     root = defs.pop(names[Scenario])
     root["properties"]["profile"]["enum"] = PROFILES.names()
     # ``topology: {preset: NAME}`` may leave out ``kind: preset`` (Scenario._default_kinds): its

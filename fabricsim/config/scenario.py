@@ -24,7 +24,14 @@ NAME_MAX = 128
 
 
 class SimulationConfig(BaseModel):
-    """Engine, seed, time limit and packetisation."""
+    """Engine, seed, time limit and packetisation.
+
+    ``mtu`` and ``header`` are shared by every engine (the packet engine's packets; the flow
+    engine's framing of fluid bytes and its packet-train floor; the ideal references). Each
+    engine's own parameters sit under its name (``simulation.packet``, ``simulation.flow``: its
+    ``Params``); ``kernel`` and ``cell_packets`` at the top are aliases of ``simulation.packet``'s
+    (:data:`PACKET_ALIASES`), read back through the properties of the same names.
+    """
 
     model_config = STRICT
     seed: StrictInt = Field(1, ge=0, le=2**63 - 1)
@@ -32,18 +39,19 @@ class SimulationConfig(BaseModel):
     mtu: PositiveSize = Field("4KiB", description="payload bytes per packet (RoCEv2 path MTU)")
     header: Size = Field("82B", description="per-packet wire overhead: Eth+FCS 18, IPv4 20, UDP 8, BTH 12, "
                                         "ICRC 4, preamble+IFG 20")
-    cell_packets: StrictInt = Field(1, ge=1, le=1024,
-                              description="MTU-sized packets simulated as one unit (1 = exact)")
     engine: str = Field("packet", description=(
         "packet: every packet through every hop (fabricsim/engine/packet.py); flow: fluid max-min "
         "rates over the same topology, routing and traffic (fabricsim/engine/flow.py); any engine "
         "registered in fabricsim.engine.ENGINES"))
     #: the chosen engine's own parameters (its ``Params`` model), from the key named after it,
-    #: e.g. ``simulation: {engine: flow, flow: {quantum: 1us}}``; None for an engine without any
+    #: e.g. ``simulation: {engine: flow, flow: {quantum: 1us}}`` or ``{packet: {kernel: compiled}}``;
+    #: None for an engine without any
     engine_params: Any = Field(None, exclude=True)
-    kernel: Literal["heap", "simpy", "compiled"] = Field("heap", description=(
-        "packet engine: event agenda implementation; 'compiled' runs the datapath compiled with numba where the "
-        "scenario is inside its compiled slice (docs/compiled-core.md), else on 'heap', and says so"))
+    #: parameters given for engines other than the chosen one, with a value other than their
+    #: default: engine name -> the fields, as written (``simulation.packet.kernel``, or the alias
+    #: ``simulation.kernel``); validated, then unused (the run warns once naming them:
+    #: :meth:`unused_params_warning`)
+    unused_params: dict = Field(default_factory=dict, exclude=True)
     compute: Literal["gaps", "gpu"] = Field("gaps", description=(
         "gaps: a message's gap_ps is a plain delay after its dependencies; gpu: it is work on the "
         "sending GPU, which computes one job at a time (messages with the same sender, dependencies "
@@ -60,10 +68,13 @@ class SimulationConfig(BaseModel):
         from ..engine import ENGINES
         data = dict(data)
         data.pop("engine_params", None)
+        data.pop("unused_params", None)
         name = data.get("engine", "packet")
         if not isinstance(name, str) or name not in ENGINES:
             raise ValueError("engine: " + ENGINES.unknown_message(name))
+        via_alias = _merge_aliases(data)
         chosen = None
+        unused = {}
         for other in ENGINES.names():
             if other not in data:
                 continue
@@ -87,10 +98,17 @@ class SimulationConfig(BaseModel):
                 raise ValueError(f"{other}.{loc}: {msg}") from None
             if other == name:
                 chosen = params
+            else:
+                # given with a value other than its default (what would change that engine's run)
+                default = params_model.model_validate({})
+                changed = [f for f in sorted(params.model_fields_set) if getattr(params, f) != getattr(default, f)]
+                if changed:
+                    unused[other] = [via_alias.get((other, f), f"simulation.{other}.{f}") for f in changed]
         if chosen is None:
             params_model = getattr(ENGINES.get(name), "Params", None)
             chosen = params_model.model_validate({}) if params_model is not None else None
         data["engine_params"] = chosen
+        data["unused_params"] = unused
         return data
 
     @model_serializer(mode="wrap")
@@ -99,6 +117,57 @@ class SimulationConfig(BaseModel):
         if self.engine_params is not None:
             out[self.engine] = self.engine_params.model_dump(mode="json")
         return out
+
+    @property
+    def kernel(self) -> str | None:
+        """``simulation.packet.kernel`` on a packet-engine run (read-side alias), else None: no
+        other engine has an event kernel."""
+        return self.engine_params.kernel if self.engine == "packet" else None
+
+    @property
+    def cell_packets(self) -> int:
+        """MTU packets per simulated unit: ``simulation.packet.cell_packets`` on a packet-engine
+        run (read-side alias), else 1 (no other engine moves cells; buffers are checked against
+        one packet)."""
+        return self.engine_params.cell_packets if self.engine == "packet" else 1
+
+    def unused_params_warning(self) -> str | None:
+        """One line naming the parameters given for engines other than the one that runs (None if
+        there are none): they were validated and are ignored."""
+        if not self.unused_params:
+            return None
+        parts = []
+        for eng, fields in self.unused_params.items():
+            one = len(fields) == 1
+            parts.append(f"{', '.join(fields)} {'is a parameter' if one else 'are parameters'} of the {eng} engine")
+        return f"{'; '.join(parts)}: this run's engine ({self.engine}) ignores {'it' if len(parts) == 1 and one else 'them'}"
+
+
+#: top-level ``simulation`` fields kept as aliases of the packet engine's parameters (they were
+#: top-level before it had ``simulation.packet``): alias -> its field in ``simulation.packet``
+PACKET_ALIASES = {"kernel": "kernel", "cell_packets": "cell_packets"}
+
+
+def _merge_aliases(data: dict) -> dict:
+    """Move :data:`PACKET_ALIASES` given at the top of ``simulation`` (``data``) into its
+    ``packet`` mapping; a value given both ways and disagreeing is a ``ValueError`` naming both.
+    Returns ``{("packet", field): "simulation.<alias>"}`` for the fields given by an alias."""
+    given = {k: data.pop(k) for k in list(PACKET_ALIASES) if k in data}
+    if not given:
+        return {}
+    block = data.get("packet")
+    if block is not None and not isinstance(block, dict):
+        return {}              # the packet engine's own check says what is wrong with it
+    block = dict(block or {})
+    for alias, value in given.items():
+        field = PACKET_ALIASES[alias]
+        if field in block and block[field] != value:
+            raise ValueError(f"{alias}: {value!r} disagrees with simulation.packet.{field}: {block[field]!r} "
+                             f"(simulation.{alias} is an alias of simulation.packet.{field}: give one of them, or "
+                             f"the same value)")
+        block[field] = value
+    data["packet"] = block
+    return {("packet", PACKET_ALIASES[a]): f"simulation.{a}" for a in given}
 
 
 class OutputsConfig(BaseModel):
@@ -440,6 +509,7 @@ def allowed_fields(model, loc: tuple, data) -> list[str] | None:
     if model is SimulationConfig:        # each engine's parameter mapping, keyed by its name
         from ..engine import ENGINES
         names += [n for n in ENGINES.names() if getattr(ENGINES.get(n), "Params", None) is not None]
+        names += list(PACKET_ALIASES)
     return sorted(names)
 
 

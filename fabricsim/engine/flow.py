@@ -60,7 +60,7 @@ from ..flows.table import MessageTable
 from ..net.nvlink import nvlink_wire_bytes
 from ..planes import SPLITS
 from ..routing import ROUTING
-from .interface import ENGINES, RunOutcome, SimulationInput
+from .interface import ENGINES, TIMED_FIGURES, RunOutcome, SimulationInput
 from .spread import SpreadBuilder
 
 PS_PER_S = 10**12
@@ -69,7 +69,8 @@ FLUSH_CHUNK = 16384
 _RELEASE, _DONE, _PIECE = 0, 1, 2
 _NEVER = 2**62
 
-#: what the flow engine does not produce, and why (summary["not_modelled"])
+#: what the flow engine does not produce, and why (summary["not_modelled"]; the keys are
+#: engine.interface.NOT_MODELLED_KEYS; ``nics`` follows from ``transport``)
 NOT_MODELLED = {
     "packet_latency": "the flow engine moves no packets (simulation.engine: flow)",
     "transport": "no packets: no retransmissions, reordering, ECN marks or CNPs (ideal congestion control, "
@@ -78,7 +79,55 @@ NOT_MODELLED = {
     "queues": "fluid model: links have no queues (peak_queue_bytes, PFC pauses, the link time series' "
               "queue_bytes)",
     "control_bytes": "control packets (ACK/NAK/CNP) are not modelled: tx_bytes holds data wire bytes only",
+    "packets": "the flow engine moves no packets: no packet counts (tx_packets)",
 }
+
+
+#: what a flow run's figures stand on (summary["fidelity"]["model"])
+MODEL = ("fluid: max-min fair rates over the links' payload capacities, recomputed when flows start or finish "
+         "(ideal congestion control converging at once, lossless, no queues); a message ends at its fluid finish "
+         "plus its idle path's pipeline latency, never before its idle packet-train time (docs/fidelity.md, "
+         "'Flow engine'; measured against the packet engine in docs/fidelity/flow.md)")
+#: the figures of a flow run that are estimates of that model (summary keys, dotted; a table's
+#: columns as "<table>.<column>"): every time a message ends and what follows from it
+#: (:data:`~fabricsim.engine.interface.TIMED_FIGURES`), and the links' bytes (the data's wire bytes
+#: spread by the routing policy's flow-level shares: ECMP's own paths, the expected split of the
+#: others; no control packets). Exact as in a packet run: the offered and delivered bytes, the
+#: message counts, the lower bound (``pattern.ideal_duration_ps``), the ideal FCTs and the sender
+#: capacity.
+ESTIMATED = TIMED_FIGURES + ("links.tx_bytes", "links.tx_data_bytes")
+#: the scenario sections that configure packet-level models the flow engine does not simulate:
+#: section -> what the flow engine assumes instead
+NOT_SIMULATED = {
+    "congestion_control": "ideal congestion control: every flow at its max-min fair rate at once",
+    "receiver": "in-order delivery at the receiver: no reordering, retransmission or ACK traffic",
+    "switch": "no switch queues, ECN, PFC or buffer admission: lossless links at their payload capacity",
+}
+
+
+def not_simulated(sc) -> tuple[dict, list[str]]:
+    """The packet-level models ``sc`` configures that the flow engine does not simulate
+    (:data:`NOT_SIMULATED`): ``({section: what it configures}, [those set away from their defaults,
+    as "section name (fields)"])``. The second list is what a user may expect to matter (a profile's
+    telemetry CC, PFC): the run warns about it once."""
+    from ..config.policy import CongestionControlSection, ReceiverSection
+    from ..config.switch import SwitchFeatures
+    configured, changed = {}, []
+    for section, default in (("congestion_control", CongestionControlSection.model_validate({})),
+                             ("receiver", ReceiverSection.model_validate({}))):
+        cfg = getattr(sc, section)
+        configured[section] = cfg.name
+        mine, base = cfg.model_dump(mode="json"), default.model_dump(mode="json")
+        if cfg.name != default.name:
+            changed.append(f"{section} {cfg.name}")
+        elif mine != base:
+            changed.append(f"{section} {cfg.name} ({', '.join(k for k in mine if mine.get(k) != base.get(k))})")
+    mine, base = sc.switch.model_dump(mode="json"), SwitchFeatures().model_dump(mode="json")
+    fields = [k for k in mine if mine[k] != base.get(k)]
+    configured["switch"] = fields or "defaults"
+    if fields:
+        changed.append(f"switch ({', '.join(fields)})")
+    return configured, changed
 
 
 #: the per-flow columns (grown together, compacted together)
@@ -438,9 +487,15 @@ class FlowEngine:
         self._advance = advance
         self.cap = self._capacities()
         self.warnings: list[str] = []
-        if sc.simulation.cell_packets != 1 or sc.simulation.kernel != "heap":
-            self.warnings.append("simulation.cell_packets and simulation.kernel are packet-engine settings: "
-                                 "the flow engine ignores them")
+        if self.policy.fluid_caveat:      # where the policy's flow-level share and a packet run part ways
+            self.warnings.append(self.policy.fluid_caveat)
+        self.not_simulated, changed = not_simulated(sc)
+        if changed:
+            self.warnings.append(
+                f"{'; '.join(changed)}: packet-level models the flow engine does not simulate; it assumes ideal "
+                f"congestion control (max-min fair rates at once), lossless links and in-order delivery "
+                f"(docs/fidelity.md, 'Flow engine'; simulation.flow.efficiency applies a factor measured with "
+                f"packet runs)")
 
     # ------------------------------------------------------------------ set-up
     def _capacities(self) -> np.ndarray:
@@ -1131,7 +1186,18 @@ class FlowEngine:
         return RunOutcome(status=status, end_ps=end_ps, events=steps, packet_hops=0,
                           links=links, counters=counters, warnings=list(self.warnings),
                           link_samples=samples, link_samples_truncated=self.link_samples_truncated,
-                          not_modelled=dict(NOT_MODELLED))
+                          not_modelled=dict(NOT_MODELLED), fidelity=self.fidelity())
+
+    def fidelity(self) -> dict:
+        """``summary["fidelity"]``: the model, the figures that are its estimates, the settings it
+        assumes and the configured packet-level models it does not simulate."""
+        return {"engine": self.name, "model": MODEL, "estimated": list(ESTIMATED),
+                "assumptions": {**NOT_SIMULATED, "efficiency": self.efficiency,
+                                "group": self.group, "quantum_ps": int(self.quantum),
+                                "routing": f"{self.sim.scenario.routing.name}: the policy's flow-level share, "
+                                           f"weights() ({self.spread.kind})"
+                                           + (f"; {self.policy.fluid_caveat}" if self.policy.fluid_caveat else "")},
+                "not_simulated": dict(self.not_simulated)}
 
     def _solver_used(self) -> str:
         """The max-min solver that ran: ``compiled`` or ``vectorised`` (``auto`` resolved)."""

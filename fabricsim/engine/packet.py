@@ -29,6 +29,9 @@ state (:class:`MessageState`), the PXN pieces and the NIC's ``on_sent`` hook.
 from __future__ import annotations
 
 import gc
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from ..analysis.ideal import base_rtt_ps
 from ..cc import CC, CongestionControl, Flow
@@ -46,7 +49,7 @@ from ..net.port import Port
 from ..net.sender import Sender
 from ..net.switch import ECN_SALT_STREAM, Switch
 from ..traffic.message import Message
-from .interface import ENGINES, RunOutcome, SimulationInput
+from .interface import ENGINES, TIMED_FIGURES, RunOutcome, SimulationInput
 from .kernel import make_kernel
 
 
@@ -112,25 +115,43 @@ class MessageState:
         self.reorder_wait_max_ps = max(self.reorder_wait_max_ps, piece.reorder_wait_max_ps)
 
 
+class PacketParams(BaseModel):
+    """``simulation.packet``: the packet engine's own parameters.
+
+    ``simulation.kernel`` and ``simulation.cell_packets`` are aliases of these two fields (they
+    were top-level before the packet engine had its own block; a value given both ways must
+    agree). ``simulation.mtu`` and ``simulation.header`` stay shared: the flow engine frames its
+    fluid bytes and its packet-train floor with them, and so do the ideal references."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+    kernel: Literal["heap", "simpy", "compiled"] = Field("heap", description=(
+        "event agenda implementation; 'compiled' runs the datapath compiled with numba where the "
+        "scenario is inside its compiled slice (docs/compiled-core.md), else on 'heap', and says so"))
+    cell_packets: StrictInt = Field(1, ge=1, le=1024,
+                                    description="MTU-sized packets simulated as one unit (1 = exact)")
+
+
 @ENGINES.register("packet")
 class PacketEngine:
     """Packet-level discrete-event engine (see module doc)."""
 
     name = "packet"
+    Params = PacketParams
 
     def __init__(self, sim: SimulationInput, recorder):
         self.sim = sim
         self.recorder = recorder
         sc = sim.scenario
         simcfg = sc.simulation
+        params: PacketParams = simcfg.engine_params or PacketParams()
         # kernel: compiled is chosen once the engine is built (it flattens the built objects)
-        self.kernel = make_kernel("heap" if simcfg.kernel == "compiled" else simcfg.kernel)
+        self.kernel = make_kernel("heap" if params.kernel == "compiled" else params.kernel)
         self.time_limit = simcfg.time_limit
         topo = sim.topology
         g = topo.graph
         streams = sim.streams
         self.mtu = simcfg.mtu
-        self.cell = simcfg.cell_packets
+        self.cell = params.cell_packets
         self.header = simcfg.header
         self.routing = ROUTING.get(sc.routing.name)(sc.routing.params, streams)
         self.cc = CC.get(sc.congestion_control.name)(sc.congestion_control.params, self.kernel)
@@ -147,7 +168,7 @@ class PacketEngine:
         self.dropped_packets = 0
         self.dropped_ctrl = 0
         # nodes
-        self.pfc = (Pfc(feats.pfc, self.kernel, stamp, simcfg.cell_packets * (simcfg.mtu + simcfg.header))
+        self.pfc = (Pfc(feats.pfc, self.kernel, stamp, self.cell * (simcfg.mtu + simcfg.header))
                     if feats.pfc.enabled else None)
         switch_cls, port_cls = (LosslessSwitch, LosslessPort) if self.pfc else (Switch, Port)
         # NVLink chips with credit flow control (net/nvlink.py); they connect only to GPUs
@@ -206,7 +227,7 @@ class PacketEngine:
                     sw.port_to.setdefault(b, []).append(p)
                     sw.ports.append(p)
                 else:
-                    nic = Nic(a, p, self, self.kernel, simcfg.mtu, simcfg.header, simcfg.cell_packets,
+                    nic = Nic(a, p, self, self.kernel, simcfg.mtu, simcfg.header, self.cell,
                               1 << len(self.nics[a]))
                     if type(self.cc).on_send is not CongestionControl.on_send:
                         nic.on_send = self.cc.on_send
@@ -238,8 +259,8 @@ class PacketEngine:
         self._final_links = None
         if self.cc.needs_fabric_base_rtt:   # e.g. HPCC ns-3 GLOBAL_T: one T for every flow
             self.cc.set_fabric_base_rtt(self.max_base_rtt())
-        self.kernel_info = {"requested": simcfg.kernel, "ran": self.kernel.name}
-        if simcfg.kernel == "compiled":
+        self.kernel_info = {"requested": params.kernel, "ran": self.kernel.name}
+        if params.kernel == "compiled":
             self._use_compiled()
 
     def _use_compiled(self):
@@ -685,7 +706,17 @@ class PacketEngine:
         return RunOutcome(status=status, end_ps=now, events=self.kernel.events, packet_hops=hops,
                           links=links, counters=counters, link_samples=self.link_samples,
                           link_samples_truncated=self.link_samples_truncated, host_peak_hold=hosts,
-                          warnings=warnings)
+                          warnings=warnings, fidelity=self.fidelity())
+
+    def fidelity(self) -> dict:
+        """``summary["fidelity"]``: every packet through every hop, nothing estimated; with
+        ``simulation.packet.cell_packets > 1`` the timed figures are those of cells of k packets."""
+        if self.cell == 1:
+            return {"engine": self.name, "model": "packet level: every packet through every hop (discrete events)",
+                    "estimated": []}
+        return {"engine": self.name, "estimated": list(TIMED_FIGURES),
+                "model": f"packet level with cells of {self.cell} MTU packets moved as one unit "
+                         f"(simulation.packet.cell_packets): coarser timing (docs/metrics.md)"}
 
     def _ctrl_arrived(self, t, pkt):
         """A control packet reached the host of its queue pair's sender: counted, then processed."""

@@ -15,10 +15,12 @@ That share is built from the same pieces the packet engine uses:
    - ``per_flow`` (``ecmp``): at every switch the flow follows ``policy.weights()``, i.e. the
      port :func:`~fabricsim.routing.ecmp.ecmp_index` gives its 5-tuple hash with the run's salt:
      the packet engine's own path, so the same collisions appear;
-   - ``uniform`` (``spray``): an even split over the equal-cost ports at every switch;
-   - ``balanced`` (``adaptive``, ``flowlet``): a split in proportion to each equal-cost port's
-     capacity towards the destination (its rate, or less if the links beyond it carry less):
-     the fluid limit of per-packet load balancing on a fabric with no other traffic (docs/fidelity.md).
+   - ``uniform`` (``spray``): an even split over the equal-cost ports at every switch
+     (``policy.weights()``: the distribution of the packet's draw over the ports);
+   - ``balanced`` (``adaptive``, ``flowlet``): ``policy.weights()`` given each equal-cost port's
+     capacity towards the destination (its rate, or less if the links beyond it carry less): a
+     split in proportion to it, the fluid limit of per-packet load balancing on a fabric with no
+     other traffic (docs/fidelity.md). The policy owns the share; this module the capacities.
 3. **Last hop.** From the destination's attachment switches to the destination host.
 
 The usage of a queue pair is stored factorised, ``A = F @ V``: ``V`` has one row per *segment*
@@ -269,14 +271,10 @@ class SpreadBuilder:
         n = len(ports)
         if n == 1:
             return np.ones(1)
-        if self.kind == "per_flow":
-            return np.asarray(self.policy.weights(self._stub(node), list(ports), qp), dtype=np.float64)
-        if self.kind == "uniform":
-            return np.full(n, 1.0 / n)
-        # balanced: in proportion to each port's capacity towards dst
-        caps = np.array(self._port_capacities(ports, dst))
-        total = caps.sum()
-        return caps / total if total > 0 else np.full(n, 1.0 / n)
+        # the policy's own flow-level share (RoutingPolicy.weights); a shared policy's is given
+        # each port's capacity towards dst (balanced: in proportion to it)
+        caps = None if self.kind == "per_flow" else self._port_capacities(ports, dst)
+        return np.asarray(self.policy.weights(self._stub(node), list(ports), qp, capacity_bps=caps), dtype=np.float64)
 
     def _port_capacities(self, ports, dst: int) -> list:
         """Per port (links out of one switch towards ``dst``), min(its rate, the line rate beyond

@@ -603,7 +603,7 @@ def packet_slice(spec: PlanSpec, cases: list[Case], items_of: dict, sims: dict, 
     est = {r: sims[r[0]].packet_estimate_s(r[1]) for r in runs}
     total = sum(est.values())
     if total > ps.max_wall_s:
-        kernel = sims[runs[0][0]].built.scenario.simulation.kernel
+        kernel = sims[runs[0][0]]._scenario("packet").simulation.kernel
         raise ConfigError(f"the {len(runs)} sampled patterns would take about {total:.3g} s of wall time with the "
                           f"packet engine (estimated by the measured cost model of kernel {kernel}, "
                           "fabricsim/engine/estimate.py SPEED; "

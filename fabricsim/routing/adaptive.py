@@ -76,6 +76,12 @@ class Adaptive(RoutingPolicy):
     def choose(self, switch, ports, pkt, now):  # replaced per instance in __init__
         raise NotImplementedError
 
+    def weights(self, switch, ports, qp, control: bool = False, capacity_bps=None) -> list[float]:
+        """The fluid limit of the quality pick (:meth:`PortQuality.shares`): shares in proportion
+        to each port's capacity towards the destination (uniform if ``capacity_bps`` is None); the
+        ``exact`` least-backlog policy equalises the backlogs too, with the same limit."""
+        return self.quality.shares(ports, capacity_bps)
+
     # ------------------------------------------------------------------ exact (earlier) policy
     def _score(self, p, now):
         bu = p.busy_until

@@ -7,20 +7,33 @@ A switch with several equal-cost egress ports for a packet calls
 (``pkt.qp.hash`` is the seeded 5-tuple hash). Policies are built once per simulation with
 ``(params, streams)`` and keep their own state; randomness comes from a named stream.
 
-``weights(switch, ports, qp, control) -> list[float] | None`` states what ``choose()`` means
-for a fluid model: the share of one flow (a queue pair's data, or with ``control=True`` its
-control packets) that goes to each of ``ports``. One-hot for per-flow policies (``ecmp``,
-``pinned``), uniform for ``spray``; ``None`` (the default) for policies whose choice depends on
-the queues at the moment a packet arrives (``adaptive``, ``flowlet``), which have no static
-share. The contract (tests/test_pinned.py::test_packet_byte_shares_follow_weights, run for every
-registered policy): the packet engine's per-link byte shares converge to ``weights()``.
+``weights(switch, ports, qp, control, capacity_bps) -> list[float] | None`` states what
+``choose()`` means for a fluid model: the share of one flow (a queue pair's data, or with
+``control=True`` its control packets) that goes to each of ``ports`` in the long run.
+``capacity_bps`` (optional) is each port's capacity towards the flow's destination in bit/s (its
+line rate, or less where the equal-cost links beyond it carry less; ``None``: all equal), which a
+load-balancing policy's share depends on. Every built-in policy answers it, and from the same
+private function as ``choose()`` ("one hash, two questions"), so the two cannot drift:
+
+- ``ecmp``, ``pinned``: one-hot at the port the flow's hash (:func:`~fabricsim.routing.ecmp.ecmp_index`)
+  or its pin picks;
+- ``spray``: the distribution of :func:`~fabricsim.routing.spray.spray_index` over the packet's
+  64-bit draw (uniform, to within 2^-64);
+- ``adaptive``, ``flowlet``: the fluid limit of the port-quality pick
+  (:meth:`~fabricsim.routing.quality.PortQuality.shares`): ports kept at equal grade carry bytes
+  in proportion to their capacity towards the destination. ``flowlet`` reaches it over many
+  flowlets; a single long flowlet stays on the port its first packet took.
+
+The base class answers ``None``: no static share, and no flow-level meaning. The contract
+(tests/test_pinned.py::test_packet_byte_shares_follow_weights, run for every registered policy):
+the packet engine's per-link byte shares converge to ``weights()``.
 
 ``fluid`` names what the policy means to the flow-level engine (:mod:`fabricsim.engine.spread`):
 ``"per_flow"`` (each queue pair follows ``weights()`` at every switch, so ECMP's collisions are the
-packet engine's own), ``"uniform"`` (an even split over the equal-cost ports, whoever the flow),
-``"balanced"`` (split over the equal-cost ports in proportion to each one's capacity towards the
-destination: the fluid limit of per-packet load balancing), or ``""`` (no flow-level meaning: the
-flow engine refuses the policy).
+packet engine's own), ``"uniform"`` (the same share for every flow, whatever its hash),
+``"balanced"`` (the same, depending on the ports' capacities towards the destination: the fluid
+limit of per-packet load balancing), or ``""`` (no flow-level meaning: the flow engine refuses the
+policy). The flow engine asks ``weights()`` in every case: the policy owns its flow-level share.
 """
 from __future__ import annotations
 
@@ -43,6 +56,9 @@ class RoutingPolicy:
     reorders = True
     #: flow-level meaning (module doc): "per_flow" | "uniform" | "balanced" | "" (none)
     fluid = ""
+    #: where the flow-level share (``weights()``) and a packet run part ways, in one line: a flow
+    #: run with this policy warns with it ("" = nothing to say)
+    fluid_caveat = ""
 
     def __init__(self, params, streams):
         self.params = params
@@ -58,9 +74,10 @@ class RoutingPolicy:
         has no such form (the flow engine then asks ``weights()`` per queue pair)."""
         return None
 
-    def weights(self, switch, ports, qp, control: bool = False) -> list[float] | None:
-        """Share of the flow (``qp``'s data, or its control packets) per port of ``ports`` at
-        ``switch``, or ``None`` if the choice has no static share (see the module doc)."""
+    def weights(self, switch, ports, qp, control: bool = False, capacity_bps=None) -> list[float] | None:
+        """Long-run share of the flow (``qp``'s data, or its control packets) per port of ``ports``
+        at ``switch`` (``capacity_bps``: each port's capacity towards the destination, or None),
+        or ``None`` if the choice has no static share (see the module doc)."""
         return None
 
 

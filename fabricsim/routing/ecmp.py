@@ -139,7 +139,7 @@ class Ecmp(RoutingPolicy):
         """:func:`ecmp_index_array` with this run's salt (data direction)."""
         return ecmp_index_array(hashes, self._salt, switch_ids, n_ports)
 
-    def weights(self, switch, ports, qp, control: bool = False) -> list[float]:
+    def weights(self, switch, ports, qp, control: bool = False, capacity_bps=None) -> list[float]:
         """One-hot: the whole flow on the port :func:`ecmp_index` picks."""
         w = [0.0] * len(ports)
         w[ecmp_index(qp.hash, self._salt, switch.id, len(ports), control)] = 1.0

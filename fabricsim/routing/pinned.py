@@ -73,7 +73,7 @@ class Pinned(RoutingPolicy):
     def choose(self, switch, ports, pkt, now):
         return self.pin(switch, ports, pkt.qp, pkt.kind != DATA)
 
-    def weights(self, switch, ports, qp, control: bool = False) -> list[float]:
+    def weights(self, switch, ports, qp, control: bool = False, capacity_bps=None) -> list[float]:
         """One-hot at the flow's pinned port (or where it would be pinned now; nothing is pinned)."""
         port = self._pins.get((qp.uid << 25) | (control << 24) | switch.id) or \
             self._least_pinned(switch, ports, qp, control)

@@ -22,6 +22,12 @@ Model (parameters in :class:`QualityParams`, sources in docs/models.md "Routing"
 * **Choice**: uniform among the candidate ports of the best path grade. The draw is a
   counter-based hash of (seeded salt, queue pair, PSN, send time, packet kind, switch id), not a
   sequential random stream, so a choice does not depend on how many choices came before it.
+* **Fluid limit** (:meth:`PortQuality.shares`, what ``weights()`` of ``adaptive`` and
+  ``flowlet`` answer for the flow engine): a port that takes more than its share builds a backlog
+  (or a utilisation) sooner than the others, drops a grade and is left out of the draw until the
+  others catch up, so under sustained load the candidates stay at one grade and each carries
+  bytes in proportion to its capacity towards the destination (:func:`balanced_shares`); with
+  equal capacities, the uniform draw among tied ports itself.
 
 Measurements are taken when a switch asks (every packet under load). A report for a period in
 which nobody asked (no traffic towards that destination) is reconstructed from the port's last
@@ -83,6 +89,21 @@ class QualityParams(PolicyParams):
         if any(x <= 0 for x in v) or any(b <= a for a, b in zip(v, v[1:])):
             raise ValueError(f"got {v!r} (allowed: positive, strictly increasing fractions)")
         return v
+
+
+def balanced_shares(capacity_bps) -> "np.ndarray":
+    """Shares in proportion to each port's capacity towards the destination (``capacity_bps``;
+    ``None``: all equal), uniform if none has any: the fluid limit of a pick that keeps the ports
+    at one grade (module doc, "Fluid limit").
+
+    >>> balanced_shares([400e9, 200e9, 200e9]).tolist(), balanced_shares([0.0, 0.0]).tolist()
+    ([0.5, 0.25, 0.25], [0.5, 0.5])
+    """
+    import numpy as np
+    caps = np.asarray(capacity_bps, dtype=np.float64)
+    n = len(caps)
+    total = caps.sum()
+    return caps / total if total > 0 else np.full(n, 1.0 / n)
 
 
 class PortQuality:
@@ -252,6 +273,13 @@ class PortQuality:
         g[0] = e
         g[1] = best
         return best
+
+    def shares(self, ports, capacity_bps=None) -> list[float]:
+        """The long-run share of a flow's bytes :meth:`pick` gives each of ``ports`` under
+        sustained load: :func:`balanced_shares` of their capacities towards the destination
+        (``None``: equal, so uniform), as the module doc's "Fluid limit" argues; checked against
+        the packet engine by tests/test_pinned.py::test_packet_byte_shares_follow_weights."""
+        return balanced_shares([1.0] * len(ports) if capacity_bps is None else capacity_bps).tolist()
 
     def pick(self, switch, ports, pkt, now: int):
         """One port of the best grade, drawn uniformly by a counter-based hash of the packet."""
