@@ -18,7 +18,7 @@ lossless (unbounded buffers, so no drops or retransmissions), no congestion cont
 ``cc: none``: senders at line rate, switch FIFOs share the bottlenecks), ``routing.policy`` as
 named, ``simulation.kernel: compiled`` (bit-identical to ``heap``; where the compiled core does not
 cover a case -- NVLink domains, persistent connections -- the engine runs it on ``heap`` and says
-so in ``summary.run.kernel``). Flow runs use the exact fluid model (``simulation.flow.group: 0``).
+so: ``summary.kernel`` names the kernel that ran). Flow runs use the exact fluid model (``simulation.flow.group: 0``).
 
 Each case declares an expectation:
 
@@ -196,8 +196,8 @@ _SHORT_MESSAGES = ("16 KiB many-to-many messages (under one base RTT): packet se
 # the default test run's cases: both engines in about 6 s or less on one loaded core (measured
 # 2026-12-07, packet + flow, numba caches warm: ls32 permutation / all-to-all / incast 0.3-0.4 s each
 # on the compiled kernel, nvl72x2 incast 1.1-1.3 s each, ls32 moe spray 4.3 s, nvl72x2 permutation
-# ecmp 5.5 s, nvl72x2 ring spray 5.8 s); every traffic on each topology at least once, every
-# routing policy on both. The others (ls32 moe ecmp / adaptive 5.9 s, nvl72x2 ring 7.6-9.0 s,
+# ecmp 5.5 s, nvl72x2 ring spray 5.8 s): every traffic, both topologies, every routing policy on
+# each (tests/test_flow_validation.py checks that). The others (ls32 moe ecmp / adaptive 5.9 s, nvl72x2 ring 7.6-9.0 s,
 # nvl72x2 permutation spray / adaptive 5.3-11 s, ls32 ring 12-30 s, nvl72x2 all-to-all 15-26 s,
 # nvl72x2 moe 37-57 s) are slow.
 _FAST = {("ls32", t, r) for t in ("permutation", "all_to_all", "incast") for r in ROUTING} | {
