@@ -64,10 +64,14 @@ def runner():
 
 def load_bench(name: str):
     """The module ``benchmarks/<name>.py``, loaded by path (benchmarks/ is not a package): for the
-    smoke tests that run a benchmark's own ``main`` so that the script does not rot."""
+    smoke tests that run a benchmark's own ``main`` so that the script does not rot, and for the
+    modules that benchmarks and tests share (benchmarks/flow_validation_cases.py). Registered in
+    ``sys.modules`` under its name while it runs, as an import would (dataclasses look it up)."""
     import importlib.util
+    import sys
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 

@@ -1,7 +1,7 @@
 """The flow (fluid) engine: placement shared with the packet engine, max-min shares against hand
 computation and an independent fluid reference, NVLink and multi-plane clusters, traces with
-dependencies, efficiency, grouping, what it does not model, determinism, and agreement with the
-packet engine where the fluid assumptions hold (benchmarks/bench_flow_validation.py, docs/fidelity/flow.md)."""
+dependencies, efficiency, grouping, what it does not model, determinism. Agreement with the packet
+engine on the cross-validation matrix: tests/test_flow_validation.py (docs/fidelity/flow.md)."""
 from __future__ import annotations
 
 import math
@@ -290,30 +290,8 @@ def test_placement_in_chunks_gives_the_same_run(monkeypatch, pxn):
 
 
 # ---------------------------------------------------------------------------------------------
-# agreement with the packet engine where the fluid assumptions hold (fast subset of
-# benchmarks/bench_flow_validation.py; full table and the reasons outside 5 %: docs/fidelity/flow.md)
-
-LS = {"kind": "leaf_spine", "hosts_per_leaf": 8, "leaves": 4, "spines": 8,
-      "host_link": {"rate": "400Gbps", "delay": "150ns"}, "fabric_link": {"rate": "400Gbps", "delay": "500ns"},
-      "switch_latency": "600ns", "buffer": {"size": "unbounded"}}
-
-
-@pytest.mark.parametrize("traffic,policy", [
-    ({"pattern": "permutation", "message_size": "2MiB"}, "ecmp"),
-    ({"pattern": "permutation", "message_size": "2MiB"}, "spray"),
-    ({"pattern": "all_to_all", "message_size": "64KiB"}, "ecmp"),
-    ({"pattern": "incast", "senders": 8, "receiver": 0, "message_size": "512KiB"}, "spray"),
-])
-def test_flow_agrees_with_packet_within_5_percent(traffic, policy):
-    figs = {}
-    for engine in ("packet", "flow"):
-        res = fabricsim.run({"name": "x", "topology": LS, "traffic": traffic, "routing": {"policy": policy},
-                             "simulation": {"seed": 1, "engine": engine}})
-        assert res.messages["completed"].all()
-        eb = res.summary["effective_bandwidth"]
-        figs[engine] = (eb["completion_time_ratio"], eb["goodput_fraction"])
-    for p, f in zip(figs["packet"], figs["flow"]):
-        assert abs(f - p) / p < 0.05, figs
+# agreement with the packet engine where the fluid assumptions hold: the whole matrix of
+# benchmarks/flow_validation_cases.py in tests/test_flow_validation.py (docs/fidelity/flow.md)
 
 
 def test_pxn_relays_as_in_the_packet_engine():
