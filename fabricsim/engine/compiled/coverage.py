@@ -28,7 +28,7 @@ from ...net.port import PS_BITS
 #: routing policies, receiver models and congestion-control algorithms compiled so far
 ROUTING = ("ecmp", "spray", "adaptive")
 RECEIVERS = ("ddp", "go_back_n")
-CC = ("none",)
+CC = ("none", "telemetry")
 
 
 def uncovered(engine) -> list[str]:
@@ -75,6 +75,12 @@ def uncovered(engine) -> list[str]:
         out.append("simulation.time_limit x the units of the largest message of 2^62 ps or more (slice 7)")
     if sc.congestion_control.name not in CC:
         out.append(f"congestion_control: {sc.congestion_control.name} (slice 5)")
+    elif sc.congestion_control.name == "telemetry" and limit >= 1 << 53:
+        # the controller compares and converts int times (INT timestamps, spans) with floats: exact
+        # in both kernels only below 2^53 (CPython compares an int with a float exactly, numba
+        # converts the int)
+        out.append("congestion_control: telemetry with simulation.time_limit of 2^53 ps (2.5 hours) or more "
+                   "(slice 7)")
     if engine.pfc is not None and engine.ports:
         # a lossless queue's drain time (its peak, busy_until) is formed in int64: the bytes a port
         # can hold are at most what reached its switch by the time limit, so the drain time is at
@@ -94,8 +100,6 @@ def uncovered(engine) -> list[str]:
     sws = engine.switches.values()
     if any(getattr(sw, "shared", None) is not None for sw in sws):
         out.append("a shared switch buffer (slice 4)")
-    if any(getattr(sw, "stamp", False) for sw in sws):
-        out.append("in-band telemetry (slice 5)")
     if any(sw.strict[1] or sw.strict[2] for sw in sws if hasattr(sw, "strict")):
         out.append("switch.strict_priority with ACK/NAK in the strict class (slice 5)")
     sim = sc.simulation
