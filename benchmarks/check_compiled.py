@@ -15,6 +15,9 @@ those, so a seed's other draws are those it drew before go-back-N joined), and P
 last of all: ``xoff`` 9, 20, 40 or 135 KB, ``xon`` half of it or 4 KB below, the response IEEE's
 bound, 200 ns or 1 us; lossless switches then enforce no buffer). Each runs on both kernels; every table, the summary and the event
 count must be identical, and the compiled run must really be compiled.
+The ``telemetry`` congestion control is drawn in 40% of the cases, after PFC (its defaults or, in
+half of them, the estimator, spans, window scaling, ``max_stage`` and ``global_base_rtt`` drawn),
+and INT without a controller (``switch.telemetry: on``) in 10%.
 
     python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
     python3 benchmarks/check_compiled.py --cases 50 --seed 7
@@ -87,6 +90,19 @@ def scenario(seed: int) -> dict:
         xoff = r.choice([9, 20, 40, 135])
         sc["switch"]["pfc"] = {"enabled": True, "xoff": f"{xoff}KB", "xon": f"{r.choice([xoff // 2, xoff - 4])}KB",
                                "response": r.choice(["auto", "200ns", "1us"])}
+    u = r.random()
+    if u < 0.4:
+        # the telemetry controller with INT (drawn after everything else, for the same reason): the
+        # defaults or HPCC's rules, each multipath deviation on or off, one T for every flow or each
+        # flow's own
+        cc = {"algorithm": "telemetry"}
+        if r.random() < 0.5:
+            cc.update(estimator=r.choice(["per_hop", "hpcc"]), rate_interval_rtts=r.choice([0, 1, 2]),
+                      qlen_window_rtts=r.choice([0, 2]), window_rtt_max=r.choice([1.0, 1.25, 2.0]),
+                      max_stage=r.choice([0, 5]), global_base_rtt=r.random() < 0.3)
+        sc["congestion_control"] = cc
+    elif u < 0.5:
+        sc["switch"]["telemetry"] = "on"           # INT stamped, no controller reading it
     return sc
 
 
@@ -153,6 +169,9 @@ def main(argv=None) -> int:
                  f"dsacks {st[1]['dsacks_received']}" if sc["receiver"].get("rto_mode") == "adaptive" else "")
               + (f" naks {st[2]} stale {st[1]['stale_naks_ignored']}" if sc["receiver"]["model"] == "go_back_n" else "")
               + (f" pfc xoff {sc['switch']['pfc']['xoff']} pauses {st[3]}" if "pfc" in sc["switch"] else "")
+              + (" telemetry" + ("" if len(sc["congestion_control"]) == 1 else
+                                 f" {sc['congestion_control']['estimator']}") if "congestion_control" in sc else "")
+              + (" int" if sc["switch"].get("telemetry") == "on" else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0

@@ -1,12 +1,14 @@
 """``simulation.kernel: compiled``: the packet engine's datapath compiled with numba (issue 15).
 
 The design is docs/compiled-core.md; this package is its slice 1 (section 4.2), the queue
-metric of slice 2, slice 4's adaptive timeouts and slice 3's go-back-N receiver: ECMP, spraying
-and adaptive routing (graded queues, refresh, remote grades) over lossy switches with per-port
-drop-tail buffers and ECN (RED, at enqueue or dequeue), the ``ddp`` receiver (SACK + RACK) or the
-``go_back_n`` receiver (NAK on a gap, the sender's rewind) acknowledging every unit, fixed or
-adaptive timeouts (RTT estimator, back-off, jitter draws, timeout probes, D-SACK) and
-``retry_limit``, congestion control ``none``, one NIC port per host. Any other scenario runs on
+metric of slice 2, slice 4's adaptive timeouts, slice 3's go-back-N receiver and PFC, and slice
+5's congestion-control layer with the ``telemetry`` controller: ECMP, spraying and adaptive
+routing (graded queues, refresh, remote grades) over lossy switches with per-port drop-tail
+buffers or lossless PFC switches, ECN (RED, at enqueue or dequeue) and INT, the ``ddp`` receiver
+(SACK + RACK) or the ``go_back_n`` receiver (NAK on a gap, the sender's rewind) acknowledging
+every unit, fixed or adaptive timeouts (RTT estimator, back-off, jitter draws, timeout probes,
+D-SACK) and ``retry_limit``, congestion control ``none`` or ``telemetry`` (windows and pacing),
+one NIC port per host: the whole ``spectrum_x`` profile. Any other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 

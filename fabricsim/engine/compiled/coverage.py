@@ -15,7 +15,10 @@ compiled (``receiver.rto_mode: fixed`` and ``adaptive``), with either compiled r
 adaptive timeouts, what stays outside is stated by the reasons it comes with: ACK coalescing (its
 wait allowance and SACK-bitmap reach: ``ack_every > 1``), persistent connections (the estimator's
 ``heir`` chain), and an ``rto_max`` whose jittered product would leave int64
-(docs/compiled-core.md 3.1).
+(docs/compiled-core.md 3.1). Congestion control ``none`` and ``telemetry`` are compiled, the
+latter with INT stamped by lossy and lossless switches (INT without a controller, ``switch.telemetry:
+on``, too), for time limits below 2^53 ps (its int-float comparisons); ``dcqcn`` and ``dcqcn_cx``
+run on heap (``congestion_control: dcqcn (slice 5)``).
 """
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ def build(engine, nic_index: dict) -> State:
     a["OL"] = _arr("OL", 1 << 16)
     # INT: the longest stack a packet can collect (every switch on its longest route)
     stamp = any(getattr(sw, "stamp", False) for sw in sws)
-    maxhop = _longest_route(r_off, r_cnt, cand, ports, s_local) if stamp else 1
+    maxhop = _longest_route(r_off, r_cnt, cand, ports, s_local) if stamp else 0     # (0: no INT arrays)
     a["HT"] = np.full(1 << _HT_BITS, -1, dtype=_I)
     # growable pools
     for name, (_dt, _rows, group) in _ARRAYS.items():
