@@ -6,8 +6,8 @@ Three workloads: the shipped quickstart (``scenarios/quickstart.yaml``: 32 hosts
 permutation of 4 MiB), bench_packet.py's 128-host leaf-spine (8 leaves x 16 hosts, 16 spines,
 400G, 500 ns links, 600 ns switches) with ``profile: spectrum_x`` and a cross-leaf permutation of
 ``--message-size`` per host, and bench_htsim.py's 128-host fabric (16 leaves x 8 hosts, 8 spines,
-1 us links) with ``profile: spectrum_x`` and its cross-leaf permutation of 8 MB. Each runs on both kernels (the compiled core loaded before the timed
-runs); every table of the two runs must be identical, and the event counts equal. Engine s is
+1 us links) with ``profile: spectrum_x`` and its cross-leaf permutation of 8 MB. Each runs on
+both kernels (the compiled core loaded before the timed runs); every table of the two runs must be identical, and the event counts equal. Engine s is
 the CPU time of ``PacketEngine.run`` (the event loop; scenario parsing and tables excluded), the
 fastest of ``--repeat`` runs; its wall time (``summary.run.wall_time_s``) is recorded too, but on a
 machine shared with other work it counts the time other processes held the core.
