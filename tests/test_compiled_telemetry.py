@@ -10,7 +10,9 @@ PFC, ECN at dequeue, CNP strict priority, dynamic buffer admission), INT stamped
 at dequeue (settled samples and packets that leave at once) and at enqueue, the HPCC rules as
 parameters, go-back-N's NAKs carrying INT, telemetry without INT, INT without congestion control,
 a run cut with stamped packets in flight, a 5-switch route (the longest INT stack), rates that do
-not divide 8e12, and D-SACKs under drops. The float arithmetic the core compiles from
+not divide 8e12, and D-SACKs under drops; and all of it with ACK coalescing (``ack_every > 1``,
+``COALESCED``: a coalesced ACK echoes the INT of the latest-sent unit it covers, ``r_tel``, compared
+with the packets in flight at the end). The float arithmetic the core compiles from
 ``fabricsim/cc/telemetry.py`` is also checked against CPython on 10^5 random inputs per function.
 """
 from __future__ import annotations
