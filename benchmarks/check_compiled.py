@@ -15,9 +15,13 @@ those, so a seed's other draws are those it drew before go-back-N joined), and P
 last of all: ``xoff`` 9, 20, 40 or 135 KB, ``xon`` half of it or 4 KB below, the response IEEE's
 bound, 200 ns or 1 us; lossless switches then enforce no buffer), and ACK coalescing in 40% (drawn after
 PFC: ``ack_every`` 2, 4, 8 or 64, ``sack_bitmap`` 8, 16 or 256, ``ack_delay`` 500 ns or 2 us, and in
-half of them a 200 ns ``reorder_window``, under which late units are acknowledged by name). Each
-runs on both kernels; every table, the summary and the event count must be identical, and the
-compiled run must really be compiled.
+half of them a 200 ns ``reorder_window``, under which late units are acknowledged by name). The
+``telemetry`` congestion control is drawn in 40% of the cases, after coalescing (its defaults or,
+in half of them, the estimator, spans, window scaling, ``max_stage`` and ``global_base_rtt``
+drawn), and INT without a controller (``switch.telemetry: on``) in 10%; the two draws are
+independent, so about 16% of the cases run telemetry with coalesced ACKs and 4% INT alone with
+them (the last line counts them). Each runs on both kernels; every table, the summary and the
+event count must be identical, and the compiled run must really be compiled.
 
     python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
     python3 benchmarks/check_compiled.py --cases 50 --seed 7
@@ -91,12 +95,25 @@ def scenario(seed: int) -> dict:
         sc["switch"]["pfc"] = {"enabled": True, "xoff": f"{xoff}KB", "xon": f"{r.choice([xoff // 2, xoff - 4])}KB",
                                "response": r.choice(["auto", "200ns", "1us"])}
     if r.random() < 0.4:
-        # ACK coalescing (drawn last, for the same reason): AckReq spacing, a SACK bitmap shorter than
-        # the window or not, the delayed-ACK timer; a tight reorder window acknowledges late units by name
+        # ACK coalescing (drawn after everything else, for the same reason): AckReq spacing, a SACK bitmap
+        # shorter than the window or not, the delayed-ACK timer; a tight reorder window acknowledges late
+        # units by name
         receiver.update(ack_every=r.choice([2, 4, 8, 64]), sack_bitmap=r.choice([8, 16, 256]),
                         ack_delay=r.choice(["500ns", "2us"]))
         if r.random() < 0.5:
             receiver["reorder_window"] = "200ns"
+    u = r.random()
+    if u < 0.4:
+        # the telemetry controller with INT (drawn last, for the same reason): the defaults or HPCC's
+        # rules, each multipath deviation on or off, one T for every flow or each flow's own
+        cc = {"algorithm": "telemetry"}
+        if r.random() < 0.5:
+            cc.update(estimator=r.choice(["per_hop", "hpcc"]), rate_interval_rtts=r.choice([0, 1, 2]),
+                      qlen_window_rtts=r.choice([0, 2]), window_rtt_max=r.choice([1.0, 1.25, 2.0]),
+                      max_stage=r.choice([0, 5]), global_base_rtt=r.random() < 0.3)
+        sc["congestion_control"] = cc
+    elif u < 0.5:
+        sc["switch"]["telemetry"] = "on"           # INT stamped, no controller reading it
     return sc
 
 
@@ -149,8 +166,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     bad = 0
+    both = {"telemetry": 0, "int": 0}        # cases with coalesced ACKs and the controller / INT alone
     for s in range(args.seed, args.seed + args.cases):
         sc = scenario(s)
+        if "ack_every" in sc["receiver"]:
+            if "congestion_control" in sc:
+                both["telemetry"] += 1
+            elif sc["switch"].get("telemetry") == "on":
+                both["int"] += 1
         st: list = []
         diffs = compare(sc, st)
         bad += bool(diffs)
@@ -165,7 +188,11 @@ def main(argv=None) -> int:
               + (f" pfc xoff {sc['switch']['pfc']['xoff']} pauses {st[3]}" if "pfc" in sc["switch"] else "")
               + (f" ack_every {sc['receiver']['ack_every']} sack {sc['receiver']['sack_bitmap']} ctrl {st[4]}"
                  if "ack_every" in sc["receiver"] else "")
+              + (" telemetry" + ("" if len(sc["congestion_control"]) == 1 else
+                                 f" {sc['congestion_control']['estimator']}") if "congestion_control" in sc else "")
+              + (" int" if sc["switch"].get("telemetry") == "on" else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
+    print(f"ACK coalescing with telemetry in {both['telemetry']} cases, with INT alone in {both['int']}")
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 

@@ -61,7 +61,12 @@ CASES = ([pytest.param(_permutation(p), id=f"routing-{p}") for p in ROUTING.name
          # timeouts; go-back-N with ack_every 64 lossless under ECMP is the ethernet profile's transport
          + [pytest.param(_incast(False, receiver=r, ack_every=8, rto_mode=m), id=f"lossy-ack-every-8-{r}-{m}")
             for r in RECEIVERS.names() for m in ("fixed", "adaptive")]
-         + [pytest.param(_incast(True, receiver="go_back_n", routing="ecmp", ack_every=64), id="pfc-ack-every-64-go_back_n")])
+         + [pytest.param(_incast(True, receiver="go_back_n", routing="ecmp", ack_every=64), id="pfc-ack-every-64-go_back_n")]
+         # the telemetry controller with INT and coalesced ACKs (a coalesced ACK echoes the INT of the
+         # latest-sent unit it covers), each receiver, lossy and lossless
+         + [pytest.param(_incast(lossless, receiver=r, cc="telemetry", ack_every=8),
+                         id=f"{'pfc' if lossless else 'lossy'}-telemetry-ack-every-8-{r}")
+            for lossless in (False, True) for r in RECEIVERS.names()])
 
 
 def _run(sc, kernel):

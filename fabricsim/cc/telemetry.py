@@ -223,12 +223,12 @@ class Telemetry(CongestionControl):
             for i, (ts, tx, q, bps, pid) in enumerate(hops):
                 if bps <= 0:
                     continue
-                fwd_ps += q * 8e12 / bps
+                fwd_ps += queue_delay_ps(q, bps)
                 m = self._port_sample(s, pid, ts, tx, q)
                 if m is None:
                     continue
                 dt, dtx, qmin = m
-                u = (qmin * 8e12) / (bps * T) + (dtx * 8e12) / (bps * dt)
+                u = hop_utilisation(qmin, dtx, dt, bps, T)
                 if per_hop:
                     # EWMA per hop position over T, weighted by the time since the previous
                     # sample at this position (whatever port it came from): parallel ports of one
@@ -243,14 +243,12 @@ class Telemetry(CongestionControl):
                             w = 0
                         else:
                             hts[i] = ts
-                    f = (w if w < T else T) / T
-                    u = (1.0 - f) * hu[i] + f * u
-                    hu[i] = u
+                    u = hu[i] = ewma_over_T(hu[i], u, w, T)
                 if u > u_max:
                     u_max = u
                     tau = dt
             if self._rtt_max > 1.0 and ack.rtt_ps > 0:
-                self._unseen_delay(flow, s, ack.rtt_ps - flow.base_rtt_ps - fwd_ps)
+                self._unseen_delay(flow, s, ack.rtt_ps, fwd_ps)
             if per_hop:
                 if u_max < 0:
                     return
@@ -269,31 +267,27 @@ class Telemetry(CongestionControl):
                 dtx = tx - lh[1]
                 if dtx < 0:
                     dtx = 0
-                # bytes / (bytes per ps x ps): B_i in bytes/ps = bps / 8e12
-                u = (min(q, lh[2]) * 8e12) / (bps * T) + (dtx * 8e12) / (bps * dt)
+                u = hop_utilisation(q if q < lh[2] else lh[2], dtx, dt, bps, T)
                 if u > u_max:
                     u_max = u
                     tau = dt
         if u_max < 0:
             return                      # no hop advanced in time: nothing measured
-        frac = min(tau, T) / T
-        s.u = (1.0 - frac) * s.u + frac * u_max
+        s.u = ewma_over_T(s.u, u_max, tau, T)
         self._compute_window(flow, s, ack.cum_bytes > s.last_update_seq)
 
-    def _unseen_delay(self, flow: Flow, s: TelemetryState, d_ps: float) -> None:
+    def _unseen_delay(self, flow: Flow, s: TelemetryState, rtt_ps: int, fwd_ps: float) -> None:
         """Smooth the part of the round trip the utilisation does not count and scale the window.
 
-        ``d_ps`` = measured RTT - the flow's base RTT - the forward queueing delay this ACK's INT
+        ``d`` = measured RTT (``rtt_ps``) - the flow's base RTT - the forward queueing delay this ACK's INT
         reports (sum of qlen_i / B_i): time the round trip spent where INT cannot see, chiefly the
         ACK queued behind data on the reverse path. Its EWMA ``s.srtt`` (gain ``rtt_gain``) sets
         the NIC window to W (1 + srtt/T), clamped to [W, window_rtt_max W]: the inflight that the
         paced rate W/T needs over that longer loop. Forward queues stay HPCC's business (they are
         in U), so a standing queue does not widen the window.
         """
-        g = self._rtt_gain
-        s.srtt = d_ps if s.srtt is None else (1.0 - g) * s.srtt + g * d_ps
-        r = 1.0 + s.srtt / s.T
-        s.rtt_scale = 1.0 if r < 1.0 else (r if r < self._rtt_max else self._rtt_max)
+        s.srtt, s.rtt_scale = unseen_delay(0.0 if s.srtt is None else s.srtt, s.srtt is not None, rtt_ps,
+                                           flow.base_rtt_ps, fwd_ps, self._rtt_gain, s.T, self._rtt_max)
 
     def _port_sample(self, s: TelemetryState, pid, ts: int, tx: int, q: int):
         """Record the sample ``(ts, tx, q)`` of egress port ``pid`` and measure against its history.
@@ -337,22 +331,104 @@ class Telemetry(CongestionControl):
         return ts - ref_ts, (dtx if dtx > 0 else 0), qmin
 
     def _compute_window(self, flow: Flow, s: TelemetryState, update_wc: bool) -> None:
-        eta = self._eta
-        if s.u >= eta or s.inc_stage >= self._max_stage:
-            w = s.wc / (max(s.u, 1e-9) / eta) + s.w_ai
-            stage = 0
-        else:
-            w = s.wc + s.w_ai
-            stage = s.inc_stage + 1
-        if w > s.w_init:
-            w = s.w_init
-        elif w < s.w_min:
-            w = s.w_min
+        w, stage = reference_window(s.u, s.wc, s.inc_stage, self._eta, self._max_stage, s.w_ai, s.w_init, s.w_min)
         if update_wc:
             s.wc = w
             s.inc_stage = stage
             s.last_update_seq = flow.sent_bytes
         s.w = w
-        flow.window_bytes = w * s.rtt_scale
-        rate = w * 8e12 / s.T
-        flow.rate_bps = rate if rate < flow.line_bps else flow.line_bps
+        flow.window_bytes, flow.rate_bps = window_and_rate(w, s.rtt_scale, s.T, flow.line_bps)
+
+
+# ---------------------------------------------------------------------- shared arithmetic
+# Plain functions over ints and floats: Telemetry calls them, and the compiled packet core
+# (fabricsim/engine/compiled/core.py, core.SHARED) compiles them from this source, so both kernels
+# perform the same IEEE operations in the same order (numba is never given fastmath: no
+# reassociation, no fused multiply-add). Every int operand stays below 2**53 (the compiled core's
+# coverage bounds the time limit), so its conversion to a double is exact in both.
+
+
+def hop_utilisation(qlen: int, dtx: int, dt: int, bps: int, T: float) -> float:
+    """HPCC's normalised utilisation of one hop, ``u_i = qLen / (B_i T) + txRate_i / B_i``, with
+    ``qLen`` bytes, ``dtx`` bytes sent over ``dt`` ps and ``B_i`` = ``bps / 8e12`` bytes per ps.
+
+    ``float(bps) * float(dt)`` is the correctly rounded product of two exact doubles, the same
+    double as the exact integer product converted (which int64 could not hold: 4e11 x 1e9).
+
+    >>> hop_utilisation(0, 50_000, 1_000_000, 400 * 10**9, 5e6)    # 50 KB in 1 us at 400G
+    1.0
+    """
+    return (qlen * 8e12) / (bps * T) + (dtx * 8e12) / (float(bps) * float(dt))
+
+
+def queue_delay_ps(qlen: int, bps: int) -> float:
+    """The time ``qlen`` bytes take to drain at ``bps`` (ps, as a float): the forward queueing an
+    INT record reports.
+
+    >>> queue_delay_ps(50_000, 400 * 10**9)
+    1000000.0
+    """
+    return qlen * 8e12 / bps
+
+
+def ewma_over_T(old: float, u: float, w: int, T: float) -> float:
+    """An EWMA over ``T``: the new sample ``u`` weighs ``min(w, T) / T`` (``w`` ps since the
+    previous one), HPCC's ``U <- (1 - tau/T) U + (tau/T) u``.
+
+    >>> ewma_over_T(1.0, 0.5, 2_500_000, 5e6), ewma_over_T(1.0, 0.5, 10**7, 5e6)
+    (0.75, 0.5)
+    """
+    f = (w if w < T else T) / T
+    return (1.0 - f) * old + f * u
+
+
+def unseen_delay(srtt: float, have_srtt: bool, rtt_ps: int, base_rtt_ps: int, fwd_ps: float, gain: float,
+                 T: float, rtt_max: float) -> tuple[float, float]:
+    """The smoothed round-trip excess INT does not report and the NIC window's scale
+    (:meth:`Telemetry._unseen_delay`): ``d = rtt - base RTT - forward queueing``, its EWMA
+    (gain ``gain``; the first sample, ``have_srtt`` False, sets it) and ``1 + srtt / T``
+    clamped to ``[1, rtt_max]``. Returns ``(srtt, scale)``.
+
+    >>> unseen_delay(0.0, False, 7_000_000, 5_000_000, 1e6, 0.125, 5e6, 1.25)
+    (1000000.0, 1.2)
+    """
+    d = rtt_ps - base_rtt_ps - fwd_ps
+    srtt = d if not have_srtt else (1.0 - gain) * srtt + gain * d
+    r = 1.0 + srtt / T
+    return srtt, (1.0 if r < 1.0 else (r if r < rtt_max else rtt_max))
+
+
+def reference_window(u: float, wc: float, inc_stage: int, eta: float, max_stage: int, w_ai: float,
+                     w_init: float, w_min: float) -> tuple[float, int]:
+    """HPCC's window from the utilisation ``u`` and the reference window ``wc``: multiplicative to
+    the target (``wc / (u / eta) + w_ai``) when ``u >= eta`` or after ``max_stage`` additive steps,
+    else additive (``wc + w_ai``), clamped to ``[w_min, w_init]``. Returns ``(w, incStage)``,
+    the stage the reference would take with it.
+
+    >>> reference_window(1.9, 100_000.0, 0, 0.95, 0, 1_000.0, 200_000.0, 4_096.0)
+    (51000.0, 0)
+    >>> reference_window(0.5, 100_000.0, 0, 0.95, 5, 1_000.0, 200_000.0, 4_096.0)
+    (101000.0, 1)
+    """
+    if u >= eta or inc_stage >= max_stage:
+        w = wc / ((u if u > 1e-9 else 1e-9) / eta) + w_ai
+        stage = 0
+    else:
+        w = wc + w_ai
+        stage = inc_stage + 1
+    if w > w_init:
+        w = w_init
+    elif w < w_min:
+        w = w_min
+    return w, stage
+
+
+def window_and_rate(w: float, rtt_scale: float, T: float, line_bps: int):
+    """The NIC's window (``w x rtt_scale`` bytes) and pacing rate (``w / T``, at most the line
+    rate, which is returned as it is given) of the window ``w``.
+
+    >>> window_and_rate(50_000.0, 1.0, 5e6, 400 * 10**9), window_and_rate(1e6, 1.2, 5e6, 400 * 10**9)
+    ((50000.0, 80000000000.0), (1200000.0, 400000000000))
+    """
+    rate = w * 8e12 / T
+    return w * rtt_scale, (rate if rate < line_bps else line_bps)

@@ -244,7 +244,7 @@ class Nic:
                 port.peak_ps = ser
             rate = flow.rate_bps
             if rate < flow.line_bps:
-                qp.next_ok = t + int(wire * PS_BITS / rate)
+                qp.next_ok = t + pacing_gap_ps(wire, rate)
             if self.on_send is not None:
                 self.on_send(flow, t, payload)
             if not qp.rto_armed:
@@ -270,3 +270,16 @@ class Nic:
             self.push((wake, next(self.seq), self._tx, token))
         else:
             self.busy = False
+
+
+def pacing_gap_ps(wire: int, rate: float) -> int:
+    """The pacing gap after a packet of ``wire`` bytes at ``rate`` bit/s below line rate: the queue
+    pair may send again this many ps later (truncated). Every congestion-control algorithm keeps
+    a rate below line as a float; ``wire * PS_BITS`` (above 2**53 for large packets) is converted
+    to a double with the same rounding in CPython and in the compiled core, which compiles this
+    source (docs/compiled-core.md 3.4).
+
+    >>> pacing_gap_ps(4178, 200e9)
+    167120
+    """
+    return int(wire * PS_BITS / rate)

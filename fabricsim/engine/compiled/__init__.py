@@ -1,13 +1,16 @@
 """``simulation.kernel: compiled``: the packet engine's datapath compiled with numba (issue 15).
 
 The design is docs/compiled-core.md; this package is its slice 1 (section 4.2), the queue
-metric of slice 2, slice 4's adaptive timeouts and ACK coalescing and slice 3's go-back-N receiver
-and PFC: ECMP, spraying and adaptive routing (graded queues, refresh, remote grades) over lossy
-switches with per-port drop-tail buffers and ECN (RED, at enqueue or dequeue) or PFC-lossless ones,
-the ``ddp`` receiver (SACK + RACK) or the ``go_back_n`` receiver (NAK on a gap, the sender's
-rewind) acknowledging every unit or coalescing ACKs (``ack_every > 1``: the delayed-ACK timer, SACK
-bitmaps), fixed or adaptive timeouts (RTT estimator, back-off, jitter draws, timeout probes,
-D-SACK) and ``retry_limit``, congestion control ``none``, one NIC port per host. Any other scenario runs on
+metric of slice 2, slice 4's adaptive timeouts and ACK coalescing, slice 3's go-back-N receiver
+and PFC, and slice 5's congestion-control layer with the ``telemetry`` controller: ECMP, spraying
+and adaptive routing (graded queues, refresh, remote grades) over lossy switches with per-port
+drop-tail buffers or lossless PFC switches, ECN (RED, at enqueue or dequeue) and INT, the ``ddp``
+receiver (SACK + RACK) or the ``go_back_n`` receiver (NAK on a gap, the sender's rewind)
+acknowledging every unit or coalescing ACKs (``ack_every > 1``: the delayed-ACK timer, SACK
+bitmaps; a coalesced ACK echoes the INT of the latest-sent unit it covers), fixed or adaptive
+timeouts (RTT estimator, back-off, jitter draws, timeout probes, D-SACK) and ``retry_limit``,
+congestion control ``none`` or ``telemetry`` (windows and pacing), one NIC port per host: the
+whole ``spectrum_x`` profile. Any other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 
@@ -90,7 +93,8 @@ class CompiledKernel:
         x = numba.typeof(self.X)
         i = numba.int64
         self._fn = {}
-        for fn, args in ((C.run, (i,)), (C.nic_add, (i, i, i)), (C.push, (i, i, i, i, i)), (C.settle_all, (i,))):
+        for fn, args in ((C.run, (i,)), (C.nic_add, (i, i, i)), (C.push, (i, i, i, i, i)), (C.settle_all, (i,)),
+                         (C.tel_rehash, ())):
             sig = (x, *args)
             fn.compile(sig)
             self._fn[fn.__name__] = fn.overloads[sig].entry_point
@@ -131,9 +135,11 @@ class CompiledKernel:
     def register(self, qp, nic: int) -> int:
         """A queue pair the engine has just created: its row in the compiled state."""
         q = len(self.qps)
-        if len(qp.nics) != 1 or qp.flow.window_bytes is not None or qp.flow.rate_bps != qp.flow.line_bps:
-            raise SimulationError("kernel: compiled: a queue pair outside slice 1 (several ports, a window or "
-                                  "a paced rate)")
+        flow = qp.flow
+        if len(qp.nics) != 1 or (not self.X.g[C.G_CC] and (flow.window_bytes is not None
+                                                             or flow.rate_bps != flow.line_bps)):
+            raise SimulationError("kernel: compiled: a queue pair outside the compiled slice (several ports, or a "
+                                  "window or a paced rate without congestion control)")
         self._need("qp", q + 1)
         X = self.X
         base = int(X.Q[q - 1, C.Q_BASE] + X.Q[q - 1, C.Q_NPSN]) if q else 0
@@ -157,6 +163,7 @@ class CompiledKernel:
         X.Q[q, C.Q_RPORT] = self._host_nic[qp.dst]    # = reply_nic: the receiving host's one port
         X.Q[q, C.Q_BASE] = base
         X.Q[q, C.Q_ACTIVE] = 1
+        S.register_flow(X, q, flow)             # the rate, window and CC state cc.start set
         if X.g[C.G_RTO_ADAPTIVE]:
             # the idle round trip, read before the first RTT sample (heap works it out at the
             # first send's timer: the same pure function of the two hosts, memoised per pair)
@@ -189,6 +196,20 @@ class CompiledKernel:
             S.fold_reorder(self.X, self.engine._rows)
         if self.X.g[C.G_HN]:
             self._need("good", int(self.X.HP[0, 0]) // int(g[C.G_BIN]) + 2)
+        if g[C.G_CC] == C.CC_TELEMETRY:
+            m = int(g[C.G_MAXHOP])
+            if g[C.G_TNNFREE] < 2 * m + 4 * C.SPACE:
+                self._need("tnode", 2 * self.X.TN.shape[0])
+            n = int(g[C.G_TH_N]) + 4 * m
+            self._need("thist", n + 1)
+            if 2 * n > len(self.X.HT):
+                # telemetry's port histories: a table twice the size, refilled (at most half full)
+                size = len(self.X.HT)
+                while 2 * n > size:
+                    size *= 2
+                self.X = self.X._replace(HT=S.np.full(size, -1, dtype=S.np.int64))
+                self.X.g[C.G_HT_BITS] = size.bit_length() - 1
+                self._fn["tel_rehash"](self.X)
 
     # ------------------------------------------------------------ run
     def run(self, until_ps: int, progress=None, progress_every: int = 1 << 16) -> str:

@@ -25,7 +25,9 @@ import types
 import numpy as np
 from numba import literal_unroll, njit
 
+from ...cc import telemetry as tel_mod
 from ...flows import identity
+from ...net import nic as nic_mod
 from ...net import sender as sender_mod
 from ...net import switch as switch_mod
 from ...receiver import base as receiver_mod
@@ -102,6 +104,16 @@ rto_draw = _rebind(sender_mod.rto_draw, mix64=_mix64)
 rtt_estimate = njit(_nrt=False)(sender_mod.rtt_estimate)
 #: :func:`fabricsim.receiver.base.ack_requested`, compiled (ACK coalescing's AckReq)
 ack_requested = njit(_nrt=False)(receiver_mod.ack_requested)
+#: :func:`fabricsim.net.nic.pacing_gap_ps`, compiled (the rate a float64: every CC paces at a float rate)
+pacing_gap_ps = njit(_nrt=False)(nic_mod.pacing_gap_ps)
+# the telemetry controller's arithmetic (fabricsim/cc/telemetry.py), compiled: IEEE doubles, the same
+# operations in the same order (no fastmath: no reassociation, no fused multiply-add)
+hop_utilisation = njit(_nrt=False)(tel_mod.hop_utilisation)
+queue_delay_ps = njit(_nrt=False)(tel_mod.queue_delay_ps)
+ewma_over_T = njit(_nrt=False)(tel_mod.ewma_over_T)
+unseen_delay = njit(_nrt=False)(tel_mod.unseen_delay)
+reference_window = njit(_nrt=False)(tel_mod.reference_window)
+window_and_rate = njit(_nrt=False)(tel_mod.window_and_rate)
 
 
 # ---------------------------------------------------------------- state layout
@@ -113,46 +125,75 @@ ack_requested = njit(_nrt=False)(receiver_mod.ack_requested)
 PORT_FIELDS = ("busy", "txb", "txp", "peak", "ih", "it", "ph", "pt", "offset", "deliver", "peer_sw", "sw",
                "buffer", "drops", "dropb", "cdrops", "ecn", "cb", "cp", "prio", "rn", "rd",
                "lqh", "lqt", "qbytes", "sending", "cur", "ingb", "ingpk", "xoff", "paused", "pev", "pps", "psince",
-               "pfcd", "nicp")
+               "pfcd", "nicp", "rate")
 # (PFC, net/lossless.py: lqh, lqt: the lossless-class FIFO of a LosslessPort (q), linked through the packets'
 #  next; qbytes, sending, cur; ingb, ingpk, xoff: ingress_bytes, ingress_peak, xoff_sent of the link;
 #  paused, pev, pps, psince: paused, pause_events, paused_ps, paused_since; pfcd: the pause frame's
 #  delay + the transmitter's response, Pfc.signal's delay (port.delay + Pfc.response_ps(port)); nicp:
-#  the NIC row of a host port, LosslessPort.nic, -1 for a switch port)
+#  the NIC row of a host port, LosslessPort.nic, -1 for a switch port; rate: Port.rate in bit/s, which an INT
+#  record carries)
 NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "calls", "sent")
 QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "nic", "inact",
              "anext", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
              "oh", "ot", "ol", "rcum", "rmax", "rmaxt", "rn", "rhold", "runack", "rce", "racks", "rport",
-             "srtt", "rttvar", "draws", "u", "reot", "brtt", "gbt", "rnak", "rtack", "rtsent", "rlast", "wait")
+             "srtt", "rttvar", "draws", "u", "reot", "brtt", "gbt", "rnak", "rtack", "rtsent", "rlast", "wait",
+             "line", "haswin", "cc0", "cc1", "cc2", "cc3", "rteln")
 # (srtt, rttvar: the RTT estimator; draws, u: the jitter draws' counter and the current draw; reot: when
 #  the reorder window was last widened by a D-SACK; brtt: the idle round trip, Flow.base_rtt_ps;
 #  gbt: go-back-N's last rewind, QueuePair.goback_t; rnak: the receiver's NAK is outstanding, r_nak;
 #  ACK coalescing: rtack, rtsent, rlast: r_tack, r_tsent, r_last_rx; wait: the adaptive timeout's
-#  allowance for a coalesced ACK, sender.ack_wait_ps at the queue pair's line rate, worked out in Python)
+#  allowance for a coalesced ACK, sender.ack_wait_ps at the queue pair's line rate, worked out in Python;
+#  line: Flow.line_bps; haswin: Flow.window_bytes is not None; cc0..cc3: the algorithm's integer state,
+#  named per algorithm below (TQ_*). Its float state is in X.QF: Flow.rate_bps, Flow.window_bytes, and
+#  the algorithm's floats c0..c11 (TF_*); rteln: ACK coalescing with INT, the records of r_tel (the INT
+#  stack of the latest-sent unit since the last ACK, which the coalesced ACK echoes), -1 = None, the
+#  records themselves in X.RT, 5 words each as in X.KT)
 PKT_FIELDS = ("qp", "dst", "wire", "pay", "seq", "ttx", "npk", "hop", "kind", "ce", "sack", "tdata", "at", "aseq",
-              "next", "pnext", "pstart", "ptx", "pprio", "live", "dsack", "inport", "sacks")
+              "next", "pnext", "pstart", "ptx", "pprio", "live", "dsack", "inport", "sacks", "pend", "teln")
 # (sacks: a control packet's SACK bitmap, Packet.sacks: -1 None (the per-unit format), -2 an empty
-#  bitmap, else its row of X.BM)
+#  bitmap, else its row of X.BM; pend: the end of the packet's departure, the INT record's ts when it is
+#  settled; teln: the records of its INT stack, -1 = None (pkt.tel), the records themselves in X.KT,
+#  5 words each: ts, tx, qlen, rate, port)
 NODE_FIELDS = ("psn", "val", "next")
 MSG_FIELDS = ("size", "deliv", "drop", "inj", "dup", "rx", "ooo", "peakh", "rw", "rwmax", "ecn", "acks", "ctrl_arr",
               "ctrl_drop", "done", "q0", "qn",
-              "naks", "naks_sent", "disc")
+              "naks", "naks_sent", "disc", "cnps")
 HOST_FIELDS = ("hold", "peak", "made", "order")
 (P_BUSY, P_TXB, P_TXP, P_PEAK, P_IH, P_IT, P_PH, P_PT, P_OFFSET, P_DELIVER, P_PEER_SW, P_SW, P_BUFFER, P_DROPS, P_DROPB, P_CDROPS, P_ECN, P_CB, P_CP, P_PRIO, P_RN, P_RD,
  P_LQH, P_LQT, P_QBYTES, P_SENDING, P_CUR, P_INGB, P_INGPK, P_XOFF, P_PAUSED, P_PEV, P_PPS, P_PSINCE, P_PFCD,
- P_NICP,) = range(len(PORT_FIELDS))
+ P_NICP, P_RATE,) = range(len(PORT_FIELDS))
 (N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT,) = range(len(NIC_FIELDS))
-(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK, Q_RTACK, Q_RTSENT, Q_RLAST, Q_WAIT,) = range(len(QP_FIELDS))
-(K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK, K_INPORT, K_SACKS,) = range(len(PKT_FIELDS))
+(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK, Q_RTACK, Q_RTSENT, Q_RLAST, Q_WAIT, Q_LINE, Q_HASWIN, Q_CC0, Q_CC1, Q_CC2, Q_CC3, Q_RTELN,) = range(len(QP_FIELDS))
+(K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK, K_INPORT, K_SACKS, K_PEND, K_TELN,) = range(len(PKT_FIELDS))
 (D_PSN, D_VAL, D_NEXT,) = range(len(NODE_FIELDS))
-(M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC,) = range(len(MSG_FIELDS))
+(M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC, M_CNPS,) = range(len(MSG_FIELDS))
 (H_HOLD, H_PEAK, H_MADE, H_ORDER,) = range(len(HOST_FIELDS))
+# per queue pair, floats (X.QF): the flow's pacing rate and window, then the algorithm's own
+QF_FIELDS = ("rate", "win") + tuple(f"c{i}" for i in range(12))
+QF_RATE, QF_WIN, QF_C0 = 0, 1, 2
+# telemetry (cc/telemetry.py TelemetryState): T, w, wc, w_init, w_min, w_ai, u, srtt, rtt_scale, rate_span,
+# q_span (floats); inc_stage, last_update_seq, srtt is not None, len(hop_u) (ints); hop_u and hop_ts per
+# position of the INT stack in X.q_hu and X.q_hts (ABSENT = None); the per-port histories (ports) in X.TH
+TF_T, TF_W, TF_WC, TF_WINIT, TF_WMIN, TF_WAI, TF_U, TF_SRTT, TF_SCALE, TF_RSPAN, TF_QSPAN = range(QF_C0, QF_C0 + 11)
+TQ_STAGE, TQ_LUS, TQ_HAVE_SRTT, TQ_NH = Q_CC0, Q_CC1, Q_CC2, Q_CC3
+# a port history of one flow (_PortHistory; X.TH): the flow and the port (its key), the rate deque (head,
+# tail, length) and the queue-minimum deque (head, tail) as lists of X.TN nodes, last_ts, last_q
+TH_FIELDS = ("q", "port", "rh", "rt", "rn", "mh", "mt", "lts", "lq")
+TH_Q, TH_PORT, TH_RH, TH_RT, TH_RN, TH_MH, TH_MT, TH_LTS, TH_LQ = range(len(TH_FIELDS))
+# a node of those deques (X.TN): (ts, tx or qlen), doubly linked (the queue minimum pops at both ends)
+TN_FIELDS = ("ts", "val", "next", "prev")
+TN_TS, TN_VAL, TN_NEXT, TN_PREV = range(len(TN_FIELDS))
+# float scalars (X.f): the latency histogram's 1 / log(base); telemetry's eta, rtt_gain, window_rtt_max
+F_INV, F_ETA, F_RTT_GAIN, F_RTT_MAX = range(4)
+NF = 4
 
 #: the model functions compiled into the core from their own modules: numba's disk cache of the
 #: core is keyed on this file only, so :func:`check_cache` discards it when one of these changes
 SHARED = (identity.mix64, identity.packet_draw_fields, ecmp_mod.direction_hash, ecmp_mod.ecmp_pick,
           switch_mod.red_below, sender_mod.mul_shr, sender_mod.adaptive_rto_ps, sender_mod.rto_draw,
-          sender_mod.rtt_estimate, receiver_mod.ack_requested)
+          sender_mod.rtt_estimate, receiver_mod.ack_requested, nic_mod.pacing_gap_ps, tel_mod.hop_utilisation,
+          tel_mod.queue_delay_ps, tel_mod.ewma_over_T, tel_mod.unseen_delay, tel_mod.reference_window,
+          tel_mod.window_and_rate)
 
 # ---------------------------------------------------------------- codes
 
@@ -174,7 +215,13 @@ G_PFC, G_XOFF, G_XON, G_PENALTY, G_PAUSES = range(52, 57)
 # ACK coalescing (Receiver: coalesce, ack_every, ack_delay, sack_units, sack_bytes; Sender.sack_reach)
 # and the free list of SACK bitmaps (X.BM rows)
 G_COALESCE, G_ACK_EVERY, G_ACK_DELAY, G_SACK_UNITS, G_SACK_BYTES, G_SACK_REACH, G_BFREE, G_BNFREE = range(57, 65)
-NG = 65
+# congestion control (the algorithm's code, CC_*); INT (switches stamp data packets; bytes added at the
+# first stamped hop and at each later one; the longest stack, records per packet in X.KT); telemetry's
+# estimator (per_hop) and max_stage; the port histories used (X.TH), the free list of their deque nodes
+# (X.TN) and log2 of the size of their hash table (X.HT)
+G_CC, G_STAMP, G_INT_FIRST, G_INT_HOP, G_MAXHOP, G_TEL_PERHOP, G_TEL_MAXSTAGE = range(65, 72)
+G_TH_N, G_TNFREE, G_TNNFREE, G_HT_BITS = range(72, 76)
+NG = 76
 
 # agenda entry kinds
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
@@ -182,6 +229,9 @@ E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
 E_LDONE, E_PAUSE, E_RESUME = 5, 6, 7
 # Receiver._on_ack_timer (the queue pair, the token: its r_acks when the timer was set)
 E_ACK_TIMER = 8
+# a congestion-control timer (ctx.schedule of an algorithm): the argument the queue pair, the second a
+# code of the algorithm's (which timer, and its generation: DCQCN's alpha and rate-increase timers)
+E_CC_TIMER = 9
 # port delivery: to a switch, to a host, to a host after settling dequeue-time samples, to a lossless switch
 D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH = 0, 1, 2, 3
 # returns of run()
@@ -189,7 +239,10 @@ R_DRAINED, R_TIME_LIMIT, R_PY, R_PROGRESS, R_SPACE, R_ERROR = 0, 1, 2, 3, 4, 5
 # what R_PY hands to Python (X.g[G_PY_KIND])
 P_NONE, P_RELEASE, P_SAMPLE, P_DONE, P_FAIL = 0, 1, 2, 3, 4
 # packet kinds (net/packet.py), rtx causes (columns of MessageState.rtx_bytes)
-DATA, ACK, NAK = 0, 1, 2
+DATA, ACK, NAK, CNP = 0, 1, 2, 3
+# congestion-control algorithms (coverage.CC: the names compiled so far). A further algorithm is a further
+# code: its state in the generic slots (Q_CC0.., QF_C0..), its branches in the _cc_* hooks below
+CC_NONE, CC_TELEMETRY = 0, 1
 C_SACK, C_TIMEOUT, C_NAK = 0, 1, 2
 # per-PSN flags (sender: sacked, lost, probed; receiver: held)
 F_SACKED, F_LOST, F_HELD, F_PROBED = 1, 2, 4, 8
@@ -297,6 +350,7 @@ def _pkt(X, qp, dst, wire, payload, seq, t_tx, npk, hop, kind):
     X.K[i, K_DSACK] = -1
     X.K[i, K_INPORT] = -1
     X.K[i, K_SACKS] = -1
+    X.K[i, K_TELN] = -1
     return i
 
 
@@ -452,11 +506,56 @@ def _mark(X, sw, q, pkt):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _tel_push(X, pkt, ts, tx, q, port):
+    # = tel = pkt.tel; if tel is None: pkt.tel = tel = []; tel.append((ts, tx, q, port.rate, port.index))
+    #   (a packet crosses at most G_MAXHOP switches: state.build takes the longest route)
+    n = X.K[pkt, K_TELN]
+    if n < 0:
+        n = 0
+    o = 5 * n
+    X.KT[pkt, o] = ts
+    X.KT[pkt, o + 1] = tx
+    X.KT[pkt, o + 2] = q
+    X.KT[pkt, o + 3] = X.P[port, P_RATE]
+    X.KT[pkt, o + 4] = port
+    X.K[pkt, K_TELN] = n + 1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _tel_copy(X, dst, src):
+    # = dst.tel = src.tel (a control packet echoes its trigger's INT; that stack is final: it has arrived)
+    n = X.K[src, K_TELN]
+    X.K[dst, K_TELN] = n
+    for j in range(5 * n):
+        X.KT[dst, j] = X.KT[src, j]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _tel_to_rx(X, q, src):
+    # = qp.r_tel = pkt.tel (ACK coalescing: the INT a coalesced ACK will echo, the stack of the latest-sent
+    #   unit since the last ACK; that stack is final, the unit has arrived, and its row is freed: copied)
+    n = X.K[src, K_TELN]
+    X.Q[q, Q_RTELN] = n
+    for j in range(5 * n):
+        X.RT[q, j] = X.KT[src, j]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _tel_from_rx(X, dst, q):
+    # = pkt.tel = qp.r_tel (a coalesced ACK's INT)
+    n = X.Q[q, Q_RTELN]
+    X.K[dst, K_TELN] = n
+    for j in range(5 * n):
+        X.KT[dst, j] = X.RT[q, j]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _settle(X, port, t):
-    # = Switch.settle (the port's owning switch), without INT
+    # = Switch.settle (the port's owning switch)
     sw = X.P[port, P_SW]
     count = X.P[port, P_TXB] - X.P[port, P_PRIO]
     kmin = X.s_kmin[sw]
+    stamp = X.g[G_STAMP]
     while True:
         h = X.P[port, P_PH]
         if h < 0 or X.K[h, K_PSTART] > t:
@@ -466,6 +565,8 @@ def _settle(X, port, t):
         if kmin >= 0 and q > kmin and _mark(X, sw, q, h):
             X.K[h, K_CE] = 1
             X.P[port, P_ECN] += 1
+        if stamp:
+            _tel_push(X, h, X.K[h, K_PEND], X.K[h, K_PTX], q, port)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -646,7 +747,7 @@ def _choose(X, sw, t, pkt):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _switch_arrive(X, sw, t, pkt):
-    # = Switch.arrive (lossy, no INT, no shared pool; strict-priority kinds never occur: coverage)
+    # = Switch.arrive (lossy, no shared pool; strict-priority kinds never occur: coverage)
     hop = X.K[pkt, K_HOP]
     _advance_inflight(X, hop)
     _settle_due(X, hop, t)
@@ -654,6 +755,9 @@ def _switch_arrive(X, sw, t, pkt):
     port = _choose(X, sw, t, pkt)
     _settle_due(X, port, t)
     wire = X.K[pkt, K_WIRE]
+    stamp = X.g[G_STAMP] and kind == DATA
+    if stamp:
+        wire += X.g[G_INT_FIRST] if X.K[pkt, K_TELN] < 0 else X.g[G_INT_HOP]
     bu = X.P[port, P_BUSY]
     if bu < t:
         bu = t
@@ -663,6 +767,7 @@ def _switch_arrive(X, sw, t, pkt):
         if X.P[port, P_BUFFER] >= 0 and q + wire > X.P[port, P_BUFFER]:
             _drop(X, port, pkt)
             return
+    X.K[pkt, K_WIRE] = wire
     kmin = X.s_kmin[sw]
     at_dequeue = X.s_deq[sw]
     if kmin >= 0 and not at_dequeue and q > kmin and kind == DATA and _mark(X, sw, q, pkt):
@@ -679,12 +784,18 @@ def _switch_arrive(X, sw, t, pkt):
         X.P[port, P_CB] += wire
         X.P[port, P_CP] += 1
     elif at_dequeue:
-        if start > t and kmin >= 0:
-            # = pend.append((start, bu, port.tx_bytes, port.prio_bytes, pkt))
-            X.K[pkt, K_PSTART] = start
-            X.K[pkt, K_PTX] = X.P[port, P_TXB]
-            X.K[pkt, K_PPRIO] = X.P[port, P_PRIO]
-            _fifo_append(X.P, port, P_PH, P_PT, X.K, K_PNEXT, pkt)
+        if start > t:                   # it waits: settle its sample when it starts
+            if kmin >= 0 or stamp:
+                # = pend.append((start, bu, port.tx_bytes, port.prio_bytes, pkt))
+                X.K[pkt, K_PSTART] = start
+                X.K[pkt, K_PEND] = bu
+                X.K[pkt, K_PTX] = X.P[port, P_TXB]
+                X.K[pkt, K_PPRIO] = X.P[port, P_PRIO]
+                _fifo_append(X.P, port, P_PH, P_PT, X.K, K_PNEXT, pkt)
+        elif stamp:                     # leaves at once: nothing is queued behind it yet
+            _tel_push(X, pkt, bu, X.P[port, P_TXB], 0, port)
+    elif stamp:
+        _tel_push(X, pkt, bu, X.P[port, P_TXB], q, port)
     _enqueue_arrival(X, port, pkt, bu + X.P[port, P_OFFSET])
 
 # ---------------------------------------------------------------- PFC: net/lossless.py
@@ -721,7 +832,7 @@ def _signal(X, t, port, pause):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _lstart(X, port, t):
-    # = LosslessPort._start (no strict-priority packet ever queued: coverage; no INT)
+    # = LosslessPort._start (no strict-priority packet ever queued: coverage)
     pkt = X.P[port, P_LQH]
     if pkt >= 0 and not X.P[port, P_PAUSED]:
         _fifo_popleft(X.P, port, P_LQH, P_LQT, X.K, K_NEXT)
@@ -743,6 +854,8 @@ def _lstart(X, port, t):
         if sw >= 0 and X.s_deq[sw] and X.s_kmin[sw] >= 0 and q > X.s_kmin[sw] and _mark(X, sw, q, pkt):
             X.K[pkt, K_CE] = 1
             X.P[port, P_ECN] += 1
+        if X.g[G_STAMP]:                        # = if pfc.stamp: tel.append(...)
+            _tel_push(X, pkt, done, X.P[port, P_TXB], q, port)
     push(X, done, _seq(X), E_LDONE, port, 0)
 
 
@@ -782,11 +895,13 @@ def _ldone(X, t, port):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _lossless_arrive(X, sw, t, pkt):
-    # = LosslessSwitch.arrive (no INT; data, ACK and NAK all in the lossless class: coverage)
+    # = LosslessSwitch.arrive (data, ACK and NAK all in the lossless class: coverage)
     ing = X.K[pkt, K_HOP]
     _advance_inflight(X, ing)
     port = _choose(X, sw, t, pkt)
     if X.K[pkt, K_KIND] == DATA:
+        if X.g[G_STAMP]:
+            X.K[pkt, K_WIRE] += X.g[G_INT_FIRST] if X.K[pkt, K_TELN] < 0 else X.g[G_INT_HOP]
         kmin = X.s_kmin[sw]
         qb = X.P[port, P_QBYTES]
         if kmin >= 0 and not X.s_deq[sw] and qb > kmin and _mark(X, sw, qb, pkt):
@@ -863,11 +978,17 @@ def _act_popleft(X, nic):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def nic_add(X, nic, q, t):
-    # = Nic.add (no window: congestion control none)
+    # = Nic.add
     if X.Q[q, Q_RH] < 0:
         psn = X.Q[q, Q_SEQ]
         if psn >= X.Q[q, Q_NPSN]:
             return
+        if X.Q[q, Q_HASWIN] and X.Q[q, Q_OUTB]:
+            payload = X.Q[q, Q_SIZE] - psn * X.g[G_MTU]
+            if payload > X.g[G_SEG]:
+                payload = X.g[G_SEG]
+            if X.Q[q, Q_OUTB] + payload > X.QF[q, QF_WIN]:
+                return                  # window still full
         nok = X.Q[q, Q_NOK]
         if nok > t:
             t = nok
@@ -936,7 +1057,7 @@ def _arm(X, q, t):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _nic_tx(X, nic, t, token):
-    # = Nic.tx (no window, no pacing below line rate, no on_sent: coverage)
+    # = Nic.tx (no on_sent: coverage)
     X.N[nic, N_CALLS] += 1
     if token != X.N[nic, N_TOKEN]:
         return
@@ -988,6 +1109,9 @@ def _nic_tx(X, nic, t, token):
         payload = size - psn * mtu
         if payload > seg:
             payload = seg
+        if X.Q[q, Q_HASWIN] and X.Q[q, Q_OUTB] and X.Q[q, Q_OUTB] + payload > X.QF[q, QF_WIN]:
+            X.Q[q, Q_INACT] = 0                  # the ACK that opens the window puts it back
+            continue
         npk = -(-payload // mtu)
         row = X.Q[q, Q_MSG]
         a = X.Q[q, Q_BASE] + psn
@@ -1018,6 +1142,10 @@ def _nic_tx(X, nic, t, token):
         X.P[port, P_TXP] += npk
         if ser > X.P[port, P_PEAK]:
             X.P[port, P_PEAK] = ser
+        rate = X.QF[q, QF_RATE]
+        if rate < X.Q[q, Q_LINE]:
+            X.Q[q, Q_NOK] = t + pacing_gap_ps(wire, rate)
+        _cc_on_send(X, q, t, payload)
         if not X.Q[q, Q_ARMED]:
             _arm(X, q, t)
         X.N[nic, N_SENT] += 1
@@ -1147,10 +1275,11 @@ def _rack_scan(X, q, limit):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_ack(X, q, t, pkt):
-    # = Sender._on_ack, no congestion-control hook: an ACK in the per-unit format (naming its
-    #   trigger), or with ACK coalescing in the coalesced format (a SACK bitmap); D-SACKs and RTT
-    #   samples outside the legacy set-up; RACK for a selective receiver (within the SACK bitmap's
-    #   reach with coalescing), the outstanding list's acknowledged head dropped for go-back-N
+    # = Sender._on_ack: an ACK in the per-unit format (naming its trigger), or with ACK coalescing in
+    #   the coalesced format (a SACK bitmap; its INT the latest-sent unit's since the previous ACK, its
+    #   echoed send time that unit's); D-SACKs and RTT samples outside the legacy set-up; RACK for a
+    #   selective receiver (within the SACK bitmap's reach with coalescing), the outstanding list's
+    #   acknowledged head dropped for go-back-N; then the congestion-control hook with the ACK's INT
     newly = _advance(X, q, t, X.K[pkt, K_SEQ])
     s = X.K[pkt, K_SACK]
     base = X.Q[q, Q_BASE]
@@ -1232,7 +1361,9 @@ def _on_ack(X, q, t, pkt):
         X.Q[q, Q_DONE] = 1
         X.Q[q, Q_OUTB] = 0
         X.Q[q, Q_ACTIVE] = 0
+        _cc_on_done(X, q, t)
         return
+    _cc_on_ack(X, q, t, X.K[pkt, K_SEQ], newly, pkt)
     if found or newly:
         _kick_qp(X, q, t)
 
@@ -1253,7 +1384,7 @@ def _rewind(X, q, t, psn, cause):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_nak(X, q, t, pkt):
-    # = Sender._on_nak (no congestion-control hook)
+    # = Sender._on_nak
     e = X.K[pkt, K_SEQ]
     newly = _advance(X, q, t, e)
     X.M[X.Q[q, Q_MSG], M_NAKS] += 1
@@ -1264,6 +1395,7 @@ def _on_nak(X, q, t, pkt):
         _rewind(X, q, t, e, C_NAK)
     else:
         X.Q[q, Q_OUTB] -= newly
+    _cc_on_ack(X, q, t, e, newly, pkt)
     _kick_qp(X, q, t)
 
 
@@ -1366,6 +1498,278 @@ def _on_rto(X, q, t):
     push(X, X.Q[q, Q_RTO_AT], _seq(X), E_RTO, q, 0)
     _kick_qp(X, q, t)
 
+# ---------------------------------------------------------------- congestion control: cc/base.py
+# The hooks of CongestionControl, each dispatching on the algorithm's code (X.g[G_CC]) where the Python
+# sender and NIC call them: on_send (Nic.tx, after the pacing gap), on_ack (Sender._on_ack after RACK,
+# unless the queue pair finished; Sender._on_nak), on_cnp (Sender.on_ctrl), on_done (Sender._finish),
+# and the algorithm's timers (agenda entries E_CC_TIMER). ``start`` runs in Python (PacketEngine._start
+# calls it before the NIC registers the queue pair) and CompiledKernel.register copies what it set:
+# the flow's rate and window (X.QF[:, QF_RATE], QF_WIN with Q_HASWIN) and the algorithm's state. The NIC
+# applies rate and window as Nic.add and Nic.tx do (window: nic_add, _nic_tx; pacing: _nic_tx).
+# Only the algorithms in coverage.CC reach here; a hook an algorithm does not override is a no-op.
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cc_on_send(X, q, t, nbytes):
+    # = nic.on_send(flow, t, payload): none of the compiled algorithms overrides it (CC_NONE, CC_TELEMETRY)
+    pass
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cc_on_ack(X, q, t, seq, newly, pkt):
+    # = self._cc_ack(qp.flow, t, AckInfo(min(seq * mtu, size), newly, pkt.ce, pkt.tel, t - pkt.t_data))
+    if X.g[G_CC] == CC_TELEMETRY:
+        end = seq * X.g[G_MTU]
+        size = X.Q[q, Q_SIZE]
+        _tel_on_ack(X, q, end if end < size else size, pkt, t - X.K[pkt, K_TDATA])
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cc_on_cnp(X, q, t):
+    # = self.cc.on_cnp(qp.flow, t): no compiled algorithm sends CNPs yet (cnp_interval_ps None), so none
+    #   arrives; DCQCN's reaction point goes here
+    pass
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cc_on_done(X, q, t):
+    # = self._cc_done(flow, t): none of the compiled algorithms overrides on_done
+    pass
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cc_timer(X, t, q, code):
+    # = an algorithm's timer callback (ctx.schedule(t, fn, (flow, generation))): none of the compiled
+    #   algorithms has timers; DCQCN's alpha and increase timers go here (``code``: which, and its generation)
+    pass
+
+# ---------------------------------------------------------------- telemetry: cc/telemetry.py
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _tn(X, ts, val):
+    # a deque node (ts, val) of a port history
+    i = X.g[G_TNFREE]
+    X.g[G_TNFREE] = X.TN[i, TN_NEXT]
+    X.g[G_TNNFREE] -= 1
+    X.TN[i, TN_TS] = ts
+    X.TN[i, TN_VAL] = val
+    X.TN[i, TN_NEXT] = -1
+    X.TN[i, TN_PREV] = -1
+    return i
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _tn_free(X, i):
+    X.TN[i, TN_NEXT] = X.g[G_TNFREE]
+    X.g[G_TNFREE] = i
+    X.g[G_TNNFREE] += 1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _dq_append(X, h, head, tail, ts, val):
+    # = deque.append((ts, val)) of port history h (its ends in columns head, tail of X.TH)
+    i = _tn(X, ts, val)
+    last = X.TH[h, tail]
+    X.TN[i, TN_PREV] = last
+    if last < 0:
+        X.TH[h, head] = i
+    else:
+        X.TN[last, TN_NEXT] = i
+    X.TH[h, tail] = i
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _dq_popleft(X, h, head, tail):
+    i = X.TH[h, head]
+    nx = X.TN[i, TN_NEXT]
+    X.TH[h, head] = nx
+    if nx < 0:
+        X.TH[h, tail] = -1
+    else:
+        X.TN[nx, TN_PREV] = -1
+    _tn_free(X, i)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _dq_pop(X, h, head, tail):
+    i = X.TH[h, tail]
+    pv = X.TN[i, TN_PREV]
+    X.TH[h, tail] = pv
+    if pv < 0:
+        X.TH[h, head] = -1
+    else:
+        X.TN[pv, TN_NEXT] = -1
+    _tn_free(X, i)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _ht_home(X, q, pid):
+    # the first slot of (queue pair, port) in the port histories' hash table (open addressing, linear probing)
+    key = np.uint64(q * X.P.shape[0] + pid)
+    return np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - X.g[G_HT_BITS]))
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _ht_find(X, q, pid):
+    """= s.ports.get(pid): the port history's row in X.TH, or -1 - the empty slot where it would go."""
+    mask = len(X.HT) - 1
+    i = _ht_home(X, q, pid)
+    while True:
+        h = X.HT[i]
+        if h < 0:
+            return -1 - i
+        if X.TH[h, TH_Q] == q and X.TH[h, TH_PORT] == pid:
+            return h
+        i = (i + 1) & mask
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def tel_rehash(X):
+    """Fill a new (empty) X.HT with every port history (after Python enlarged it: CompiledKernel._space)."""
+    for h in range(X.g[G_TH_N]):
+        X.HT[-1 - _ht_find(X, X.TH[h, TH_Q], X.TH[h, TH_PORT])] = h
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _tel_space(X):
+    # room for the port histories of one ACK (G_MAXHOP histories, 2 deque nodes each), the table at most half full
+    m = X.g[G_MAXHOP]
+    n = X.g[G_TH_N] + m
+    return X.g[G_TNNFREE] >= 2 * m + SPACE and n < X.TH.shape[0] and 2 * n <= len(X.HT)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _port_sample(X, q, pid, ts, tx, ql):
+    """= Telemetry._port_sample: (True, dt, dtx, qmin), or (False, 0, 0, 0) for None."""
+    h = _ht_find(X, q, pid)
+    if h < 0:
+        # = s.ports[pid] = _PortHistory(ts, tx, q)
+        slot = -1 - h
+        h = X.g[G_TH_N]
+        X.g[G_TH_N] = h + 1
+        X.HT[slot] = h
+        X.TH[h, TH_Q] = q
+        X.TH[h, TH_PORT] = pid
+        X.TH[h, TH_RH] = -1
+        X.TH[h, TH_RT] = -1
+        X.TH[h, TH_MH] = -1
+        X.TH[h, TH_MT] = -1
+        _dq_append(X, h, TH_RH, TH_RT, ts, tx)
+        X.TH[h, TH_RN] = 1
+        _dq_append(X, h, TH_MH, TH_MT, ts, ql)
+        X.TH[h, TH_LTS] = ts
+        X.TH[h, TH_LQ] = ql
+        return False, 0, 0, 0
+    if ts <= X.TH[h, TH_LTS]:
+        return False, 0, 0, 0
+    edge = ts - X.QF[q, TF_RSPAN]
+    while X.TH[h, TH_RN] > 1 and X.TN[X.TN[X.TH[h, TH_RH], TN_NEXT], TN_TS] <= edge:
+        _dq_popleft(X, h, TH_RH, TH_RT)
+        X.TH[h, TH_RN] -= 1
+    ref = X.TH[h, TH_RH]
+    ref_ts = X.TN[ref, TN_TS]
+    ref_tx = X.TN[ref, TN_VAL]
+    _dq_append(X, h, TH_RH, TH_RT, ts, tx)
+    X.TH[h, TH_RN] += 1
+    edge = ts - X.QF[q, TF_QSPAN]
+    while X.TH[h, TH_MH] >= 0 and X.TN[X.TH[h, TH_MH], TN_TS] < edge:
+        _dq_popleft(X, h, TH_MH, TH_MT)
+    lq = X.TH[h, TH_LQ]
+    qmin = ql if ql < lq else lq
+    if X.TH[h, TH_MH] >= 0 and X.TN[X.TH[h, TH_MH], TN_VAL] < qmin:
+        qmin = X.TN[X.TH[h, TH_MH], TN_VAL]
+    while X.TH[h, TH_MT] >= 0 and X.TN[X.TH[h, TH_MT], TN_VAL] >= ql:
+        _dq_pop(X, h, TH_MH, TH_MT)
+    _dq_append(X, h, TH_MH, TH_MT, ts, ql)
+    X.TH[h, TH_LTS] = ts
+    X.TH[h, TH_LQ] = ql
+    dtx = tx - ref_tx
+    return True, ts - ref_ts, (dtx if dtx > 0 else 0), qmin
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _tel_window(X, q, update_wc):
+    # = Telemetry._compute_window
+    w, stage = reference_window(X.QF[q, TF_U], X.QF[q, TF_WC], X.Q[q, TQ_STAGE], X.f[F_ETA], X.g[G_TEL_MAXSTAGE],
+                                X.QF[q, TF_WAI], X.QF[q, TF_WINIT], X.QF[q, TF_WMIN])
+    if update_wc:
+        X.QF[q, TF_WC] = w
+        X.Q[q, TQ_STAGE] = stage
+        X.Q[q, TQ_LUS] = X.Q[q, Q_SENTB]
+    X.QF[q, TF_W] = w
+    win, rate = window_and_rate(w, X.QF[q, TF_SCALE], X.QF[q, TF_T], X.Q[q, Q_LINE])
+    X.QF[q, QF_WIN] = win
+    X.QF[q, QF_RATE] = rate
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _tel_on_ack(X, q, cum_bytes, pkt, rtt_ps):
+    # = Telemetry.on_ack with the ACK's INT records (each names its port: the engine's stamps always do, so
+    #   the branch for records without a port id never runs)
+    n = X.K[pkt, K_TELN]
+    if n <= 0:
+        return                                  # = if s is None or not hops: return
+    T = X.QF[q, TF_T]
+    u_max = -1.0
+    tau = 0
+    per_hop = X.g[G_TEL_PERHOP]
+    fwd_ps = 0.0
+    if per_hop and X.Q[q, TQ_NH] != n:          # first ACK, or the path length changed
+        for i in range(n):
+            X.q_hu[q, i] = X.QF[q, TF_U]
+            X.q_hts[q, i] = ABSENT
+        X.Q[q, TQ_NH] = n
+    for i in range(n):
+        o = 5 * i
+        ts = X.KT[pkt, o]
+        bps = X.KT[pkt, o + 3]
+        if bps <= 0:
+            continue
+        ql = X.KT[pkt, o + 2]
+        fwd_ps += queue_delay_ps(ql, bps)
+        ok, dt, dtx, qmin = _port_sample(X, q, X.KT[pkt, o + 4], ts, X.KT[pkt, o + 1], ql)
+        if not ok:
+            continue
+        u = hop_utilisation(qmin, dtx, dt, bps, T)
+        if per_hop:
+            last_ts = X.q_hts[q, i]
+            if last_ts == ABSENT:
+                w = dt
+                X.q_hts[q, i] = ts
+            else:
+                w = ts - last_ts
+                if w <= 0:
+                    w = 0
+                else:
+                    X.q_hts[q, i] = ts
+            u = ewma_over_T(X.q_hu[q, i], u, w, T)
+            X.q_hu[q, i] = u
+        if u > u_max:
+            u_max = u
+            tau = dt
+    if X.f[F_RTT_MAX] > 1.0 and rtt_ps > 0:
+        # = Telemetry._unseen_delay
+        srtt, scale = unseen_delay(X.QF[q, TF_SRTT], X.Q[q, TQ_HAVE_SRTT] != 0, rtt_ps, X.Q[q, Q_BRTT], fwd_ps,
+                                   X.f[F_RTT_GAIN], T, X.f[F_RTT_MAX])
+        X.QF[q, TF_SRTT] = srtt
+        X.QF[q, TF_SCALE] = scale
+        X.Q[q, TQ_HAVE_SRTT] = 1
+    if per_hop:
+        if u_max < 0:
+            return
+        m = X.q_hu[q, 0]                        # = max(hu)
+        for i in range(1, n):
+            if X.q_hu[q, i] > m:
+                m = X.q_hu[q, i]
+        X.QF[q, TF_U] = m
+        _tel_window(X, q, cum_bytes > X.Q[q, TQ_LUS])
+        return
+    if u_max < 0:
+        return                                  # no hop advanced in time: nothing measured
+    X.QF[q, TF_U] = ewma_over_T(X.QF[q, TF_U], u_max, tau, T)
+    _tel_window(X, q, cum_bytes > X.Q[q, TQ_LUS])
+
 # ---------------------------------------------------------------- receiver
 
 
@@ -1376,6 +1780,7 @@ def _send_ack(X, q, t, seq, trigger):
     if trigger >= 0:
         X.K[pkt, K_SACK] = X.K[trigger, K_SEQ]
         X.K[pkt, K_TDATA] = X.K[trigger, K_TTX]
+        _tel_copy(X, pkt, trigger)
     else:
         X.K[pkt, K_SACK] = -1
     _ack_out(X, q, t, pkt)
@@ -1399,6 +1804,7 @@ def _send_nak(X, q, t, seq, trigger):
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, seq, t, 1, -1, NAK)
     X.K[pkt, K_SACK] = -1
     X.K[pkt, K_TDATA] = X.K[trigger, K_TTX]
+    _tel_copy(X, pkt, trigger)
     _send_ctrl(X, X.Q[q, Q_RPORT], t, pkt)
     X.M[X.Q[q, Q_MSG], M_NAKS_SENT] += 1
 
@@ -1410,6 +1816,7 @@ def _send_dsack(X, q, t, dup):
     X.K[pkt, K_SACK] = -1
     X.K[pkt, K_DSACK] = X.K[dup, K_SEQ]
     X.K[pkt, K_TDATA] = X.K[dup, K_TTX]
+    _tel_copy(X, pkt, dup)
     _ack_out(X, q, t, pkt)
 
 
@@ -1438,9 +1845,9 @@ def _ack(X, q, t, dup):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _ack_one(X, q, t, dup):
-    # = Receiver.ack's own ACK (cell 1, no telemetry), then reply_nic (one port: r_port): the
-    #   bitmap of the units held within sack_bitmap of the cumulative PSN (Q_RN of them held in all,
-    #   each flagged F_HELD), the latest send time since the last ACK or the duplicate's
+    # = Receiver.ack's own ACK (cell 1), then reply_nic (one port: r_port): the bitmap of the units
+    #   held within sack_bitmap of the cumulative PSN (Q_RN of them held in all, each flagged F_HELD),
+    #   the latest send time since the last ACK and that unit's INT (r_tack, r_tel), or the duplicate's
     cum = X.Q[q, Q_RCUM]
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK] + X.g[G_SACK_BYTES], 0, cum, t, 1, -1, ACK)
     X.K[pkt, K_SACK] = -1
@@ -1464,12 +1871,15 @@ def _ack_one(X, q, t, dup):
     if dup >= 0:
         X.K[pkt, K_DSACK] = X.K[dup, K_SEQ]
         X.K[pkt, K_TDATA] = X.K[dup, K_TTX]
+        _tel_copy(X, pkt, dup)
     else:
         X.K[pkt, K_TDATA] = X.Q[q, Q_RTACK]
+        _tel_from_rx(X, pkt, q)                # = pkt.tel = qp.r_tel
         if X.Q[q, Q_RTACK] > X.Q[q, Q_RTSENT]:
             X.Q[q, Q_RTSENT] = X.Q[q, Q_RTACK]
     _ack_out(X, q, t, pkt)
     X.Q[q, Q_RTACK] = -1
+    X.Q[q, Q_RTELN] = -1                       # = qp.r_tel = None
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -1569,7 +1979,7 @@ def _arrived(X, t, pkt):
     # the start of Receiver.on_packet and on_packet_coalesced: the latency histogram and ECN
     # (Receiver._marked, cnp_interval None)
     npk = X.K[pkt, K_NPK]
-    X.hist[int(math.log(t - X.K[pkt, K_TTX]) * X.f[0])] += npk
+    X.hist[int(math.log(t - X.K[pkt, K_TTX]) * X.f[F_INV])] += npk
     if X.K[pkt, K_CE]:
         q = X.K[pkt, K_QP]
         X.M[X.Q[q, Q_MSG], M_ECN] += npk
@@ -1651,6 +2061,8 @@ def _on_packet_coalesced(X, t, pkt):
         return
     if ttx > X.Q[q, Q_RTACK]:
         X.Q[q, Q_RTACK] = ttx
+        if X.g[G_STAMP]:
+            _tel_to_rx(X, q, pkt)              # = qp.r_tel = pkt.tel
     X.Q[q, Q_RLAST] = t
     X.Q[q, Q_RUNACK] += 1
     if ack_requested(seq, end, cum, X.Q[q, Q_NPSN], X.g[G_ACK_EVERY]):
@@ -1673,11 +2085,15 @@ def _to_host(X, t, pkt):
     else:
         q = X.K[pkt, K_QP]
         X.M[X.Q[q, Q_MSG], M_CTRL_ARR] += 1
-        if not X.Q[q, Q_DONE]:                 # = Sender.on_ctrl (ACK or NAK: no CNPs without CC)
-            if X.K[pkt, K_KIND] == ACK:
+        if not X.Q[q, Q_DONE]:                 # = Sender.on_ctrl
+            kind = X.K[pkt, K_KIND]
+            if kind == ACK:
                 _on_ack(X, q, t, pkt)
-            else:
+            elif kind == NAK:
                 _on_nak(X, q, t, pkt)
+            else:
+                X.M[X.Q[q, Q_MSG], M_CNPS] += 1
+                _cc_on_cnp(X, q, t)
     _free_pkt(X, pkt)
 
 # ---------------------------------------------------------------- loop
@@ -1704,6 +2120,8 @@ def run(X, until_ps):
             return R_TIME_LIMIT
         if (g[G_PNFREE] < SPACE or g[G_DNFREE] < SPACE or g[G_BNFREE] < SPACE or g[G_HN] + SPACE > X.HP.shape[0]
                 or g[G_OLOG_N] + SPACE > X.OL.shape[1] or t // g[G_BIN] + 1 >= len(X.good)):
+            return R_SPACE
+        if g[G_CC] == CC_TELEMETRY and not _tel_space(X):
             return R_SPACE
         kind = X.HP[0, 2]
         a = X.HP[0, 3]
@@ -1733,6 +2151,8 @@ def run(X, until_ps):
             _apply_resume(X, t, a)
         elif kind == E_ACK_TIMER:
             _on_ack_timer(X, a, t, b)
+        elif kind == E_CC_TIMER:
+            _cc_timer(X, t, a, b)
         elif kind == E_RELEASE:
             g[G_PY_KIND] = P_RELEASE
             g[G_PY_A] = a

@@ -17,7 +17,12 @@ outside is stated by the reasons it comes with: persistent connections (the esti
 chain), an ``rto_max`` whose jittered product would leave int64 (docs/compiled-core.md 3.1), and
 with coalescing a delayed-ACK timer past int64 (the time limit plus ``ack_delay`` of 2^62 ps or
 more) or, with adaptive timeouts, a wait allowance of 2^61 ps or more (``ack_delay`` plus
-``ack_every`` units at a host's line rate, added to the timeout's base in int64).
+``ack_every`` units at a host's line rate, added to the timeout's base in int64). Congestion
+control ``none`` and ``telemetry`` are compiled, the latter with INT stamped by lossy and lossless
+switches (INT without a controller, ``switch.telemetry: on``, too), with or without ACK coalescing
+(a coalesced ACK echoes the INT of the latest-sent unit it covers, a D-SACK its duplicate's), for
+time limits below 2^53 ps (its int-float comparisons); ``dcqcn`` and ``dcqcn_cx`` run on heap
+(``congestion_control: dcqcn (slice 5)``).
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from ...net.sender import ack_wait_ps
 #: routing policies, receiver models and congestion-control algorithms compiled so far
 ROUTING = ("ecmp", "spray", "adaptive")
 RECEIVERS = ("ddp", "go_back_n")
-CC = ("none",)
+CC = ("none", "telemetry")
 
 
 def uncovered(engine) -> list[str]:
@@ -88,6 +93,12 @@ def uncovered(engine) -> list[str]:
         out.append("simulation.time_limit x the units of the largest message of 2^62 ps or more (slice 7)")
     if sc.congestion_control.name not in CC:
         out.append(f"congestion_control: {sc.congestion_control.name} (slice 5)")
+    elif sc.congestion_control.name == "telemetry" and limit >= 1 << 53:
+        # the controller compares and converts int times (INT timestamps, spans) with floats: exact
+        # in both kernels only below 2^53 (CPython compares an int with a float exactly, numba
+        # converts the int)
+        out.append("congestion_control: telemetry with simulation.time_limit of 2^53 ps (2.5 hours) or more "
+                   "(slice 7)")
     if engine.pfc is not None and engine.ports:
         # a lossless queue's drain time (its peak, busy_until) is formed in int64: the bytes a port
         # can hold are at most what reached its switch by the time limit, so the drain time is at
@@ -107,17 +118,18 @@ def uncovered(engine) -> list[str]:
     sws = engine.switches.values()
     if any(getattr(sw, "shared", None) is not None for sw in sws):
         out.append("a shared switch buffer (slice 4)")
-    if any(getattr(sw, "stamp", False) for sw in sws):
-        out.append("in-band telemetry (slice 5)")
     if any(sw.strict[1] or sw.strict[2] for sw in sws if hasattr(sw, "strict")):
         out.append("switch.strict_priority with ACK/NAK in the strict class (slice 5)")
     sim = sc.simulation
-    # the largest packet: data or ACK (a coalesced ACK carries its SACK bitmap)
-    wire = max(sim.mtu + sim.header, p.ack_size + (-(-p.sack_bitmap // 8) if coalesced else 0))
+    # the largest packet: data (with INT, its stack: at most one record per switch) or ACK (a coalesced
+    # ACK carries its SACK bitmap; INT echoed by an ACK adds no bytes)
+    stamps = [sw for sw in sws if getattr(sw, "stamp", False)]
+    grown = max(sw.int_first for sw in stamps) + (len(sws) - 1) * max(sw.int_hop for sw in stamps) if stamps else 0
+    wire = max(sim.mtu + sim.header + grown, p.ack_size + (-(-p.sack_bitmap // 8) if coalesced else 0))
     if wire * max((rate_fraction(q.rate)[1] for q in engine.ports), default=1) >= 1 << 63:
         # wire * rd (= wire * ps per byte when the rate divides PS_BITS) in int64: packets up to
         # 1,152,921 B at any rate
-        out.append("a packet (simulation.mtu + header, or receiver.ack_size) whose size times a link's "
+        out.append("a packet (simulation.mtu + header and its INT, or receiver.ack_size) whose size times a link's "
                    "PS_BITS / rate numerator reaches 2^63 (slice 7)")
     if any(not q.ps_per_byte and (_fraction_too_fine(q.rate) or q.rate > PS_BITS) for q in engine.ports):
         out.append("a link rate that does not divide 8e12 bit-ps per byte and whose reduced fraction needs "

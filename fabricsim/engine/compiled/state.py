@@ -48,6 +48,15 @@ _ARRAYS = {
     "PQ": (_I, 6, None), "RHM": (_I, 0, None), "RHG": (_I, 0, None), "RHB": (_I, 0, None),
     "thr_l": (_I, 0, None), "thr_r": (_I, 0, None), "qe": (_I, 0, None), "qn": (_I, 0, None),
     "qb": (_I, 0, None), "qj": (_I, 0, None), "qro": (_I, 0, None), "qrn": (_I, 0, None),
+    # congestion control: per queue pair the flow's rate and window and the algorithm's floats; telemetry's
+    # per-position EWMA (hop_u, hop_ts: one column per record of the longest INT stack, "w"); the INT
+    # records of each packet (5 words per record, "w") and, with ACK coalescing, of each queue pair's
+    # r_tel (RT: the stack of the latest-sent unit since its last ACK, which a coalesced ACK echoes; 0
+    # columns without coalescing); telemetry's port histories, their deque nodes and their hash table
+    # (X.HT: a power of two long, -1 = empty; rebuilt, not copied, when it grows)
+    "QF": (np.float64, len(C.QF_FIELDS), "qp"), "q_hu": (np.float64, "w", "qp"), "q_hts": (_I, "w", "qp"),
+    "KT": (_I, "w", "pkt"), "RT": (_I, "w", "qp"),
+    "TH": (_I, len(C.TH_FIELDS), "thist"), "TN": (_I, len(C.TN_FIELDS), "tnode"), "HT": (_I, 0, None),
 }
 State = namedtuple("State", list(_ARRAYS))
 
@@ -55,17 +64,22 @@ State = namedtuple("State", list(_ARRAYS))
 CAUSES = ("sack", "timeout", "nak")
 #: initial values of the rows that are not 0 (-1 = None)
 _FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc", "reot", "gbt",
-                                 "rtack", "rtsent")}
-_FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack", "inport", "sacks")})
+                                 "rtack", "rtsent", "rteln")}
+_FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack", "inport", "sacks", "teln")})
 _FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt", "lqh", "lqt", "cur", "nicp")})
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
 _FIELDS_OF = {"P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS, "D": C.NODE_FIELDS,
-              "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS}
+              "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS, "QF": C.QF_FIELDS, "TH": C.TH_FIELDS, "TN": C.TN_FIELDS}
 
 
-def _arr(name, n, rows=None):
-    dt, cols, _g = _ARRAYS[name]
-    rows = cols if rows is None else rows
+def _arr(name, n, width=None):
+    """A new array ``name`` of ``n`` rows; ``width``: its columns where the run sets them (the "w"
+    arrays, whose width is the run's, and X.BM), else the declared ones."""
+    dt, rows, _g = _ARRAYS[name]
+    if rows == "w":
+        return np.full((n, width), C.ABSENT if name == "q_hts" else 0, dtype=dt)
+    if width is not None:
+        rows = width
     if name == "a_resent":
         return np.full(n, C.ABSENT, dtype=dt)
     if not rows:
@@ -94,7 +108,8 @@ def build(engine, nic_index: dict) -> State:
     params = sim.scenario.receiver.params
     a = {}
     a["g"] = np.zeros(C.NG, dtype=_I)
-    a["f"] = np.array([engine.recorder.latency.inv_log_base], dtype=np.float64)
+    a["f"] = np.zeros(C.NF, dtype=np.float64)
+    a["f"][C.F_INV] = engine.recorder.latency.inv_log_base
     # switches and routes
     sws = list(engine.switches.values())
     s_local = {sw.id: i for i, sw in enumerate(sws)}
@@ -130,6 +145,7 @@ def build(engine, nic_index: dict) -> State:
     for p in ports:
         i = p.index
         P[i, col["rn"]], P[i, col["rd"]] = rate_fraction(p.rate)     # PS_BITS / rate = rd / rn
+        P[i, col["rate"]] = p.rate
         P[i, col["offset"]] = p.offset
         if p.peer in s_local:
             P[i, col["deliver"]] = C.D_LSWITCH if pfc is not None else C.D_SWITCH
@@ -162,20 +178,36 @@ def build(engine, nic_index: dict) -> State:
     a["hist"] = np.array(rec.latency.counts, dtype=_I)
     a["good"] = np.zeros(1024, dtype=_I)
     a["OL"] = _arr("OL", 1 << 16)
+    # INT: the longest stack a packet can collect (every switch on its longest route)
+    stamp = any(getattr(sw, "stamp", False) for sw in sws)
+    maxhop = _longest_route(r_off, r_cnt, cand, ports, s_local) if stamp else 0     # (0: no INT arrays)
+    a["HT"] = np.full(1 << _HT_BITS, -1, dtype=_I)
     # growable pools
     rcv = engine.receiver
     a["BM"] = _arr("BM", 256, 1 + -(-rcv.sack_units // 64) if rcv.coalesce else 2)
+    # the run's widths: INT records per packet (KT) and, with ACK coalescing, per receiving queue pair
+    # (RT: r_tel, the stack a coalesced ACK echoes); telemetry's per-position EWMA (q_hu, q_hts)
+    widths = {"KT": 5 * maxhop, "RT": 5 * maxhop if rcv.coalesce else 0, "q_hu": maxhop, "q_hts": maxhop}
     for name, (_dt, _rows, group) in _ARRAYS.items():
         if name not in a:
-            a[name] = _arr(name, {"heap": 4096, "qp": 64, "arena": 4096, "node": 8192, "pkt": 8192}[group])
+            a[name] = _arr(name, {"heap": 4096, "qp": 64, "arena": 4096, "node": 8192, "pkt": 8192, "thist": 1024,
+                                  "tnode": 8192}[group], widths.get(name))
     X = State(**a)
     _link_free(X.K[:, C.K_NEXT], 0)
     _link_free(X.D[:, C.D_NEXT], 0)
     _link_free(X.BM[:, 0], 0)
+    _link_free(X.TN[:, C.TN_NEXT], 0)
     gv = X.g
     gv[C.G_PFREE], gv[C.G_PNFREE] = 0, X.K.shape[0]
     gv[C.G_DFREE], gv[C.G_DNFREE] = 0, X.D.shape[0]
     gv[C.G_BFREE], gv[C.G_BNFREE] = 0, X.BM.shape[0]
+    gv[C.G_TNFREE], gv[C.G_TNNFREE] = 0, X.TN.shape[0]
+    gv[C.G_HT_BITS] = _HT_BITS
+    gv[C.G_MAXHOP] = maxhop
+    if stamp:
+        sw0 = next(sw for sw in sws if sw.stamp)
+        gv[C.G_STAMP], gv[C.G_INT_FIRST], gv[C.G_INT_HOP] = 1, sw0.int_first, sw0.int_hop
+    _congestion_control(X, engine)
     gv[C.G_LFA] = -1
     gv[C.G_GOOD_HI] = -1
     gv[C.G_MTU] = engine.mtu
@@ -217,6 +249,97 @@ def build(engine, nic_index: dict) -> State:
 
 #: routing policy -> its code in the core (coverage.ROUTING lists the same names)
 _ROUTES = {"ecmp": C.ROUTE_ECMP, "spray": C.ROUTE_SPRAY, "adaptive": C.ROUTE_ADAPTIVE}
+#: congestion-control algorithm -> its code in the core (coverage.CC lists the same names)
+CC_CODES = {"none": C.CC_NONE, "telemetry": C.CC_TELEMETRY}
+#: log2 of the initial size of telemetry's port-history hash table
+_HT_BITS = 11
+
+
+def _longest_route(r_off, r_cnt, cand, ports, s_local) -> int:
+    """The most switches a packet crosses on any route of the tables (the records of the longest INT
+    stack): from each switch towards each destination, 1 + the longest from the next switch."""
+    memo = {}
+
+    def hops(sw, dst):
+        v = memo.get((sw, dst))
+        if v is None:
+            memo[(sw, dst)] = 0                       # (routes never loop; this only bounds a bad table)
+            off, cnt = r_off[sw, dst], r_cnt[sw, dst]
+            v = 1 + max((hops(s_local[ports[c].peer], dst) for c in cand[off:off + cnt]
+                         if ports[c].peer in s_local), default=0)
+            memo[(sw, dst)] = v
+        return v
+
+    return max((hops(sw, dst) for sw in range(r_off.shape[0]) for dst in range(r_off.shape[1]) if r_cnt[sw, dst]),
+               default=1)
+
+
+def _congestion_control(X: State, engine) -> None:
+    """The algorithm's code and parameters (its per-flow state is copied when a queue pair is
+    registered, :func:`register_flow`)."""
+    cc = engine.cc
+    code = CC_CODES[engine.sim.scenario.congestion_control.name]
+    X.g[C.G_CC] = code
+    if code == C.CC_TELEMETRY:
+        X.g[C.G_TEL_PERHOP] = cc._per_hop
+        X.g[C.G_TEL_MAXSTAGE] = cc._max_stage
+        X.f[C.F_ETA], X.f[C.F_RTT_GAIN], X.f[C.F_RTT_MAX] = cc._eta, cc._rtt_gain, cc._rtt_max
+
+
+def register_flow(X: State, q: int, flow) -> None:
+    """Queue pair ``q``'s :class:`~fabricsim.cc.base.Flow` as ``CongestionControl.start`` left it:
+    the line rate, pacing rate and window, and the algorithm's own state (``flow.state``)."""
+    X.Q[q, C.Q_LINE] = flow.line_bps
+    X.QF[q, C.QF_RATE] = flow.rate_bps
+    if flow.window_bytes is not None:
+        X.Q[q, C.Q_HASWIN] = 1
+        X.QF[q, C.QF_WIN] = flow.window_bytes
+    if X.g[C.G_CC] == C.CC_TELEMETRY:
+        s = flow.state
+        F = X.QF
+        (F[q, C.TF_T], F[q, C.TF_W], F[q, C.TF_WC], F[q, C.TF_WINIT], F[q, C.TF_WMIN], F[q, C.TF_WAI], F[q, C.TF_U],
+         F[q, C.TF_SCALE], F[q, C.TF_RSPAN], F[q, C.TF_QSPAN]) = (s.T, s.w, s.wc, s.w_init, s.w_min, s.w_ai, s.u,
+                                                                 s.rtt_scale, s.rate_span, s.q_span)
+        if s.srtt is not None or s.hop_u or s.ports or s.inc_stage or s.last_update_seq:
+            raise ValueError("kernel: compiled: a telemetry flow registered after it measured")
+        X.Q[q, C.Q_BRTT] = flow.base_rtt_ps           # (read by _unseen_delay)
+
+
+def _flow_back(X: State, q: int, flow) -> None:
+    """Queue pair ``q``'s rate, window and algorithm state onto its Flow (:func:`register_flow`'s inverse)."""
+    rate = float(X.QF[q, C.QF_RATE])
+    flow.rate_bps = flow.line_bps if rate == flow.line_bps else rate
+    flow.window_bytes = float(X.QF[q, C.QF_WIN]) if X.Q[q, C.Q_HASWIN] else None
+    if X.g[C.G_CC] == C.CC_TELEMETRY:
+        s = flow.state
+        F = X.QF
+        s.w, s.wc, s.u, s.rtt_scale = (float(F[q, C.TF_W]), float(F[q, C.TF_WC]), float(F[q, C.TF_U]),
+                                       float(F[q, C.TF_SCALE]))
+        s.srtt = float(F[q, C.TF_SRTT]) if X.Q[q, C.TQ_HAVE_SRTT] else None
+        s.inc_stage, s.last_update_seq = int(X.Q[q, C.TQ_STAGE]), int(X.Q[q, C.TQ_LUS])
+        nh = int(X.Q[q, C.TQ_NH])
+        s.hop_u = X.q_hu[q, :nh].tolist()
+        s.hop_ts = [None if v == C.ABSENT else v for v in X.q_hts[q, :nh].tolist()]
+
+
+def _port_histories_back(X: State, qps) -> None:
+    """Telemetry's per-port histories (``TelemetryState.ports``) from X.TH, in the order they were made."""
+    from ...cc.telemetry import _PortHistory
+    TH, TN = X.TH, X.TN
+
+    def nodes(i):
+        out = []
+        while i >= 0:
+            out.append((int(TN[i, C.TN_TS]), int(TN[i, C.TN_VAL])))
+            i = int(TN[i, C.TN_NEXT])
+        return out
+
+    for h in range(int(X.g[C.G_TH_N])):
+        ph = _PortHistory(0, 0, 0)
+        ph.rate = deque(nodes(int(TH[h, C.TH_RH])))
+        ph.qmin = deque(nodes(int(TH[h, C.TH_MH])))
+        ph.last_ts, ph.last_q = int(TH[h, C.TH_LTS]), int(TH[h, C.TH_LQ])
+        qps[int(TH[h, C.TH_Q])].flow.state.ports[int(TH[h, C.TH_PORT])] = ph
 
 
 def _adaptive(a, engine, quality, s_local, r_off, r_cnt, cand):
@@ -309,7 +432,7 @@ def grow(X: State, group: str, need: int) -> State:
 
 #: pools with a free list: group -> (array, its next-slot column, free-list head and count in g)
 _FREE_LISTS = {"pkt": ("K", C.K_NEXT, C.G_PFREE, C.G_PNFREE), "node": ("D", C.D_NEXT, C.G_DFREE, C.G_DNFREE),
-               "bm": ("BM", 0, C.G_BFREE, C.G_BNFREE)}
+               "bm": ("BM", 0, C.G_BFREE, C.G_BNFREE), "tnode": ("TN", C.TN_NEXT, C.G_TNFREE, C.G_TNNFREE)}
 
 
 def fold_reorder(X: State, rows) -> None:
@@ -347,6 +470,7 @@ def sync_message(X: State, st) -> None:
     st.naks = int(X.M[r, C.M_NAKS])
     st.naks_sent = int(X.M[r, C.M_NAKS_SENT])
     st.discarded_bytes = int(X.M[r, C.M_DISC])
+    st.cnps = int(X.M[r, C.M_CNPS])
 
 
 def sync_recorder(X: State, rec) -> None:
@@ -418,6 +542,12 @@ def write_ports(X: State, ports, counters: bool = True) -> None:
         p.prio_bytes = cols["prio"][i]
 
 
+def _records(A, i: int, n: int) -> list:
+    """Row ``i`` of an INT record array (X.KT, X.RT) as Python's stack: ``n`` tuples (ts, tx, qlen, rate, port)."""
+    r = A[i, :5 * n].tolist()
+    return [tuple(r[j:j + 5]) for j in range(0, 5 * n, 5)]
+
+
 def _packet(X: State, i: int, qps, ports) -> Packet:
     kind = int(X.K[i, C.K_KIND])
     hop = int(X.K[i, C.K_HOP])
@@ -426,6 +556,9 @@ def _packet(X: State, i: int, qps, ports) -> Packet:
     pkt.ce = int(X.K[i, C.K_CE])
     pkt.sack = int(X.K[i, C.K_SACK])
     pkt.t_data = int(X.K[i, C.K_TDATA])
+    n = int(X.K[i, C.K_TELN])
+    if n >= 0:
+        pkt.tel = _records(X.KT, i, n)
     if kind:
         b = int(X.K[i, C.K_SACKS])          # -1: None (the per-unit format), -2: an empty bitmap
         pkt.sacks = None if b == -1 else 0 if b == -2 else sum(
@@ -495,8 +628,14 @@ def write_back(X: State, engine, qps, nics) -> None:
         qp.r_unacked, qp.r_ce = int(X.Q[qi, C.Q_RUNACK]), int(X.Q[qi, C.Q_RCE])
         qp.r_tack, qp.r_tsent, qp.r_last_rx = int(X.Q[qi, C.Q_RTACK]), int(X.Q[qi, C.Q_RTSENT]), \
             int(X.Q[qi, C.Q_RLAST])
+        n = int(X.Q[qi, C.Q_RTELN])
+        qp.r_tel = _records(X.RT, qi, n) if n >= 0 else None
         qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[qi, C.Q_SENTB]), int(X.Q[qi, C.Q_ACKB])
         qp.flow.active = bool(X.Q[qi, C.Q_ACTIVE])
+        qp.next_ok = int(X.Q[qi, C.Q_NOK])
+        _flow_back(X, qi, qp.flow)
+    if X.g[C.G_CC] == C.CC_TELEMETRY:
+        _port_histories_back(X, qps)
     fold_reorder(X, engine._rows)
     for st in engine._rows:
         sync_message(X, st)
