@@ -144,6 +144,10 @@ class SpreadBuilder:
         # one rail share one entry
         self._cap_to: dict = {}           # (switch, those) -> :meth:`_capacity_to`
         self._spread: dict = {}           # (switch, those) -> its spread (:meth:`_spread_at`)
+        self._near_dst: dict = {}         # those -> a destination they are the attachments of
+        # a shared policy's switch-to-switch segments as made: (segment, starts, a destination),
+        # what a load-dependent split (:mod:`fabricsim.engine.balance`) walks again
+        self.mid_walks: list = []
         self._first: dict = {}
         self._fh_memo = _KeyMemo()        # (neighbour class of src, attachments of dst) -> first-hop set id
         self._fh_ids: dict = {}           # first-hop switches (tuple) -> their id
@@ -385,6 +389,7 @@ class SpreadBuilder:
             got = (ports, self.links.dst[ports].astype(np.int64), x[on])
             if key is not None:
                 self._spread[key] = got
+                self._near_dst.setdefault(key[1], dst)
         return got
 
     def row(self, src: int, dst: int, uid: int, flow_hash: int) -> list[tuple[int, float]]:
@@ -443,8 +448,7 @@ class SpreadBuilder:
             mkey = (starts, self.paths.attachments_reachable([x for x, _w in starts], dst))
             mid = self._mid.get(mkey)
             if mid is None:
-                acc, exits = self._walk(dict(starts), dst, qp, mkey[1])
-                mid = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
+                mid = self._mid[mkey] = self._new_mid(starts, dst, mkey[1])
         mid_seg, exits = mid
         down = self._last_hop(dst, exits, qp)
         out = [(up_seg, 1.0)]
@@ -525,6 +529,26 @@ class SpreadBuilder:
         segs[ptr[1:] - 1] = down
         return counts, segs, np.ones(len(segs))
 
+    def _new_mid(self, starts: tuple, dst: int, near) -> tuple:
+        """A shared policy's switch-to-switch segment from ``starts`` towards ``dst`` (the
+        attachments ``near`` reachable) and its exits, ``(segment or None, exits)``; the segment's
+        walk is recorded in :attr:`mid_walks`."""
+        acc, exits = self._walk(dict(starts), dst, None, near)
+        seg = self._segment(acc) if acc else None
+        if seg is not None:
+            self.mid_walks.append((seg, starts, dst))
+        return seg, tuple(sorted(exits.items()))
+
+    def near_destination(self, near) -> int:
+        """A destination host whose attachment switches in some component are ``near`` (a key of
+        the shared spreads, :meth:`spread_of`)."""
+        return self._near_dst[near]
+
+    def spread_of(self, node: int, dst: int) -> tuple:
+        """The shared spread of switch ``node`` towards ``dst`` (:meth:`_spread_at`): ``(links,
+        the switches they lead to, shares)``, the links those the policy gives a share."""
+        return self._spread_at(node, dst, self.paths.attachments(dst), None)
+
     def _mid_id(self, starts: tuple, dst: int) -> int:
         """The switch-to-switch segment of ``starts`` towards ``dst`` (:meth:`_row`'s ``mid``) and
         its exits' id, packed as ``(segment + 1) << 32 | exits id`` (``0 << 32``: no segment), for
@@ -532,8 +556,7 @@ class SpreadBuilder:
         mkey = (starts, self.paths.attachments_reachable([x for x, _w in starts], dst))
         got = self._mid.get(mkey)
         if got is None:
-            acc, exits = self._walk(dict(starts), dst, None, mkey[1])
-            got = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
+            got = self._mid[mkey] = self._new_mid(starts, dst, mkey[1])
         eid = self._exits_id.setdefault(got[1], len(self._exits_id))
         if len(self.seg_links) >= 2**31 - 1 or eid >= 2**32:
             raise OverflowError("more than 2^31 - 2 segments or 2^32 exits")

@@ -1,0 +1,166 @@
+"""Flow-level adaptive routing against the packet engine where the split in proportion to capacity is
+wrong: fabrics where some candidate links of an adaptive switch carry other load.
+
+Each case is an explicit leaf-spine (400G, 500 ns links, unbounded buffers) with 2 MiB messages,
+all released at 0, routing ``adaptive`` (defaults: graded local queue, remote reports). The packet
+engine runs as in benchmarks/bench_flow_validation.py (no congestion control, lossless by unbounded
+buffers); the flow engine runs the exact fluid model (``simulation.flow.group: 0``) with the adaptive
+split ``proportional`` and ``waterfill`` (``simulation.flow.adaptive``). Cases:
+
+- ``hot_downlink``: leaf0 (h0-h3), leaf1 (h4-h7), spines s0-s3; h8 hangs off s3 and sends to h4, so
+  s3's downlink to leaf1 carries load leaf0 cannot see locally; h0-h2 send to h5-h7
+  (tests/test_adaptive_routing.py's case);
+- ``hot_uplink``: h8 under leaf0 sends to h9, which hangs off s3: leaf0's uplink to s3 carries a
+  single-path flow beside h0-h3 -> h4-h7 (five flows over four uplinks);
+- ``partial_leaf``: leaf2 (h8, h9) is wired to s0 and s1 only and sends to h6, h7; h0, h1 send to
+  h4, h5: the downlinks s0, s1 -> leaf1 carry leaf2's traffic;
+- ``degraded_link``: three leaves of four hosts; the s3-leaf1 link runs at 200G; h0, h1 -> leaf1,
+  h2, h3 -> leaf2 (leaf0's uplink to s0 is under-used by the leaf1-bound split);
+- ``failed_link``: the same with the s0-leaf1 link missing;
+- ``incast_symmetric`` (control): 4 x 4 leaf-spine, hosts 1-7 send to host 0 and hosts 8-15 a
+  cross-leaf permutation among themselves: symmetric, the proportional split is already balanced.
+
+    PYTHONPATH=. python benchmarks/bench_flow_waterfill.py [--only NAME] [--seeds 1 2 3]
+
+Writes benchmarks/results/flow_waterfill.json and prints a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import fabricsim
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "flow_waterfill.json"
+SIZE = 2 * 2**20
+LINK = {"rate": "400Gbps", "delay": "500ns"}
+
+
+def _fabric(leaves: int, hosts_per_leaf: int, spines: int, extra=(), skip=(), rates=None):
+    """Explicit leaf-spine: ``leaves`` x ``hosts_per_leaf`` hosts h0.. (leaf-major), ``spines`` spines,
+    one link per leaf-spine pair except ``skip`` ((leaf, spine) pairs), ``rates`` ({(leaf, spine):
+    rate}); ``extra`` hosts ``(name, switch)`` appended after the leaf hosts."""
+    rates = rates or {}
+    n = leaves * hosts_per_leaf
+    nodes = ([{"name": f"h{i}", "type": "host"} for i in range(n)]
+             + [{"name": name, "type": "host"} for name, _sw in extra]
+             + [{"name": f"leaf{i}", "type": "switch", "tier": 1} for i in range(leaves)]
+             + [{"name": f"s{i}", "type": "switch", "tier": 2} for i in range(spines)])
+    links = [{"a": f"h{i}", "b": f"leaf{i // hosts_per_leaf}", **LINK} for i in range(n)]
+    links += [{"a": name, "b": sw, **LINK} for name, sw in extra]
+    links += [{"a": f"leaf{a}", "b": f"s{s}", **LINK, "rate": rates.get((a, s), LINK["rate"])}
+              for a in range(leaves) for s in range(spines) if (a, s) not in skip]
+    return {"kind": "explicit", "nodes": nodes, "links": links, "switch_latency": "600ns",
+            "buffer": {"size": "unbounded"}}
+
+
+#: case -> (topology, [(src, dst), ...]) with host ids in listing order
+CASES = {
+    "hot_downlink": (_fabric(2, 4, 4, extra=[("h8", "s3")]), [(8, 4), (0, 5), (1, 6), (2, 7)]),
+    "hot_uplink": (_fabric(2, 4, 4, extra=[("h8", "leaf0"), ("h9", "s3")]),
+                   [(8, 9), (0, 4), (1, 5), (2, 6), (3, 7)]),
+    "partial_leaf": (_fabric(3, 4, 4, skip=[(2, 2), (2, 3)]), [(8, 6), (9, 7), (0, 4), (1, 5)]),
+    "degraded_link": (_fabric(3, 4, 4, rates={(1, 3): "200Gbps"}), [(0, 4), (1, 5), (2, 8), (3, 9)]),
+    "failed_link": (_fabric(3, 4, 4, skip=[(1, 0)]), [(0, 4), (1, 5), (2, 8), (3, 9)]),
+    "incast_symmetric": (_fabric(4, 4, 4), [(i, 0) for i in range(1, 8)]
+                         + [(8 + i, 8 + (i + 4) % 8) for i in range(8)]),
+}
+
+
+def scenario(case: str, engine: str, tmp: Path, seed: int = 1, adaptive: str | None = None) -> dict:
+    topo, pairs = CASES[case]
+    path = tmp / f"{case}.csv"
+    if not path.exists():
+        rows = ["id,src,dst,size_bytes,start_ps"] + [f"{i},{s},{d},{SIZE},0" for i, (s, d) in enumerate(pairs)]
+        path.write_text("\n".join(rows) + "\n")
+    sim = {"seed": seed, "engine": engine, "time_limit": "100ms"}
+    if engine == "flow":
+        sim["flow"] = {"group": 0, **({"adaptive": adaptive} if adaptive else {})}
+    return {"name": case, "topology": topo, "traffic": {"pattern": "csv", "path": str(path)},
+            "routing": {"policy": "adaptive"}, "simulation": sim}
+
+
+def figures(res) -> dict:
+    m = res.messages
+    fct = m.loc[m.completed, "fct_ps"].astype(float)
+    return {"completion_time_ratio": res.summary["effective_bandwidth"]["completion_time_ratio"],
+            "end_ps": int(res.summary["run"]["end_ps"]), "fct_ps": [int(x) for x in fct],
+            "status": res.summary["run"]["status"], "counters": {k: v for k, v in res.summary["run"].items()
+                                                                 if k.startswith("flow_waterfill")}}
+
+
+def rel(a, b):
+    return None if a is None or not b else (a - b) / b
+
+
+def run_case(case: str, tmp: Path, seed: int, models) -> dict:
+    out = {"case": case, "seed": seed}
+    t0 = time.perf_counter()
+    out["packet"] = figures(fabricsim.run(scenario(case, "packet", tmp, seed)))
+    out["packet"]["wall_s"] = round(time.perf_counter() - t0, 3)
+    for model in models:
+        t0 = time.perf_counter()
+        f = figures(fabricsim.run(scenario(case, "flow", tmp, seed, model)))
+        f["wall_s"] = round(time.perf_counter() - t0, 3)
+        p = out["packet"]
+        f["ctr_diff"] = rel(f["completion_time_ratio"], p["completion_time_ratio"])
+        # per message: flow FCT / packet FCT - 1, the largest in magnitude
+        f["fct_diff_max_abs"] = max(abs(rel(a, b)) for a, b in zip(f["fct_ps"], p["fct_ps"]))
+        out[model or "default"] = f
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None, help="cases to run (default all)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1])
+    ap.add_argument("--models", nargs="+", default=["proportional", "waterfill"],
+                    help="simulation.flow.adaptive values to run ('' = the engine's default)")
+    ap.add_argument("--output", default=str(OUT))
+    a = ap.parse_args(argv)
+    models = [m or None for m in a.models]
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for case in CASES:
+            if a.only and case not in a.only:
+                continue
+            for seed in a.seeds:
+                r = run_case(case, Path(d), seed, models)
+                rows.append(r)
+                print(json.dumps({"case": case, "seed": seed, "packet": r["packet"]["completion_time_ratio"],
+                                  **{m or "default": (r[m or "default"]["completion_time_ratio"],
+                                                      r[m or "default"]["ctr_diff"]) for m in models}}), flush=True)
+    doc = {"command": "PYTHONPATH=. python benchmarks/bench_flow_waterfill.py " + " ".join(argv or sys.argv[1:]),
+           "date": datetime.datetime.now().isoformat(timespec="seconds"),
+           "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
+           "cases": rows}
+    Path(a.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.output).write_text(json.dumps(doc, indent=1) + "\n")
+    print()
+    print(table(rows, models))
+    return doc
+
+
+def table(rows, models) -> str:
+    head = "| case | seed | CTR packet | " + " | ".join(f"CTR flow {m} | diff | max FCT diff" for m in models) + " |"
+    lines = [head, "|" + "---|" * (3 + 3 * len(models))]
+    for r in rows:
+        cells = [r["case"], str(r["seed"]), f"{r['packet']['completion_time_ratio']:.3f}"]
+        for m in models:
+            f = r[m or "default"]
+            cells += [f"{f['completion_time_ratio']:.3f}", f"{100 * f['ctr_diff']:+.1f}%",
+                      f"{100 * f['fct_diff_max_abs']:.1f}%"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
