@@ -53,6 +53,9 @@ from ..flows.waterfill import fill_one
 
 #: shares within this (relative) of the capacity-proportional ones count as proportional
 _REL = 1e-9
+#: a segment's coefficient on a link below this is dropped (products of shares a water-filled
+#: entry left at rounding level; the max-min solvers divide by sums of coefficients)
+_TINY = 1e-12
 
 
 class AdaptiveBalance:
@@ -89,6 +92,13 @@ class AdaptiveBalance:
         self._e_links: list = []
         self._e_next: list = []
         self._e_x0: list = []
+        self._e_nodes: list = []            # per entry: the switches its slots lead to
+        self._e_near: list = []             # per entry: its attachment set's number
+        self._near_num: dict = {}           # attachment set -> number
+        self._member = np.zeros(0, dtype=np.int64)    # (set number << 32 | switch) of every set
+        self._ecode = np.zeros(0, dtype=np.int64)     # (set number << 32 | switch) of the entries, sorted
+        self._eid = np.zeros(0, dtype=np.int64)       # ... and their numbers
+        self._pending: list = []
         self._spread_seen = 0
         self._walks_seen = 0
         self._mid_seg: list = []            # per recorded switch-to-switch segment: its number in V
@@ -102,28 +112,69 @@ class AdaptiveBalance:
         self._arrive = None
 
     # ------------------------------------------------------------------ entries
-    def _entry(self, key) -> int:
-        """The number of the entry ``key`` = (switch, the group's attachments in its component),
-        registered with the entries its slots lead to."""
-        e = self._key_id.get(key)
-        if e is not None:
-            return e
+    def _near_id(self, near) -> int:
+        """A number for an attachment set (its switches added to the membership codes)."""
+        i = self._near_num.get(near)
+        if i is None:
+            i = self._near_num[near] = len(self._near_num)
+            codes = (np.int64(i) << 32) | np.asarray(sorted(near), dtype=np.int64)
+            self._member = np.union1d(self._member, codes)
+        return i
+
+    def _add(self, keys) -> None:
+        """Register the entries ``keys`` = (switch, the group's attachments in its component) and,
+        batch by batch, the entries their slots lead to; each slot's next entry (-1: it enters an
+        attachment switch) found by sorted integer codes, not per slot."""
         sb = self.sb
-        got = sb._spread.get(key)
-        if got is None:                     # (every entry a walk crosses exists; made if not)
-            got = sb.spread_of(key[0], sb.near_destination(key[1]))
-        ports, nxt, x = got
-        e = self._key_id[key] = len(self._keys)
-        self._keys.append(key)
-        self._e_links.append(np.asarray(ports, dtype=np.int64))
-        self._e_x0.append(np.asarray(x, dtype=np.float64))
-        self._e_next.append(None)
-        near = key[1]
-        # (per distinct next switch: a leaf's 128 uplinks lead to 8 spines)
-        un, inv = np.unique(nxt, return_inverse=True)
-        ids = np.array([-1 if n in near else self._entry((n, near)) for n in un.tolist()], dtype=np.int64)
-        self._e_next[e] = ids[inv.ravel()]
-        return e
+        while keys:
+            first = len(self._keys)
+            for key in keys:
+                if key in self._key_id:
+                    continue
+                got = sb._spread.get(key)
+                if got is None:             # (every entry a walk crosses exists; made if not)
+                    got = sb.spread_of(key[0], sb.near_destination(key[1]))
+                ports, nxt, x = got
+                e = self._key_id[key] = len(self._keys)
+                self._keys.append(key)
+                self._e_links.append(np.asarray(ports, dtype=np.int64))
+                self._e_x0.append(np.asarray(x, dtype=np.float64))
+                self._e_nodes.append(np.asarray(nxt, dtype=np.int64))
+                self._e_near.append(self._near_id(key[1]))
+            new = range(first, len(self._keys))
+            if not len(new):
+                return
+            codes = np.array([(self._e_near[e] << 32) | key[0] for e, key in zip(new, self._keys[first:])],
+                             dtype=np.int64)
+            ids = np.arange(first, len(self._keys), dtype=np.int64)
+            allc = np.concatenate([self._ecode, codes])
+            o = np.argsort(allc, kind="stable")
+            self._ecode, self._eid = allc[o], np.concatenate([self._eid, ids])[o]
+            cnt = [len(self._e_nodes[e]) for e in new]
+            nodes = np.concatenate([self._e_nodes[e] for e in new])
+            near = np.repeat(np.array([self._e_near[e] for e in new], dtype=np.int64), cnt)
+            code = (near << 32) | nodes
+            pos = np.minimum(np.searchsorted(self._member, code), len(self._member) - 1)
+            exit_ = self._member[pos] == code
+            pos = np.minimum(np.searchsorted(self._ecode, code), max(len(self._ecode) - 1, 0))
+            found = self._ecode[pos] == code
+            nxt = np.where(exit_, -1, np.where(found, self._eid[pos], -2))
+            bounds = np.zeros(len(cnt) + 1, dtype=np.int64)
+            np.cumsum(cnt, out=bounds[1:])
+            self._e_next.extend(nxt[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+            # next entries not registered yet: registered in the next batch, then filled in below
+            missing = np.flatnonzero(nxt == -2)
+            keys = []
+            if len(missing):
+                nearset = {i: n for n, i in self._near_num.items()}
+                keys = list(dict.fromkeys((int(nodes[j]), nearset[int(near[j])]) for j in missing.tolist()))
+                self._pending.extend(first + np.unique(np.searchsorted(bounds, missing, side="right") - 1))
+        for e in self._pending:
+            near = self._keys[e][1]
+            self._e_next[e] = np.array([n if n != -2 else self._key_id[(int(m), near)]
+                                        for n, m in zip(self._e_next[e].tolist(), self._e_nodes[e].tolist())],
+                                       dtype=np.int64)
+        self._pending = []
 
     def sync(self) -> bool:
         """Take in the entries and switch-to-switch segments the spread made since the last call
@@ -138,15 +189,16 @@ class AdaptiveBalance:
         while len(sb._spread) != self._spread_seen:
             keys = list(itertools.islice(sb._spread.keys(), self._spread_seen, None))
             self._spread_seen = len(sb._spread)
-            for key in keys:
-                self._entry(key)
+            self._add(keys)
         for seg, starts, dst in sb.mid_walks[self._walks_seen:]:
             m = len(self._mid_seg)
             self._mid_seg.append(seg)
             for node, w in starts:
                 near = sb.paths.attachments_near(node, dst)
                 if node not in near:
-                    self._st.append((m, self._entry((node, near)), w))
+                    if (node, near) not in self._key_id:
+                        self._add([(node, near)])
+                    self._st.append((m, self._key_id[(node, near)], w))
         self._walks_seen = len(sb.mid_walks)
         self._spread_seen = len(sb._spread)
         self._build()
@@ -393,6 +445,7 @@ class AdaptiveBalance:
         vals = np.where(found, C.data[pos] if len(have) else 0.0, 0.0)
         if int((vals != 0).sum()) != int((C.data != 0).sum()):
             raise AssertionError("a water-filled segment reaches a link outside its walk")
+        vals[vals < _TINY] = 0.0
         for s, piece in zip(segs, np.split(vals, np.cumsum(lens)[:-1])):
             sb.seg_coef[s] = piece
 

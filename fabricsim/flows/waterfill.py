@@ -40,7 +40,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fill_one", "water_fill"]
+__all__ = ["SNAP", "fill_one", "water_fill"]
+
+#: shares below this fraction of a group's amount are rounding residue: set to 0
+SNAP = 1e-9
 
 
 def fill_one(k, amount, cap, other, cap_down, other_down, t, bl, bs):
@@ -89,7 +92,9 @@ def fill_one(k, amount, cap, other, cap_down, other_down, t, bl, bs):
         v = lam * cap[j] - max(other[j], 0.0)
         if cap_down[j] < inf:
             v = min(v, lam * cap_down[j] - max(other_down[j], 0.0))
-        t[j] = max(v, 0.0)
+        # (a share below SNAP of the amount is the level's rounding residue on a pipe that stays
+        # empty: 0, not 1e-16, which a max-min solver would have to divide by)
+        t[j] = v if v > SNAP * amount else 0.0
         tot += t[j]
     # exact total: the level's rounding spread over the shares
     for j in range(k):
