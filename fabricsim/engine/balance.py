@@ -46,7 +46,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..flows.identity import mix64_array
 from ..flows.waterfill import fill_one
@@ -109,7 +108,6 @@ class AdaptiveBalance:
         self._moved = False                 # the shares moved from the proportional ones
         self.x = np.zeros(0)                # the current shares, slot by slot
         self._target = None
-        self._arrive = None
 
     # ------------------------------------------------------------------ entries
     def _near_id(self, near) -> int:
@@ -240,9 +238,6 @@ class AdaptiveBalance:
         _u, bundle = np.unique(self.s_entry * (E + 1) + np.where(nx, self.s_next, E), return_inverse=True)
         self.bundle = bundle.ravel()
         self.a_bundle = np.bincount(self.bundle, weights=self.a)
-        st = np.array(self._st, dtype=np.float64).reshape(-1, 3)
-        self.S0 = sp.csr_matrix((st[:, 2], (st[:, 0].astype(np.int64), st[:, 1].astype(np.int64))),
-                                shape=(len(self._mid_seg), E))
         # heights (switch hops to the group's attachment switches, at most) and, per entry, the
         # slot visits a move entering it makes (the propagation stack's bound)
         height = np.zeros(E, dtype=np.int64)
@@ -253,6 +248,7 @@ class AdaptiveBalance:
             inner = nxt[nxt >= 0]
             height[e] = 1 + int(height[inner].max()) if len(inner) else 0
             reach[e] = (hi - lo) + int(reach[inner].sum())
+        self._walk_plan(height)
         movers = np.flatnonzero(self.multi)
         self.order = movers[np.argsort(-height[movers], kind="stable")]
         kmax = int(cnt.max()) if E else 0
@@ -261,8 +257,75 @@ class AdaptiveBalance:
         size = 1 + (int(reach.max()) if E else 0)
         self._stack_s = np.zeros(size, dtype=np.int64)
         self._stack_v = np.zeros(size)
-        self._arrive = None
+        self._seen_l = np.zeros(len(self.cap), dtype=np.int64)
+        self._seen_t = np.zeros(E, dtype=np.int64)
+        self._done = np.full(E, -1, dtype=np.int64)
         self._target = None
+
+    def _walk_plan(self, height):
+        """The walks of the recorded switch-to-switch segments as (segment, entry) *pairs* (the
+        entries a segment's walk reaches): its starts, the moves from pair to pair through
+        non-exit slots (grouped by the height of the entry they leave, upstream first), and the
+        place in the segment's ``V`` row of every (pair, slot) link. :meth:`_arrive` and
+        :meth:`_write` then cost a few ``bincount`` over them."""
+        E = len(self._keys)
+        st = np.array(self._st, dtype=np.float64).reshape(-1, 3)
+        sm, se = st[:, 0].astype(np.int64), st[:, 1].astype(np.int64)
+        code = sm * E + se
+        pairs = np.unique(code)
+        self._start_w = st[:, 2]
+        src, slot, dst = [], [], []
+        frontier = pairs
+        while len(frontier):
+            pm, pe = np.divmod(frontier, E)
+            cnt = self.cnt[pe]
+            rep = np.repeat(np.arange(len(frontier)), cnt)
+            sl = np.repeat(self.ptr[pe], cnt) + (np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+            keep = self.s_next[sl] >= 0
+            rep, sl = rep[keep], sl[keep]
+            to = pm[rep] * E + self.s_next[sl]
+            src.append(frontier[rep])
+            slot.append(sl)
+            dst.append(to)
+            new = np.setdiff1d(np.unique(to), pairs)
+            pairs = np.union1d(pairs, new)
+            frontier = new
+        src = np.concatenate(src) if src else np.zeros(0, np.int64)
+        slot = np.concatenate(slot) if slot else np.zeros(0, np.int64)
+        dst = np.concatenate(dst) if dst else np.zeros(0, np.int64)
+        o = np.argsort(-height[src % E], kind="stable")
+        self._tr = (np.searchsorted(pairs, src[o]), slot[o], np.searchsorted(pairs, dst[o]))
+        self._tr_bounds = np.flatnonzero(np.r_[True, np.diff(height[src[o] % E]) != 0, True]) if len(o) \
+            else np.zeros(1, np.int64)
+        self._pair_m, self._pair_e = np.divmod(pairs, E)
+        self._start_pair = np.searchsorted(pairs, code)
+        # every (pair, slot) link: its place among the segments' V entries
+        cnt = self.cnt[self._pair_e]
+        self._cp = np.repeat(np.arange(len(pairs)), cnt)
+        self._cs = np.repeat(self.ptr[self._pair_e], cnt) + (np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        sb = self.sb
+        lens = np.fromiter((len(sb.seg_links[g]) for g in self._mid_seg), dtype=np.int64, count=len(self._mid_seg))
+        self._vptr = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(lens, out=self._vptr[1:])
+        flat = np.concatenate([sb.seg_links[g] for g in self._mid_seg]) if self._mid_seg else np.zeros(0, np.int64)
+        m = self._pair_m[self._cp]
+        link = self.s_link[self._cs]
+        # (each segment's links are sorted: a search in its own part)
+        key_all = np.repeat(np.arange(len(lens), dtype=np.int64), lens) * (len(self.cap) + 1) + flat
+        key = m * (len(self.cap) + 1) + link
+        self._vpos = np.searchsorted(key_all, key)
+        if len(key) and not (key_all[np.minimum(self._vpos, len(key_all) - 1)] == key).all():
+            raise AssertionError("a water-filled segment reaches a link outside its walk")
+
+    def _arrive(self) -> np.ndarray:
+        """Weight of each recorded segment's walk arriving at each of its entries (per pair) under
+        the current shares."""
+        arr = np.bincount(self._start_pair, weights=self._start_w, minlength=len(self._pair_m))
+        src, slot, dst = self._tr
+        b = self._tr_bounds
+        for lo, hi in zip(b[:-1].tolist(), b[1:].tolist()):
+            arr += np.bincount(dst[lo:hi], weights=arr[src[lo:hi]] * self.x[slot[lo:hi]], minlength=len(arr))
+        return arr
 
     def _post_order(self) -> list:
         """Every entry after the entries its slots lead to (depth first, by number)."""
@@ -376,30 +439,14 @@ class AdaptiveBalance:
         return bool((lo == hi).all())
 
     # ------------------------------------------------------------------ the fixed point
-    def _arrivals(self):
-        """``(A, C)`` under the current shares: the weight of each recorded switch-to-switch
-        segment arriving at each entry (segments x entries), and its coefficient on each link
-        (segments x links)."""
-        if self._arrive is None:
-            E = len(self._keys)
-            nx = self.nx
-            M = sp.csr_matrix((self.x[nx], (self.s_entry[nx], self.s_next[nx])), shape=(E, E))
-            cur = A = self.S0
-            for _ in range(E):
-                cur = cur @ M
-                if not cur.nnz:
-                    break
-                A = A + cur
-            X = sp.csr_matrix((self.x, (self.s_entry, self.s_link)), shape=(E, len(self.cap)))
-            self._arrive = (A.tocsr(), (A @ X).tocsr())
-        return self._arrive
-
     def _run(self, apply: bool, sweeps: int, tol: float) -> float:
         """One call of :func:`_sweep` on the current state (:meth:`residual` set it)."""
         w = self._work
+        self._seen_l[:] = 0
+        self._seen_t[:] = 0
         return self._sweep_fn(self.order, self.ptr, self.s_link, self.s_next, self.a, self.bundle, self.a_bundle,
                               self.pool, self.x, self._T, self._L, apply, sweeps, tol, self._target,
-                              *w, self._stack_s, self._stack_v)
+                              *w, self._stack_s, self._stack_v, self.cap, self._seen_l, self._seen_t, self._done)
 
     def residual(self, seg_rates: np.ndarray, link_load: np.ndarray) -> float:
         """How far the current split is from the water-filled split for the segments' rates
@@ -407,9 +454,9 @@ class AdaptiveBalance:
         change of a slot's load, as a fraction of its link's capacity, that re-filling every entry
         (each from the same loads) would make. Keeps the loads for :meth:`settle`."""
         self._prepare()
-        A, _C = self._arrivals()
-        self._T = np.ascontiguousarray(A.T @ seg_rates[self._mid_seg]) if len(self._mid_seg) \
-            else np.zeros(len(self._keys))
+        arr = self._arrive()
+        y = seg_rates[np.asarray(self._mid_seg, dtype=np.int64)][self._pair_m] if len(arr) else np.zeros(0)
+        self._T = np.bincount(self._pair_e, weights=arr * y, minlength=len(self._keys)).astype(np.float64)
         self._L = np.array(link_load, dtype=np.float64)
         self._target = self.x.copy()
         return self._run(False, 1, 0.0)
@@ -422,45 +469,42 @@ class AdaptiveBalance:
         into the spread's ``V`` rows."""
         self._run(True, sweeps, tolerance)
         self._moved = True
-        self._arrive = None
         self._write(range(len(self._mid_seg)))
+
+    def coefficients(self) -> np.ndarray:
+        """The recorded segments' coefficients under the current shares, their ``V`` rows one
+        after the other (each over the links of its walk, in order)."""
+        arr = self._arrive()
+        return np.bincount(self._vpos, weights=arr[self._cp] * self.x[self._cs], minlength=int(self._vptr[-1]))
 
     def _write(self, which):
         """Write the coefficients of the recorded switch-to-switch segments ``which`` (indices)
-        under the current shares into the spread's ``V`` rows (the links of their walks)."""
-        _A, C = self._arrivals()
-        sb = self.sb
-        nl = len(self.cap)
-        which = np.asarray(which, dtype=np.int64)
-        C = C[which]
-        C.sort_indices()
-        rows = np.repeat(np.arange(C.shape[0], dtype=np.int64), np.diff(C.indptr))
-        have = rows * nl + C.indices
-        segs = [self._mid_seg[m] for m in which.tolist()]
-        lens = np.fromiter((len(sb.seg_links[s]) for s in segs), dtype=np.int64, count=len(segs))
-        want = np.concatenate([m * nl + sb.seg_links[s] for m, s in enumerate(segs)]) if segs \
-            else np.zeros(0, np.int64)
-        pos = np.minimum(np.searchsorted(have, want), max(len(have) - 1, 0))
-        found = (have[pos] == want) if len(have) else np.zeros(len(want), bool)
-        vals = np.where(found, C.data[pos] if len(have) else 0.0, 0.0)
-        if int((vals != 0).sum()) != int((C.data != 0).sum()):
-            raise AssertionError("a water-filled segment reaches a link outside its walk")
+        under the current shares into the spread's ``V`` rows."""
+        vals = self.coefficients()
         vals[vals < _TINY] = 0.0
-        for s, piece in zip(segs, np.split(vals, np.cumsum(lens)[:-1])):
-            sb.seg_coef[s] = piece
-
+        v = self._vptr
+        for m in which:
+            self.sb.seg_coef[self._mid_seg[m]] = vals[v[m]:v[m + 1]]
 
 def _sweep(order, ptr, s_link, s_next, a, bundle, a_bundle, pool, x, T, L, apply, sweeps, tol, target,
-           xb, pl, other, cap_down, other_down, t, bl, bs, stack_s, stack_v):
+           xb, pl, other, cap_down, other_down, t, bl, bs, stack_s, stack_v, cap, seen_l, seen_t, done):
     """Water-fill the entries ``order`` (upstream first) from the entries' traffic ``T`` and the
     links' loads ``L`` (:class:`AdaptiveBalance`'s slot arrays): with ``apply``, each entry's new
     shares go into ``x`` at once and its moves are carried into ``L`` and down the entries it feeds
     (``T`` and their links, through their shares), sweep after sweep until one moves no slot's load
     by more than ``tol`` of its capacity (at most ``sweeps``); without, one pass from the same loads,
-    the shares into ``target``. Returns the last pass's largest move. Plain loops: compiled by numba
-    as it is (:mod:`fabricsim.engine.balance_compiled`)."""
+    the shares into ``target``. Returns the last pass's largest move. After the first sweep, an
+    entry none of whose inputs (its traffic, its slots' and pools' loads) moved by more than
+    ``tol / 16`` of their capacity since it was last filled is not filled again (``seen_l``,
+    ``seen_t``: when a link's load, an entry's traffic last moved, in steps of the sweep; ``done``:
+    when each entry was last filled). Plain loops: compiled by numba as it is
+    (:mod:`fabricsim.engine.balance_compiled`)."""
     inf = np.inf
     moved = 0.0
+    quiet = tol / 16.0
+    step = 0
+    for e in order:
+        done[e] = -1
     for _sw in range(sweeps):
         moved = 0.0
         for e in order:
@@ -470,6 +514,25 @@ def _sweep(order, ptr, s_link, s_next, a, bundle, a_bundle, pool, x, T, L, apply
             lo = ptr[e]
             hi = ptr[e + 1]
             k = hi - lo
+            step += 1
+            if done[e] >= 0:
+                # filled before: again only if an input moved since
+                last = done[e]
+                fresh = seen_t[e] > last
+                for s in range(lo, hi):
+                    if fresh:
+                        break
+                    if seen_l[s_link[s]] > last:
+                        fresh = True
+                    n = s_next[s]
+                    if n >= 0 and not fresh:
+                        for q in range(ptr[n], ptr[n + 1]):
+                            if seen_l[s_link[q]] > last:
+                                fresh = True
+                                break
+                if not fresh:
+                    continue
+            done[e] = step
             # per bundle (slots into one switch): the entry's share into it, and the other load of
             # the switch's pool (its candidate links' loads less what this entry sends into it)
             for s in range(lo, hi):
@@ -509,6 +572,8 @@ def _sweep(order, ptr, s_link, s_next, a, bundle, a_bundle, pool, x, T, L, apply
                     continue
                 x[s] = new
                 L[s_link[s]] += d
+                if m > quiet:
+                    seen_l[s_link[s]] = step
                 xb[bundle[s]] += d
             if not apply:
                 continue
@@ -522,6 +587,8 @@ def _sweep(order, ptr, s_link, s_next, a, bundle, a_bundle, pool, x, T, L, apply
                     continue
                 xb[b] = 0.0
                 T[n] += d
+                if abs(d) > quiet * pool[n]:
+                    seen_t[n] = step
                 for r in range(ptr[n], ptr[n + 1]):
                     w = d * x[r]
                     if w != 0.0:
@@ -533,9 +600,13 @@ def _sweep(order, ptr, s_link, s_next, a, bundle, a_bundle, pool, x, T, L, apply
                     q = stack_s[top]
                     v = stack_v[top]
                     L[s_link[q]] += v
+                    if abs(v) > quiet * cap[s_link[q]]:
+                        seen_l[s_link[q]] = step
                     n = s_next[q]
                     if n >= 0:
                         T[n] += v
+                        if abs(v) > quiet * pool[n]:
+                            seen_t[n] = step
                         for r in range(ptr[n], ptr[n + 1]):
                             w = v * x[r]
                             if w != 0.0:
