@@ -214,6 +214,30 @@ def test_waterfill_runs_are_deterministic_and_the_sweep_compiles_to_the_same_num
     np.testing.assert_allclose(a.messages.end_ps.astype(float), c.messages.end_ps.astype(float), rtol=1e-9, atol=2)
 
 
+CLUSTER_FAILED = {"kind": "cluster", "domain": "none", "nodes": 8, "rails": 8, "spines": 4,
+                  "nic": {"ports": 1, "rate": "400Gbps"}, "switch": {"buffer": {"size": "unbounded"}},
+                  "failed": {"links": [["p0.leaf0", "p0.spine0"], ["p0.leaf3", "p0.spine2", 1]]}}
+
+
+def test_traffic_after_an_idle_fabric_runs_as_if_alone(tmp_path):
+    """A burst after a pause starts from the split the last one left, yet reaches the fixed point
+    it reaches alone (the plan's patterns, chained by barriers, are timed as if alone): a 64-GPU
+    cluster with failed links, one permutation twice."""
+    rng = np.random.default_rng(3)
+    dst = rng.permutation(64)
+    while (dst == np.arange(64)).any():
+        dst = rng.permutation(64)
+    pairs = list(zip(range(64), dst.tolist()))
+    path = tmp_path / "m.csv"
+    rows = [(s_, d, 0) for s_, d in pairs] + [(s_, d, 10**9) for s_, d in pairs]
+    path.write_text("id,src,dst,size_bytes,start_ps\n" + "".join(f"{i},{s_},{d},{SIZE},{t}\n" for i, (s_, d, t) in enumerate(rows)))
+    both = fabricsim.run({"name": "wf", "topology": CLUSTER_FAILED, "traffic": {"pattern": "csv", "path": str(path)},
+                          "routing": {"policy": "adaptive"}, "simulation": {"engine": "flow", "flow": {"group": 0}}})
+    fct = both.messages.fct_ps.to_numpy().astype(float)
+    assert both.summary["run"]["flow_waterfill_solves"] > 2
+    np.testing.assert_allclose(fct[64:], fct[:64], rtol=0, atol=2)
+
+
 def test_a_recomputation_reaching_the_iteration_cap_keeps_its_last_split_and_says_so(tmp_path, monkeypatch):
     from fabricsim.engine import balance
     monkeypatch.setattr(balance.AdaptiveBalance, "settle", lambda self, tolerance, sweeps=50: None)  # never moves

@@ -105,7 +105,8 @@ class AdaptiveBalance:
         #: whether the split can differ from the proportional one (:meth:`sync`; module doc, "When
         #: it cannot change anything")
         self.needed = False
-        self._moved = False                 # the shares moved from the proportional ones
+        #: whether the shares moved from the proportional ones (:meth:`settle`)
+        self.moved = False
         self.x = np.zeros(0)                # the current shares, slot by slot
         self._target = None
 
@@ -201,7 +202,7 @@ class AdaptiveBalance:
         self._spread_seen = len(sb._spread)
         self._build()
         self.needed = not self._proportional_is_level()
-        if self._moved and len(self._mid_seg) > first_new:
+        if self.moved and len(self._mid_seg) > first_new:
             self._prepare()
             self._write(range(first_new, len(self._mid_seg)))
             return True
@@ -468,7 +469,7 @@ class AdaptiveBalance:
         the segments' rates fixed; then write the recorded switch-to-switch segments' coefficients
         into the spread's ``V`` rows."""
         self._run(True, sweeps, tolerance)
-        self._moved = True
+        self.moved = True
         self._write(range(len(self._mid_seg)))
 
     def coefficients(self) -> np.ndarray:
