@@ -18,11 +18,21 @@ split ``proportional`` and ``waterfill`` (``simulation.flow.adaptive``). Cases:
   h2, h3 -> leaf2 (leaf0's uplink to s0 is under-used by the leaf1-bound split);
 - ``failed_link``: the same with the s0-leaf1 link missing;
 - ``incast_symmetric`` (control): 4 x 4 leaf-spine, hosts 1-7 send to host 0 and hosts 8-15 a
-  cross-leaf permutation among themselves: symmetric, the proportional split is already balanced.
+  cross-leaf permutation among themselves: symmetric, the proportional split is already balanced;
+- ``cluster_{permutation,a2a,moe}`` (``--cluster``): a 128-GPU rail-optimised cluster (16 nodes of 8
+  GPUs, no NVLink, one 400G NIC each, 8 rails, 4 spines, unbounded buffers) with failed links
+  (p0.leaf0-p0.spine0 all, p0.leaf3-p0.spine2 and p0.leaf5-p0.spine1 one each): a 4 MiB
+  permutation (seeded), a 64 KiB all-to-all, a DeepSeek-V3 MoE layer (EP128, 64 tokens per GPU,
+  ``fabricsim trace moe``); ``..._nofail`` the same without failures (the fluid's own error).
 
-    PYTHONPATH=. python benchmarks/bench_flow_waterfill.py [--only NAME] [--seeds 1 2 3]
+``--tolerance`` times the flow engine alone on ``cluster_moe`` (exact fluid, 20,000 rate
+recomputations) for several ``simulation.flow.waterfill_tolerance``, against the smallest.
 
-Writes benchmarks/results/flow_waterfill.json and prints a markdown table.
+    PYTHONPATH=. python benchmarks/bench_flow_waterfill.py [--only NAME ...] [--seeds 1 2 3] [--cluster]
+    PYTHONPATH=. python benchmarks/bench_flow_waterfill.py --tolerance
+
+Writes benchmarks/results/flow_waterfill.json (``--tolerance``: flow_waterfill_tolerance.json) and
+prints a markdown table.
 """
 from __future__ import annotations
 
@@ -31,10 +41,13 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 import fabricsim
 
@@ -75,17 +88,49 @@ CASES = {
 }
 
 
-def scenario(case: str, engine: str, tmp: Path, seed: int = 1, adaptive: str | None = None) -> dict:
-    topo, pairs = CASES[case]
-    path = tmp / f"{case}.csv"
+FAILED = {"links": [["p0.leaf0", "p0.spine0"], ["p0.leaf3", "p0.spine2", 1], ["p0.leaf5", "p0.spine1", 1]]}
+
+
+def _cluster(failed=True) -> dict:
+    return {"kind": "cluster", "domain": "none", "nodes": 16, "rails": 8, "spines": 4,
+            "nic": {"ports": 1, "rate": "400Gbps"}, "switch": {"buffer": {"size": "unbounded"}},
+            **({"failed": FAILED} if failed else {})}
+
+
+def _moe_trace(tmp: Path) -> str:
+    path = tmp / "moe128.parquet"
     if not path.exists():
-        rows = ["id,src,dst,size_bytes,start_ps"] + [f"{i},{s},{d},{SIZE},0" for i, (s, d) in enumerate(pairs)]
-        path.write_text("\n".join(rows) + "\n")
+        args = ["trace", "moe", "-o", str(path), "--preset", "deepseek-v3", "--gpus", "128", "--ep-size", "128",
+                "--gpus-per-node", "8", "--tokens-per-gpu", "64", "--layers", "1", "--seed", "1"]
+        subprocess.run([sys.executable, "-c", "from fabricsim.cli import main; main()", *args], check=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+    return str(path)
+
+
+#: the larger cases (--cluster): case -> (topology, traffic(tmp))
+CLUSTER_CASES = {
+    f"cluster_{name}{tag}": (_cluster(failed), traffic)
+    for failed, tag in ((True, ""), (False, "_nofail"))
+    for name, traffic in (("permutation", lambda tmp: {"pattern": "permutation", "message_size": "4MiB"}),
+                          ("a2a", lambda tmp: {"pattern": "all_to_all", "message_size": "64KiB"}),
+                          ("moe", lambda tmp: {"pattern": "trace", "path": _moe_trace(tmp)}))}
+
+
+def scenario(case: str, engine: str, tmp: Path, seed: int = 1, adaptive: str | None = None, **flow) -> dict:
+    if case in CLUSTER_CASES:
+        topo, traffic = CLUSTER_CASES[case]
+        traffic = traffic(tmp)
+    else:
+        topo, pairs = CASES[case]
+        path = tmp / f"{case}.csv"
+        if not path.exists():
+            rows = ["id,src,dst,size_bytes,start_ps"] + [f"{i},{s},{d},{SIZE},0" for i, (s, d) in enumerate(pairs)]
+            path.write_text("\n".join(rows) + "\n")
+        traffic = {"pattern": "csv", "path": str(path)}
     sim = {"seed": seed, "engine": engine, "time_limit": "100ms"}
     if engine == "flow":
-        sim["flow"] = {"group": 0, **({"adaptive": adaptive} if adaptive else {})}
-    return {"name": case, "topology": topo, "traffic": {"pattern": "csv", "path": str(path)},
-            "routing": {"policy": "adaptive"}, "simulation": sim}
+        sim["flow"] = {"group": 0, **({"adaptive": adaptive} if adaptive else {}), **flow}
+    return {"name": case, "topology": topo, "traffic": traffic, "routing": {"policy": "adaptive"}, "simulation": sim}
 
 
 def figures(res) -> dict:
@@ -93,8 +138,16 @@ def figures(res) -> dict:
     fct = m.loc[m.completed, "fct_ps"].astype(float)
     return {"completion_time_ratio": res.summary["effective_bandwidth"]["completion_time_ratio"],
             "end_ps": int(res.summary["run"]["end_ps"]), "fct_ps": [int(x) for x in fct],
-            "status": res.summary["run"]["status"], "counters": {k: v for k, v in res.summary["run"].items()
-                                                                 if k.startswith("flow_waterfill")}}
+            "status": res.summary["run"]["status"],
+            "counters": {k: v for k, v in res.summary["run"].items()
+                         if k.startswith("flow_waterfill") or k == "flow_rate_recomputations"}}
+
+
+def fct_errors(f, p) -> dict:
+    """Per message, flow FCT / packet FCT - 1: mean, mean and 90th percentile of its magnitude, max."""
+    e = np.asarray(f, dtype=float) / np.asarray(p, dtype=float) - 1
+    return {"mean": float(e.mean()), "mean_abs": float(np.abs(e).mean()),
+            "p90_abs": float(np.quantile(np.abs(e), 0.9)), "max_abs": float(np.abs(e).max())}
 
 
 def rel(a, b):
@@ -112,9 +165,13 @@ def run_case(case: str, tmp: Path, seed: int, models) -> dict:
         f["wall_s"] = round(time.perf_counter() - t0, 3)
         p = out["packet"]
         f["ctr_diff"] = rel(f["completion_time_ratio"], p["completion_time_ratio"])
-        # per message: flow FCT / packet FCT - 1, the largest in magnitude
-        f["fct_diff_max_abs"] = max(abs(rel(a, b)) for a, b in zip(f["fct_ps"], p["fct_ps"]))
+        f["fct_diff"] = fct_errors(f["fct_ps"], p["fct_ps"])
+        f["fct_diff_max_abs"] = f["fct_diff"]["max_abs"]
+        if len(f["fct_ps"]) > 64:                      # (the large cases: the summary only)
+            del f["fct_ps"]
         out[model or "default"] = f
+    if len(out["packet"]["fct_ps"]) > 64:
+        del out["packet"]["fct_ps"]
     return out
 
 
@@ -124,12 +181,17 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, nargs="+", default=[1])
     ap.add_argument("--models", nargs="+", default=["proportional", "waterfill"],
                     help="simulation.flow.adaptive values to run ('' = the engine's default)")
-    ap.add_argument("--output", default=str(OUT))
+    ap.add_argument("--cluster", action="store_true", help="also the 128-GPU cluster cases (about 5 min)")
+    ap.add_argument("--tolerance", action="store_true", help="the tolerance sweep on cluster_moe instead")
+    ap.add_argument("--output", default=None)
     a = ap.parse_args(argv)
+    if a.tolerance:
+        return tolerance_sweep(Path(a.output or OUT.with_name("flow_waterfill_tolerance.json")), argv)
+    a.output = a.output or str(OUT)
     models = [m or None for m in a.models]
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        for case in CASES:
+        for case in list(CASES) + (list(CLUSTER_CASES) if a.cluster else []):
             if a.only and case not in a.only:
                 continue
             for seed in a.seeds:
@@ -150,16 +212,47 @@ def main(argv=None):
 
 
 def table(rows, models) -> str:
-    head = "| case | seed | CTR packet | " + " | ".join(f"CTR flow {m} | diff | max FCT diff" for m in models) + " |"
+    head = "| case | seed | CTR packet | " + " | ".join(
+        f"CTR flow {m} | diff | FCT diff mean / p90 / max abs" for m in models) + " |"
     lines = [head, "|" + "---|" * (3 + 3 * len(models))]
     for r in rows:
         cells = [r["case"], str(r["seed"]), f"{r['packet']['completion_time_ratio']:.3f}"]
         for m in models:
             f = r[m or "default"]
+            e = f["fct_diff"]
             cells += [f"{f['completion_time_ratio']:.3f}", f"{100 * f['ctr_diff']:+.1f}%",
-                      f"{100 * f['fct_diff_max_abs']:.1f}%"]
+                      f"{100 * e['mean_abs']:.1f} / {100 * e['p90_abs']:.1f} / {100 * e['max_abs']:.1f}%"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def tolerance_sweep(out: Path, argv) -> dict:
+    """The flow engine alone on cluster_moe: wall time and message times for several tolerances
+    (and proportional), each against the smallest tolerance's."""
+    rows, ref = [], None
+    with tempfile.TemporaryDirectory() as d:
+        for model, tol in (("waterfill", 1e-5), ("waterfill", 1e-4), ("waterfill", 1e-3), ("waterfill", 3e-3),
+                           ("waterfill", 1e-2), ("waterfill", 3e-2), ("proportional", None)):
+            flow = {"waterfill_tolerance": tol} if tol else {}
+            t0 = time.perf_counter()
+            res = fabricsim.run(scenario("cluster_moe", "flow", Path(d), 1, model, **flow))
+            wall = time.perf_counter() - t0
+            fct = res.messages.fct_ps.to_numpy().astype(float)
+            ref = fct if ref is None else ref
+            e = np.abs(fct / ref - 1)
+            row = {"adaptive": model, "tolerance": tol, "wall_s": round(wall, 2),
+                   "completion_time_ratio": res.summary["effective_bandwidth"]["completion_time_ratio"],
+                   "fct_vs_smallest_max": float(e.max()), "fct_vs_smallest_mean": float(e.mean()),
+                   **figures(res)["counters"]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    doc = {"command": "PYTHONPATH=. python benchmarks/bench_flow_waterfill.py " + " ".join(argv or sys.argv[1:]),
+           "date": datetime.datetime.now().isoformat(timespec="seconds"),
+           "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
+           "rows": rows}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
 
 
 if __name__ == "__main__":

@@ -170,18 +170,21 @@ def test_link_bytes_follow_the_split_of_their_time(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # where the proportional split is already level
 
-@pytest.mark.parametrize("topology", [
-    {"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4, "links_per_spine": 2},
-    {"kind": "cluster", "domain": "hgx8", "nodes": 4, "rails": 4, "spines": 2, "nic": {"ports": 2, "rate": "400Gbps"}},
-    {"preset": "gb300_2048_4x200g"},
-], ids=["leaf_spine", "cluster", "gb300_2048"])
-def test_a_symmetric_fabric_runs_exactly_as_proportional(tmp_path, topology):
+PERMUTATION = {"pattern": "permutation", "message_size": "256KiB", "qps_per_message": 2}
+
+
+@pytest.mark.parametrize("topology,traffic", [
+    ({"kind": "leaf_spine", "hosts_per_leaf": 4, "leaves": 4, "spines": 4, "links_per_spine": 2}, PERMUTATION),
+    ({"kind": "cluster", "domain": "hgx8", "nodes": 4, "rails": 4, "spines": 2, "nic": {"ports": 2, "rate": "400Gbps"}},
+     PERMUTATION),
+    ({"preset": "leaf_spine_oversub_2to1"}, {"pattern": "incast", "senders": 24, "receiver": 0, "message_size": "64KiB"}),
+    ({"preset": "gb300_2048_4x200g"}, {"pattern": "incast", "senders": 64, "receiver": 0, "message_size": "64KiB"}),
+], ids=["leaf_spine", "cluster", "oversubscribed_incast", "gb300_2048"])
+def test_a_symmetric_fabric_runs_exactly_as_proportional(tmp_path, topology, traffic):
     """Every link a slot of one candidate set, split by capacity, every next switch fed alike: the
     static check finds the proportional split level, the fixed point is never iterated, and the
-    run is the proportional one bit for bit."""
+    run is the proportional one bit for bit (oversubscription and skewed traffic included)."""
     out = {}
-    traffic = {"pattern": "permutation", "message_size": "256KiB", "qps_per_message": 2} \
-        if "preset" not in topology else {"pattern": "incast", "senders": 64, "receiver": 0, "message_size": "64KiB"}
     for model in ("waterfill", "proportional"):
         out[model] = fabricsim.run({"name": "sym", "topology": topology, "traffic": traffic,
                                     "routing": {"policy": "adaptive"},

@@ -18,14 +18,21 @@ is ``L_s - T x_s``. When the slot leads to another switch ``n`` (not an attachme
 group), ``n``'s candidate links towards the group form its downstream pool, with capacity ``C_n``
 (the pool's links added up) and other load ``P_n - T X`` (``P_n`` the pool links' loads, ``X`` the
 entry's share into ``n``; parallel slots into ``n`` each stand for their capacity's part of it): the
-one-hop look-ahead of the packet engine's remote reports. :func:`~fabricsim.flows.waterfill.water_fill`
+one-hop look-ahead of the packet engine's remote reports. :func:`~fabricsim.flows.waterfill.fill_one`
 then splits ``T`` over the slots so that ``max(local utilisation, downstream pool utilisation)`` is
-level: the least-loaded candidates fill first. The split is solved jointly with the rates by
-alternating the two (:meth:`AdaptiveBalance.residual`, :meth:`AdaptiveBalance.apply`, called by
-the flow engine at each rate recomputation) until the split is the water-filled split of the rates
-it gives, within ``waterfill_tolerance`` (the largest change of a slot's load, as a fraction of its
-link's capacity), at most ``waterfill_iterations`` re-solves; a move takes ``damping`` of the way
-to the water-filled split (a full move can overshoot when several groups share links).
+level: the least-loaded candidates fill first.
+
+**The fixed point.** The split and the max-min rates are solved together, at each rate
+recomputation of the flow engine (``FlowEngine._rebalance``): from the rates, :meth:`residual`
+re-fills every entry from the same loads and measures how far the split is from that (the largest
+change of a slot's load, as a fraction of its link's capacity); while that exceeds
+``waterfill_tolerance``, :meth:`settle` re-fills the entries one after the other, upstream first, each
+from the loads the ones before it left, its moves carried down the switches it feeds (Gauss-Seidel
+sweeps with the rates fixed: every entry's move sees the others', where simultaneous moves of groups
+sharing links overshoot), the segments' ``V`` rows are rewritten and the rates solved again, at most
+``waterfill_iterations`` times. The last split is kept; a recomputation that reaches the cap is
+counted (``run.flow_waterfill_unconverged``) and the run warns. The split carries over from one
+recomputation to the next (the sweeps start from it).
 
 **When it cannot change anything.** If at every switch the candidate sets of all groups that use a
 link are one and the same set (a *class*), split in proportion to link capacity, and the classes a

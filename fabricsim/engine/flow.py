@@ -19,6 +19,11 @@ recomputed whenever a flow starts or finishes. Assumptions (docs/fidelity.md, "F
   lost (no drops, no retransmissions, no PFC). ``simulation.flow.efficiency`` scales every link's
   capacity by a factor a user measures with packet runs (per routing policy if a mapping); it is
   reported in the summary.
+- **Adaptive routing balances the load** (``simulation.flow.adaptive: waterfill``, the default):
+  at every switch the adaptive traffic towards a destination group fills its candidate links so as
+  to level their load and the next switch's, the split and the max-min rates solved to a joint fixed
+  point (:mod:`fabricsim.engine.balance`); ``proportional`` keeps a split in proportion to capacity.
+  Where all candidates carry the same other traffic the two coincide and the run is the same.
 - **No queues, no packets**: per-packet latency, reordering, queue depths and control traffic are
   not produced; those figures are absent from the results, each with the reason
   (``summary["not_modelled"]``).

@@ -18,7 +18,10 @@ That share is built from the same pieces the packet engine uses:
    - ``uniform`` (``spray``): an even split over the equal-cost ports at every switch;
    - ``balanced`` (``adaptive``, ``flowlet``): a split in proportion to each equal-cost port's
      capacity towards the destination (its rate, or less if the links beyond it carry less):
-     the fluid limit of per-packet load balancing on a fabric with no other traffic (docs/fidelity.md).
+     the fluid limit of per-packet load balancing on a fabric with no other traffic (docs/fidelity.md);
+     with ``simulation.flow.adaptive: waterfill`` the flow engine then moves these shares with the
+     load (:mod:`fabricsim.engine.balance`, which rewrites the switch-to-switch segments' rows of
+     ``V``, :attr:`SpreadBuilder.mid_walks`).
 3. **Last hop.** From the destination's attachment switches to the destination host.
 
 The usage of a queue pair is stored factorised, ``A = F @ V``: ``V`` has one row per *segment*

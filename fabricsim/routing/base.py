@@ -19,8 +19,10 @@ registered policy): the packet engine's per-link byte shares converge to ``weigh
 ``"per_flow"`` (each queue pair follows ``weights()`` at every switch, so ECMP's collisions are the
 packet engine's own), ``"uniform"`` (an even split over the equal-cost ports, whoever the flow),
 ``"balanced"`` (split over the equal-cost ports in proportion to each one's capacity towards the
-destination: the fluid limit of per-packet load balancing), or ``""`` (no flow-level meaning: the
-flow engine refuses the policy).
+destination, the fluid limit of per-packet load balancing when every port carries the same other
+traffic; with ``simulation.flow.adaptive: waterfill``, the default, the split follows the load, each
+switch filling its least-loaded ports first: :mod:`fabricsim.engine.balance`), or ``""`` (no
+flow-level meaning: the flow engine refuses the policy).
 """
 from __future__ import annotations
 
