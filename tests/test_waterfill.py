@@ -277,11 +277,11 @@ def test_entries_registered_one_by_one_lead_to_the_same_next_entries():
     bal.sync()
     from fabricsim.engine.balance import AdaptiveBalance
     one = AdaptiveBalance(sb, bal.cap, 1e-3, 30)
-    leaf = next(k for k in sb._spread if len(sb._spread[k][0]) == 4)
+    leaf = next(k for k in sb.shared_spreads if len(sb.shared_spreads[k][0]) == 4)
     one._add([leaf])                     # its next entries not registered yet: found in a later batch
     assert len(one._keys) == 5           # the leaf and the four spines it leads to
     for e, key in enumerate(one._keys):
-        want = [None if n in key[1] else (n, key[1]) for n in sb._spread[key][1].tolist()]
+        want = [None if n in key[1] else (n, key[1]) for n in sb.shared_spreads[key][1].tolist()]
         assert [one._keys[n] if n >= 0 else None for n in one._e_next[e].tolist()] == want
         assert [bal._keys[n] if n >= 0 else None for n in bal._e_next[bal._key_id[key]].tolist()] == want
 

@@ -11,7 +11,7 @@ port's capacity towards the destination: the fluid limit when every candidate ca
 other traffic. This module makes them load-dependent.
 
 **The model.** An *entry* is one shared spread: a switch and the attachment switches of a
-destination group (``SpreadBuilder._spread``), with its candidate links (*slots*) and their shares
+destination group (:attr:`SpreadBuilder.shared_spreads`), with its candidate links (*slots*) and their shares
 ``x``. Given the flows' max-min rates, each entry carries ``T`` (its flows' rates times the weight
 arriving at the switch) and each slot link carries ``L`` (all flows); the *other* load of slot ``s``
 is ``L_s - T x_s``. When the slot leads to another switch ``n`` (not an attachment switch of the
@@ -137,7 +137,7 @@ class AdaptiveBalance:
             for key in keys:
                 if key in self._key_id:
                     continue
-                got = sb._spread.get(key)
+                got = sb.shared_spreads.get(key)
                 if got is None:             # (every entry a walk crosses exists; made if not)
                     got = sb.spread_of(key[0], sb.near_destination(key[1]))
                 ports, nxt, x = got
@@ -189,12 +189,12 @@ class AdaptiveBalance:
         rows are rewritten with the current ones (they have carried nothing yet). Returns whether
         ``V`` rows were rewritten."""
         sb = self.sb
-        if len(sb._spread) == self._spread_seen and len(sb.mid_walks) == self._walks_seen:
+        if len(sb.shared_spreads) == self._spread_seen and len(sb.mid_walks) == self._walks_seen:
             return False
         first_new = len(self._mid_seg)
-        while len(sb._spread) != self._spread_seen:
-            keys = list(itertools.islice(sb._spread.keys(), self._spread_seen, None))
-            self._spread_seen = len(sb._spread)
+        while len(sb.shared_spreads) != self._spread_seen:
+            keys = list(itertools.islice(sb.shared_spreads.keys(), self._spread_seen, None))
+            self._spread_seen = len(sb.shared_spreads)
             self._add(keys)
         for seg, starts, dst in sb.mid_walks[self._walks_seen:]:
             m = len(self._mid_seg)
@@ -206,7 +206,7 @@ class AdaptiveBalance:
                         self._add([(node, near)])
                     self._st.append((m, self._key_id[(node, near)], w))
         self._walks_seen = len(sb.mid_walks)
-        self._spread_seen = len(sb._spread)
+        self._spread_seen = len(sb.shared_spreads)
         self._build()
         self.needed = not self._proportional_is_level()
         if self.moved and len(self._mid_seg) > first_new:

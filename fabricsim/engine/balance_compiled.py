@@ -14,6 +14,9 @@ from . import balance
 
 __all__ = ["sweep"]
 
+# (the sweep is compiled per process, about 1-3 s, and only in runs that water-fill: numba's disk
+# cache of a function checks its own file only, not the functions compiled into it)
+
 _fill_one = njit(cache=True)(waterfill.fill_one)
 
 

@@ -542,6 +542,13 @@ class SpreadBuilder:
             self.mid_walks.append((seg, starts, dst))
         return seg, tuple(sorted(exits.items()))
 
+    @property
+    def shared_spreads(self) -> dict:
+        """The shared spreads made so far, in the order they were made: (switch, the destination's
+        attachment switches in its component) -> (links, the switches they lead to, shares)
+        (:meth:`_spread_at`); for reading."""
+        return self._spread
+
     def near_destination(self, near) -> int:
         """A destination host whose attachment switches in some component are ``near`` (a key of
         the shared spreads, :meth:`spread_of`)."""
