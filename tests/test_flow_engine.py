@@ -361,7 +361,9 @@ def test_an_interrupted_flow_run_keeps_what_finished(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("body,field,allowed", [
     ("routing: {policy: pinned}\nsimulation: {engine: flow}\n", "routing.policy", "adaptive, ecmp, flowlet, spray"),
-    ("simulation: {engine: flow, flow: {grop: 1}}\n", "simulation.flow.grop", "quantum, group, releases, solver, warm_start, efficiency"),
+    ("simulation: {engine: flow, flow: {grop: 1}}\n", "simulation.flow.grop",
+     "quantum, group, releases, solver, warm_start, adaptive, waterfill_tolerance, waterfill_iterations, efficiency"),
+    ("simulation: {engine: flow, flow: {adaptive: waterfil}}\n", "simulation.flow.adaptive", "'waterfill' or 'proportional'"),
     ("simulation: {engine: flow, flow: {efficiency: 2}}\n", "simulation.flow.efficiency", "(0, 1]"),
     ("simulation: {engine: flwo}\n", "simulation.engine", "flow, packet"),
 ])

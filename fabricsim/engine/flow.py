@@ -19,6 +19,11 @@ recomputed whenever a flow starts or finishes. Assumptions (docs/fidelity.md, "F
   lost (no drops, no retransmissions, no PFC). ``simulation.flow.efficiency`` scales every link's
   capacity by a factor a user measures with packet runs (per routing policy if a mapping); it is
   reported in the summary.
+- **Adaptive routing balances the load** (``simulation.flow.adaptive: waterfill``, the default):
+  at every switch the adaptive traffic towards a destination group fills its candidate links so as
+  to level their load and the next switch's, the split and the max-min rates solved to a joint fixed
+  point (:mod:`fabricsim.engine.balance`); ``proportional`` keeps a split in proportion to capacity.
+  Where all candidates carry the same other traffic the two coincide and the run is the same.
 - **No queues, no packets**: per-packet latency, reordering, queue depths and control traffic are
   not produced; those figures are absent from the results, each with the reason
   (``summary["not_modelled"]``).
@@ -131,7 +136,7 @@ def not_simulated(sc) -> tuple[dict, list[str]]:
 
 
 #: the per-flow columns (grown together, compacted together)
-_FLOW_COLUMNS = ("f_rem", "f_row", "f_size", "f_payload", "f_alive", "f_t0", "f_tail", "f_good")
+_FLOW_COLUMNS = ("f_rem", "f_row", "f_size", "f_payload", "f_alive", "f_t0", "f_tail", "f_good", "f_base")
 
 class _FlowRows:
     """``F``'s rows (segments and weights of each flow) as CSR arrays that grow in place:
@@ -214,6 +219,19 @@ class FlowParams(BaseModel):
         "compiled solver: a rate recomputation keeps the rates that provably cannot change (flows "
         "below the lowest level the changes since the last one can reach) and refills the rest; the "
         "same rates as a full recomputation within rounding"))
+    adaptive: Literal["waterfill", "proportional"] = Field("waterfill", description=(
+        "flow-level meaning of adaptive routing (policies adaptive, flowlet): waterfill = at each "
+        "switch the traffic towards a destination group fills its candidate links so as to level "
+        "their load, other traffic and the next switch's links included, solved jointly with the "
+        "max-min rates (fabricsim.engine.balance); proportional = a fixed split in proportion to each "
+        "candidate's capacity (the same where every candidate carries the same other traffic, e.g. "
+        "a symmetric fabric where all traffic is adaptive: detected, and run as proportional)"))
+    waterfill_tolerance: float = Field(1e-3, gt=0, le=0.1, description=(
+        "adaptive: waterfill: the split is a fixed point when re-filling it would move no candidate "
+        "link's load by more than this fraction of the link's capacity"))
+    waterfill_iterations: int = Field(30, ge=1, le=1000, description=(
+        "adaptive: waterfill: max-min re-solves per rate recomputation at most (a recomputation that "
+        "reaches it keeps the last split and is counted in run.flow_waterfill_unconverged)"))
     efficiency: Union[float, dict[str, float]] = Field(1.0, description=(
         "fraction of each link's payload capacity the transport reaches, as measured by packet runs; "
         "a number, or a mapping routing policy -> number (policies not named: 1.0)"))
@@ -486,6 +504,12 @@ class FlowEngine:
             advance = advance_ref
         self._advance = advance
         self.cap = self._capacities()
+        # adaptive routing under load (fabricsim.engine.balance): a split that follows the rates
+        self.balance = None
+        if self.spread.kind == "balanced" and self.params.adaptive == "waterfill":
+            from .balance import AdaptiveBalance
+            self.balance = AdaptiveBalance(self.spread, self.cap, self.params.waterfill_tolerance,
+                                           self.params.waterfill_iterations, compiled=self._compiled_steps)
         self.warnings: list[str] = []
         if self.policy.fluid_caveat:      # where the policy's flow-level share and a packet run part ways
             self.warnings.append(self.policy.fluid_caveat)
@@ -573,6 +597,7 @@ class FlowEngine:
         self.f_tail = np.zeros(1024)          # its message's pipeline latency
         self.f_good = np.zeros(1024)          # payload per fluid byte reaching the message's destination
                                               # (goodput; 0 for PXN first legs)
+        self.f_base = np.zeros(1024)          # fluid bytes already written to link_fluid (V changed since)
         self.f_version = 0                    # bumped whenever F changes
         self.compactions = 0                  # bumped whenever F's rows are renumbered
         self.flows_opened = 0
@@ -611,7 +636,8 @@ class FlowEngine:
         self.now = 0.0
         problem = None
         built_flows = built_segments = built_compactions = -1
-        self.stats = {"solves": 0, "iterations": 0, "steps": 0, "peak": 0, "kept": 0}
+        self.stats = {"solves": 0, "iterations": 0, "steps": 0, "peak": 0, "kept": 0,
+                      "wf_rounds": 0, "wf_solves": 0, "wf_unconverged": 0, "wf_residual": 0.0}
         # the last solve's rates (nan: flow not active in it) and the lowest of them among flows
         # finished since: the warm start of the next solve (FluidProblem.solve)
         self._earlier = np.zeros(0)
@@ -670,6 +696,9 @@ class FlowEngine:
                 status = "time_limit"
                 break
             if self._dirty:
+                if self.balance is not None and self.balance.sync():
+                    self._v_cache = None           # (new segments take the current split)
+                    built_segments = -1
                 if self.spread.segments != built_segments:
                     problem = FluidProblem(self._f_matrix(), self._v_matrix(), self.cap)
                     built_segments, built_flows = self.spread.segments, self.f_version
@@ -681,6 +710,8 @@ class FlowEngine:
                 built_compactions = self.compactions
                 sol = problem.solve(active=self.f_alive[:self.nf], method=self.solver,
                                     warm=(self._earlier, self._r_gone) if self.warm_start else None)
+                if self.balance is not None and self.balance.needed:
+                    problem, sol = self._rebalance(problem, sol)
                 rates = sol.rates
                 if self.warm_start:
                     self._earlier = np.where(self.f_alive[:self.nf], rates, np.nan)
@@ -918,6 +949,7 @@ class FlowEngine:
         payload = size.astype(np.float64)
         fluid = self._fluid_bytes(size, self._frame[rows])
         self.f_good[sl] = np.where(final, payload / fluid, 0.0)
+        self.f_base[sl] = 0.0
         self.f_payload[sl] = payload
         self.f_rem[sl] = fluid
         self.f_size[sl] = fluid
@@ -1076,7 +1108,7 @@ class FlowEngine:
         end = self.now + step
         while self._next_sample <= end:
             ts = self._next_sample
-            sent = self.f_size[:self.nf] - self.f_rem[:self.nf]
+            sent = self._sizes_sent(np.arange(self.nf))
             # a sample due in an idle gap before this step sees the bytes as they were (clip at 0)
             sent[alive] += np.minimum(r * max(ts - self.now, 0.0), self.f_rem[alive])
             fluid = self.link_fluid + V.T @ (F.T @ sent)
@@ -1176,7 +1208,17 @@ class FlowEngine:
                     "flow_solver": self._solver_used(), "flow_rates_kept": st["kept"],
                     "flows": self.flows_opened, "flow_segments": self.spread.segments, "flow_peak_concurrent": peak,
                     "flow_efficiency": self.efficiency, "flow_quantum_ps": int(self.quantum),
-                    "flow_group": self.group, "flow_releases": self.params.releases}
+                    "flow_group": self.group, "flow_releases": self.params.releases,
+                    "flow_adaptive": self.params.adaptive if self.spread.kind == "balanced" else None,
+                    "flow_waterfill_rounds": st["wf_rounds"], "flow_waterfill_solves": st["wf_solves"],
+                    "flow_waterfill_unconverged": st["wf_unconverged"],
+                    "flow_waterfill_residual_max": st["wf_residual"]}
+        if st["wf_unconverged"]:
+            self.warnings.append(
+                f"adaptive routing (simulation.flow.adaptive: waterfill): {st['wf_unconverged']} of "
+                f"{st['wf_rounds']} rate recomputations reached waterfill_iterations "
+                f"({self.params.waterfill_iterations}) with a residual up to {st['wf_residual']:.3g} "
+                f"(tolerance {self.params.waterfill_tolerance:g}); their last split was kept")
         if self.replay.gpu:
             counters["gpu_compute_busy_ps"] = dict(sorted(self.replay.gpu_busy.items()))
         links = self._link_rows(link_fluid)
@@ -1228,8 +1270,44 @@ class FlowEngine:
         return pd.DataFrame(cols)
 
     def _sizes_sent(self, flows: np.ndarray) -> np.ndarray:
-        """Fluid bytes each flow has sent (its size less what remains)."""
-        return self.f_size[flows] - self.f_rem[flows]
+        """Fluid bytes each flow has sent (its size less what remains) and not yet written to the
+        links (:meth:`_settle_links`)."""
+        return self.f_size[flows] - self.f_rem[flows] - self.f_base[flows]
+
+    def _settle_links(self):
+        """Write the bytes the flows have sent so far to the links under the current ``V``, before
+        ``V``'s coefficients change (the water-filled split): later bytes follow the new split."""
+        n = self.nf
+        sent = self._sizes_sent(np.arange(n))
+        self.link_fluid += self._v_matrix().T @ (self._f_matrix().T @ sent)
+        self.f_base[:n] += sent
+
+    def _rebalance(self, problem, sol):
+        """The water-filled split of adaptive routing and the max-min rates, solved jointly
+        (:mod:`fabricsim.engine.balance`): while re-filling the split for the rates would move a
+        candidate link's load by more than the tolerance, move the split, rewrite ``V`` and solve
+        again (cold), at most ``waterfill_iterations`` times. Returns the problem and rates of the
+        last split."""
+        bal, st = self.balance, self.stats
+        st["wf_rounds"] += 1
+        active = self.f_alive[:self.nf]
+        for k in range(bal.iterations + 1):
+            seg_rates = self._f_matrix().T @ sol.rates
+            res = bal.residual(seg_rates, self._v_matrix().T @ seg_rates)
+            if res <= bal.tolerance:
+                break
+            if k == bal.iterations:
+                st["wf_unconverged"] += 1
+                st["wf_residual"] = max(st["wf_residual"], res)
+                break
+            self._settle_links()
+            bal.settle(bal.tolerance / 2)
+            self._v_cache = None
+            problem = FluidProblem(self._f_matrix(), self._v_matrix(), self.cap)
+            sol = problem.solve(active=active, method=self.solver)
+            st["wf_solves"] += 1
+            st["iterations"] += sol.iterations
+        return problem, sol
 
     def _compact(self):
         """Drop finished flows from the flow columns and ``F`` (their link bytes are kept), so a
@@ -1239,7 +1317,7 @@ class FlowEngine:
         gone = np.ones(n, dtype=bool)
         gone[keep] = False
         F = self._f_matrix()
-        sent = (self.f_size[:n] - self.f_rem[:n]) * gone
+        sent = self._sizes_sent(np.arange(n)) * gone
         self.link_fluid += self._v_matrix().T @ (F.T @ sent)
         Fk = F[keep]
         self.f_rows = _FlowRows()

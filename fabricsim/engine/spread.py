@@ -20,7 +20,10 @@ That share is built from the same pieces the packet engine uses:
    - ``balanced`` (``adaptive``, ``flowlet``): ``policy.weights()`` given each equal-cost port's
      capacity towards the destination (its rate, or less if the links beyond it carry less): a
      split in proportion to it, the fluid limit of per-packet load balancing on a fabric with no
-     other traffic (docs/fidelity.md). The policy owns the share; this module the capacities.
+     other traffic (docs/fidelity.md). The policy owns the share; this module the capacities;
+     with ``simulation.flow.adaptive: waterfill`` the flow engine then moves these shares with the
+     load (:mod:`fabricsim.engine.balance`, which rewrites the switch-to-switch segments' rows of
+     ``V``, :attr:`SpreadBuilder.mid_walks`).
 3. **Last hop.** From the destination's attachment switches to the destination host.
 
 The usage of a queue pair is stored factorised, ``A = F @ V``: ``V`` has one row per *segment*
@@ -146,6 +149,10 @@ class SpreadBuilder:
         # one rail share one entry
         self._cap_to: dict = {}           # (switch, those) -> :meth:`_capacity_to`
         self._spread: dict = {}           # (switch, those) -> its spread (:meth:`_spread_at`)
+        self._near_dst: dict = {}         # those -> a destination they are the attachments of
+        # a shared policy's switch-to-switch segments as made: (segment, starts, a destination),
+        # what a load-dependent split (:mod:`fabricsim.engine.balance`) walks again
+        self.mid_walks: list = []
         self._first: dict = {}
         self._fh_memo = _KeyMemo()        # (neighbour class of src, attachments of dst) -> first-hop set id
         self._fh_ids: dict = {}           # first-hop switches (tuple) -> their id
@@ -383,6 +390,7 @@ class SpreadBuilder:
             got = (ports, self.links.dst[ports].astype(np.int64), x[on])
             if key is not None:
                 self._spread[key] = got
+                self._near_dst.setdefault(key[1], dst)
         return got
 
     def row(self, src: int, dst: int, uid: int, flow_hash: int) -> list[tuple[int, float]]:
@@ -441,8 +449,7 @@ class SpreadBuilder:
             mkey = (starts, self.paths.attachments_reachable([x for x, _w in starts], dst))
             mid = self._mid.get(mkey)
             if mid is None:
-                acc, exits = self._walk(dict(starts), dst, qp, mkey[1])
-                mid = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
+                mid = self._mid[mkey] = self._new_mid(starts, dst, mkey[1])
         mid_seg, exits = mid
         down = self._last_hop(dst, exits, qp)
         out = [(up_seg, 1.0)]
@@ -523,6 +530,33 @@ class SpreadBuilder:
         segs[ptr[1:] - 1] = down
         return counts, segs, np.ones(len(segs))
 
+    def _new_mid(self, starts: tuple, dst: int, near) -> tuple:
+        """A shared policy's switch-to-switch segment from ``starts`` towards ``dst`` (the
+        attachments ``near`` reachable) and its exits, ``(segment or None, exits)``; the segment's
+        walk is recorded in :attr:`mid_walks`."""
+        acc, exits = self._walk(dict(starts), dst, None, near)
+        seg = self._segment(acc) if acc else None
+        if seg is not None:
+            self.mid_walks.append((seg, starts, dst))
+        return seg, tuple(sorted(exits.items()))
+
+    @property
+    def shared_spreads(self) -> dict:
+        """The shared spreads made so far, in the order they were made: (switch, the destination's
+        attachment switches in its component) -> (links, the switches they lead to, shares)
+        (:meth:`_spread_at`); for reading."""
+        return self._spread
+
+    def near_destination(self, near) -> int:
+        """A destination host whose attachment switches in some component are ``near`` (a key of
+        the shared spreads, :meth:`spread_of`)."""
+        return self._near_dst[near]
+
+    def spread_of(self, node: int, dst: int) -> tuple:
+        """The shared spread of switch ``node`` towards ``dst`` (:meth:`_spread_at`): ``(links,
+        the switches they lead to, shares)``, the links those the policy gives a share."""
+        return self._spread_at(node, dst, self.paths.attachments(dst), None)
+
     def _mid_id(self, starts: tuple, dst: int) -> int:
         """The switch-to-switch segment of ``starts`` towards ``dst`` (:meth:`_row`'s ``mid``) and
         its exits' id, packed as ``(segment + 1) << 32 | exits id`` (``0 << 32``: no segment), for
@@ -530,8 +564,7 @@ class SpreadBuilder:
         mkey = (starts, self.paths.attachments_reachable([x for x, _w in starts], dst))
         got = self._mid.get(mkey)
         if got is None:
-            acc, exits = self._walk(dict(starts), dst, None, mkey[1])
-            got = self._mid[mkey] = (self._segment(acc) if acc else None, tuple(sorted(exits.items())))
+            got = self._mid[mkey] = self._new_mid(starts, dst, mkey[1])
         eid = self._exits_id.setdefault(got[1], len(self._exits_id))
         if len(self.seg_links) >= 2**31 - 1 or eid >= 2**32:
             raise OverflowError("more than 2^31 - 2 segments or 2^32 exits")

@@ -32,7 +32,9 @@ the packet engine's per-link byte shares converge to ``weights()``.
 ``"per_flow"`` (each queue pair follows ``weights()`` at every switch, so ECMP's collisions are the
 packet engine's own), ``"uniform"`` (the same share for every flow, whatever its hash),
 ``"balanced"`` (the same, depending on the ports' capacities towards the destination: the fluid
-limit of per-packet load balancing), or ``""`` (no flow-level meaning: the flow engine refuses the
+limit of per-packet load balancing; with ``simulation.flow.adaptive: waterfill``, the default, the
+flow engine then moves the split with the load, each switch filling its least-loaded ports first:
+:mod:`fabricsim.engine.balance`), or ``""`` (no flow-level meaning: the flow engine refuses the
 policy). The flow engine asks ``weights()`` in every case: the policy owns its flow-level share.
 """
 from __future__ import annotations
