@@ -233,3 +233,41 @@ def test_control_packets_are_counted_on_the_strict_priority_lane_too(pfc):
     L = r.links
     assert (L["tx_control_bytes"] == 86 * L["tx_control_packets"]).all()
     assert r.summary["run"]["packet_hops_control"] == int(L["tx_control_packets"].sum())
+
+
+def _degraded_fabric(slow_rate):
+    """Two leaves of two hosts, two spines; the leaf0-s0 link (on the first shortest path any
+    walk finds) at ``slow_rate``, every other link 400G."""
+    link = {"rate": "400Gbps", "delay": "500ns"}
+    nodes = ([{"name": f"h{i}", "type": "host"} for i in range(4)]
+             + [{"name": f"leaf{i}", "type": "switch", "tier": 1} for i in range(2)]
+             + [{"name": f"s{i}", "type": "switch", "tier": 2} for i in range(2)])
+    links = [{"a": f"h{i}", "b": f"leaf{i // 2}", **link} for i in range(4)]
+    links += [{"a": f"leaf{a}", "b": f"s{s}", **link, "rate": slow_rate if (a, s) == (0, 0) else "400Gbps"}
+              for a in range(2) for s in range(2)]
+    return {"kind": "explicit", "nodes": nodes, "links": links, "switch_latency": "600ns"}
+
+
+@pytest.mark.parametrize("engine", ["packet", "flow"])
+def test_the_ideal_takes_the_fastest_link_at_each_hop_not_the_first_path(engine, tmp_path):
+    """A message alone, adaptively routed, around a degraded first spine link: its ideal is the
+    intact fabric's (the best the idle fabric offers), not the time through the 100G link the
+    first shortest path holds (which was 4x too long, and the flow engine's floor). The flow
+    engine's adaptive split routes around the slow link (slowdown about 1, as intact); the packet
+    engine's per-packet AR pays for the packets it sent there before that link queued.""" 
+    csv = tmp_path / "one.csv"
+    csv.write_text(f"id,src,dst,size_bytes,release_ps\n0,0,2,{1 << 20},0\n")
+
+    def run(rate):
+        return fabricsim.run({"name": "ideal_degraded", "topology": _degraded_fabric(rate),
+                              "traffic": {"pattern": "csv", "path": str(csv)},
+                              "routing": {"policy": "adaptive"},
+                              "simulation": {"engine": engine, "seed": 1}})
+    fast, slow = run("400Gbps"), run("100Gbps")
+    ideal = int(fast.messages["ideal_fct_ps"].iloc[0])
+    assert int(slow.messages["ideal_fct_ps"].iloc[0]) == ideal
+    assert ideal < 1.3 * (1 << 20) * 8 * 10**12 // (400 * 10**9)   # 1 MiB at 400G (at 100G: 4x that)
+    if engine == "flow":       # the fluid adaptive split routes around the slow link
+        assert slow.messages["slowdown"].iloc[0] == pytest.approx(fast.messages["slowdown"].iloc[0], rel=0.05)
+    else:                      # per-packet AR sends to the idle slow link until it queues: slower, never faster
+        assert 1.0 < slow.messages["slowdown"].iloc[0] < 4.0

@@ -182,13 +182,16 @@ class IdealModel:
         return full * full_wire + sum(partial)
 
     def hops(self, src: int, dst: int) -> list[tuple[int, int]]:
-        """[(rate_bps, latency_ps)] of the one shortest path ``src -> dst`` the references use
-        (:func:`path_hops`, cached)."""
-        key = (src, dst)
-        hops = self._hops.get(key)
-        if hops is None:
-            hops = self._hops[key] = path_hops(self.topo, self.paths, src, dst)
-        return hops
+        """[(rate_bps, latency_ps)] per hop of ``src -> dst`` that the ideal times use: the
+        fastest link of any shortest path at each hop (:meth:`fastest_hops`). Where the equal-cost
+        paths look alike (every built topology without failures) that is every path's; where they
+        differ (a degraded or failed link, parallel links of unequal rate, a dual-homed host) it is
+        the best the idle fabric offers at each hop, so the ideal is a lower bound of every path
+        rather than the time along one path that may hold the slow link (it was the first path
+        :func:`path_hops` found: a message through a degraded link then had an ideal of 92.7 us
+        where the fabric allows 47 us, and the flow engine, whose packet-train floor is this
+        ideal, could not beat it)."""
+        return self.fastest_hops(src, dst)
 
     def fastest_hops(self, src: int, dst: int) -> list[tuple[int, int]]:
         """[(rate_bps, latency_ps)] per hop of ``src -> dst``, each the fastest over every shortest
