@@ -147,11 +147,17 @@ class Workspace:
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _level(lk, l):
-    """Fill level of link ``l``: the common rate of its unfrozen flows at which it saturates."""
+    """Fill level of link ``l``: the common rate of its unfrozen flows at which it saturates
+    (``inf`` when their share sum is 0: coefficients at rounding level, 1e-16 beside 1.0, are
+    absorbed by the sum and give it back as exactly 0 when the large one freezes; such flows do
+    not load the link)."""
+    w = lk[l, 2]
+    if w <= 0.0:
+        return np.inf
     x = lk[l, 0] - lk[l, 1]
     if x < 0.0:
         x = 0.0
-    return x / lk[l, 2]
+    return x / w
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -174,6 +180,8 @@ def _link_level(l, lazy, lk, vt_ptr, vt_ind, vt_dat, ss):
         c += ss[s, 2]
     if c <= 0.0:
         return np.inf, 0.0
+    if w <= 0.0:           # (as _level: unfrozen flows whose shares sum to 0 do not load the link)
+        return np.inf, c
     x = lk[l, 0] - u
     if x < 0.0:
         x = 0.0
