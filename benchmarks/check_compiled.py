@@ -87,6 +87,22 @@ def scenario(seed: int) -> dict:
         xoff = r.choice([9, 20, 40, 135])
         sc["switch"]["pfc"] = {"enabled": True, "xoff": f"{xoff}KB", "xon": f"{r.choice([xoff // 2, xoff - 4])}KB",
                                "response": r.choice(["auto", "200ns", "1us"])}
+    if r.random() < 0.35:
+        # hosts with several NIC ports (drawn after everything else, for the same reason): the
+        # fabric becomes a multi-plane cluster of 24 GPUs (3 nodes of 8; the traffic drawn above
+        # names at most 20 hosts) whose NICs have 2 or 4 ports, one per plane, split per packet or
+        # per flow; sometimes a plane has failed (hosts keep fewer ports) or the nodes' NVLink chips
+        # run as RoCE switches (transport roce: NVLink and NIC ports on every GPU)
+        topo = sc["topology"]
+        sc["topology"] = {"kind": "cluster", "domain": r.choice(["none", "none", "hgx8"]), "nodes": 3,
+                          "nic": {"ports": r.choice([2, 4]), "rate": r.choice(["200Gbps", "400Gbps"])},
+                          "switch": {"latency": topo["switch_latency"], "buffer": topo["buffer"]},
+                          "delays": {"host_leaf": topo["host_link"]["delay"], "leaf_spine": topo["fabric_link"]["delay"]}}
+        if sc["topology"]["domain"] == "hgx8":
+            sc["topology"]["nvlink"] = {"transport": "roce", "buffer": topo["buffer"]}
+        if r.random() < 0.25:
+            sc["topology"]["failed"] = {"planes": [1]}
+        sc["nic"] = {"plane_split": r.choice(["per_packet", "per_flow"])}
     return sc
 
 
@@ -147,8 +163,11 @@ def main(argv=None) -> int:
         t = sc["traffic"]
         print(f"{'DIFFERENT' if diffs else 'same     '} case {s}: {sc['routing']['policy']:8s} {t['pattern']:11s} "
               f"rto {sc['receiver'].get('rto_mode', 'fixed'):8s} {sc['receiver']['model']:9s} "
-              f"{sc['topology']['leaves']}x{sc['topology']['hosts_per_leaf']} buffer {sc['topology']['buffer']['size']:9s} "
-              f"{st[0]}"
+              + (f"{sc['topology']['leaves']}x{sc['topology']['hosts_per_leaf']} buffer {sc['topology']['buffer']['size']:9s} "
+                 if sc["topology"]["kind"] == "leaf_spine" else
+                 f"{sc['topology']['domain']} {sc['topology']['nic']['ports']} ports {sc['nic']['plane_split']:10s} "
+                 f"{'failed ' if 'failed' in sc['topology'] else ''}buffer {sc['topology']['switch']['buffer']['size']:9s} ")
+              + f"{st[0]}"
               + (f" timeouts {st[1]['retransmission_timeouts']} probes {st[1]['timeout_probes']} "
                  f"dsacks {st[1]['dsacks_received']}" if sc["receiver"].get("rto_mode") == "adaptive" else "")
               + (f" naks {st[2]} stale {st[1]['stale_naks_ignored']}" if sc["receiver"]["model"] == "go_back_n" else "")

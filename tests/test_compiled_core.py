@@ -100,6 +100,27 @@ def _late_trace(tmp_path):
     return str(p)
 
 
+def _planes(ports=2, split="per_packet", traffic=None, topology=None, **over):
+    """A multi-plane cluster without NVLink (2 nodes of 8 GPUs): every GPU's NIC has ``ports``
+    ports, one per plane, and a queue pair uses them all (``per_packet``: each packet by the port
+    free first, and the receiver's control packets spread over its ports by ``reply_nic``'s
+    rotation) or one (``per_flow``)."""
+    sc = {"name": "cc_planes", "topology": {"kind": "cluster", "domain": "none", "nodes": 2,
+                                             "nic": {"ports": ports, "rate": "400Gbps"}, **(topology or {})},
+          "traffic": traffic or {"pattern": "all_to_all", "message_size": "64KiB"},
+          "routing": {"policy": "spray"}, "nic": {"plane_split": split},
+          "simulation": {"seed": 1, "time_limit": "20ms"}, "outputs": {"link_sample_interval": "off"}}
+    for k, v in over.items():
+        sc[k] = {**sc.get(k, {}), **v} if isinstance(v, dict) else v
+    return sc
+
+
+#: an incast over two planes into 32 KiB buffers: drops, timeouts, resends through both planes
+_PLANES_INCAST = dict(traffic={"pattern": "incast", "senders": 10, "receiver": 0, "message_size": "256KiB",
+                               "qps_per_message": 2},
+                      topology={"switch": {"buffer": {"mode": "per_port", "size": "32KiB"}}},
+                      switch={"ecn": {"enabled": True, "kmin": "8KB", "kmax": "24KB"}})
+
 CASES = {
     "sampling-on": lambda tmp: _small(),                                  # link samples every 10 us
     "sampling-on-ecmp-seed2": lambda tmp: _small(routing={"policy": "ecmp"}, simulation={"seed": 2}),
@@ -205,6 +226,29 @@ CASES = {
     "pfc-all-to-all": lambda tmp: {**_all_to_all(), "receiver": {},
                                    "switch": {"pfc": {"enabled": True, "xoff": "30KB", "xon": "20KB",
                                                       "response": "300ns"}}},
+    # hosts with several NIC ports (multi-plane NICs): per-packet over 2 or 4 planes under each routing
+    # policy (the receiver's ACKs rotate over its ports), per-flow with several queue pairs, link samples,
+    # drops and timeouts, go-back-N, adaptive timeouts and PFC over the planes, a failed plane (hosts with
+    # fewer ports: some pairs reply on one fixed port), and NVLink chips run as RoCE switches (each GPU
+    # has NVLink and NIC ports; which of them are eligible depends on the destination)
+    **{f"planes-per-packet-{p}": (lambda tmp, p=p: _planes(routing={"policy": p})) for p in ("ecmp", "spray", "adaptive")},
+    "planes-4-ports-per-packet": lambda tmp: _planes(ports=4, routing={"policy": "ecmp"},
+                                                     traffic={"pattern": "permutation", "message_size": "1MiB"}),
+    "planes-per-flow-3qps": lambda tmp: _planes(ports=4, split="per_flow",
+                                                traffic={"pattern": "all_to_all", "message_size": "64KiB",
+                                                         "qps_per_message": 3}),
+    "planes-sampling-on": lambda tmp: _planes(outputs={"link_sample_interval": "1us"}),
+    "planes-lossy-incast": lambda tmp: _planes(**_PLANES_INCAST, receiver={"rto_low": "8us", "rto_high": "12us"}),
+    "planes-gbn": lambda tmp: _planes(**_PLANES_INCAST, receiver={"model": "go_back_n", "rto_low": "8us",
+                                                                  "rto_high": "12us"}),
+    "planes-rto-adaptive": lambda tmp: _planes(**_PLANES_INCAST, receiver={"rto_mode": "adaptive"}),
+    "planes-pfc": lambda tmp: _planes(**{**_PLANES_INCAST, "switch": {"pfc": {"enabled": True, "xoff": "20KB",
+                                                                              "xon": "10KB"}}},
+                                      routing={"policy": "adaptive"}),
+    "planes-failed-plane": lambda tmp: _planes(ports=4, topology={"failed": {"links": [["p1.leaf0", "n0.g0"],
+                                                                                      ["p2.leaf1", "n1.g1"]]}},
+                                               traffic={"pattern": "all_to_all", "message_size": "32KiB"}),
+    "planes-nvlink-as-roce": lambda tmp: _planes(topology={"domain": "hgx8", "nvlink": {"transport": "roce"}}),
 }
 
 
@@ -269,6 +313,22 @@ def test_compiled_core_gives_the_heap_kernels_tables(case, tmp_path):
             assert run["retransmission_timeouts"] > 0
         if case in ("pfc-ecn-at-enqueue", "pfc-ecmp-ddp"):
             assert links["ecn_marked_packets"].sum() > 0
+    if case.startswith("planes-"):
+        L = a.links
+        up = L[(L["kind"] == "host-leaf") & L["dst_name"].str.startswith("p")]      # GPU -> leaf of plane p
+        if "per-packet" in case or case in ("planes-sampling-on", "planes-lossy-incast", "planes-pfc"):
+            # both planes carry data and the receivers' control packets (reply_nic's rotation)
+            for col in ("tx_data_bytes", "tx_control_bytes"):
+                per_plane = up.groupby(up["dst_name"].str.split(".").str[0])[col].sum()
+                assert len(per_plane) >= 2 and (per_plane > 0).all(), (col, per_plane)
+        if case in ("planes-lossy-incast", "planes-gbn", "planes-rto-adaptive"):
+            assert run["dropped_packets"] > 0 and run["retransmission_timeouts"] > 0
+        if case == "planes-pfc":
+            assert L["pfc_pause_events"].sum() > 0 and run["dropped_packets"] == 0
+        if case == "planes-failed-plane":
+            assert (a.links.groupby("src")["kind"].count()[:16] < 4).sum() == 2       # two GPUs lost a port
+        if case == "planes-nvlink-as-roce":
+            assert L.loc[L["kind"] == "nvlink", "tx_data_bytes"].sum() > 0 and up["tx_data_bytes"].sum() > 0
     if case.startswith("gbn-"):
         m = a.messages
         assert a.summary["status"] == ("incomplete_failed" if case == "gbn-retry-limit" else "complete")

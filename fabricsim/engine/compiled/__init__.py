@@ -6,7 +6,9 @@ and adaptive routing (graded queues, refresh, remote grades) over lossy switches
 drop-tail buffers and ECN (RED, at enqueue or dequeue), the ``ddp`` receiver (SACK + RACK) or the
 ``go_back_n`` receiver (NAK on a gap, the sender's rewind) acknowledging every unit, fixed or
 adaptive timeouts (RTT estimator, back-off, jitter draws, timeout probes, D-SACK) and
-``retry_limit``, congestion control ``none``, one NIC port per host. Any other scenario runs on
+``retry_limit``, congestion control ``none``, hosts with one or several NIC ports (multi-plane
+NICs split per packet or per flow, the receiver's control packets spread over its ports as
+``PacketEngine.reply_nic`` does). Any other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 
@@ -48,8 +50,10 @@ class _CompiledNic:
         k = self.kernel
         q = k.qp_row.get(id(qp))
         if q is None:
-            q = k.register(qp, self.index)
-        k._fn["nic_add"](k.X, self.index, q, t)
+            q = k.register(qp)
+        nics = qp.nics
+        j = 0 if nics[0] is self else nics.index(self)        # this port's slot of the queue pair
+        k._fn["nic_add"](k.X, int(k.X.Q[q, C.Q_N0]) + j, t)
 
 
 class CompiledKernel:
@@ -73,7 +77,8 @@ class CompiledKernel:
         self._nics = dict(engine.nics)
         for h, nics in engine.nics.items():
             engine.nics[h] = [_CompiledNic(nic, self.nic_row[nic], self) for nic in nics]
-        self._host_nic = {h: nics[0].index for h, nics in engine.nics.items() if nics}
+        self._reply: dict = {}              # (receiving host, sender) -> (offset, count) of its ports in X.RL
+        self._rl_n = 0
         self._load()
 
     def _load(self) -> None:
@@ -88,7 +93,7 @@ class CompiledKernel:
         x = numba.typeof(self.X)
         i = numba.int64
         self._fn = {}
-        for fn, args in ((C.run, (i,)), (C.nic_add, (i, i, i)), (C.push, (i, i, i, i, i)), (C.settle_all, (i,))):
+        for fn, args in ((C.run, (i,)), (C.nic_add, (i, i)), (C.push, (i, i, i, i, i)), (C.settle_all, (i,))):
             sig = (x, *args)
             fn.compile(sig)
             self._fn[fn.__name__] = fn.overloads[sig].entry_point
@@ -126,13 +131,16 @@ class CompiledKernel:
             self._stopped_at = self.now
 
     # ------------------------------------------------------------ queue pairs
-    def register(self, qp, nic: int) -> int:
-        """A queue pair the engine has just created: its row in the compiled state."""
+    def register(self, qp) -> int:
+        """A queue pair the engine has just created: its row in the compiled state, with a NIC slot
+        per port it may use (``qp.nics``, in order) and the ports its receiver replies by."""
         q = len(self.qps)
-        if len(qp.nics) != 1 or qp.flow.window_bytes is not None or qp.flow.rate_bps != qp.flow.line_bps:
-            raise SimulationError("kernel: compiled: a queue pair outside slice 1 (several ports, a window or "
-                                  "a paced rate)")
+        if qp.flow.window_bytes is not None or qp.flow.rate_bps != qp.flow.line_bps:
+            raise SimulationError("kernel: compiled: a queue pair outside the compiled slice (a window or a paced "
+                                  "rate)")
         self._need("qp", q + 1)
+        s0 = int(self.X.Q[q - 1, C.Q_N0] + self.X.Q[q - 1, C.Q_NN]) if q else 0
+        self._need("qn", s0 + len(qp.nics))
         X = self.X
         base = int(X.Q[q - 1, C.Q_BASE] + X.Q[q - 1, C.Q_NPSN]) if q else 0
         self._need("arena", base + qp.npsn + 1)
@@ -151,8 +159,11 @@ class CompiledKernel:
         X.q_hash[q] = qp.hash
         X.Q[q, C.Q_SIZE] = qp.size
         X.Q[q, C.Q_NPSN] = qp.npsn
-        X.Q[q, C.Q_NIC] = nic
-        X.Q[q, C.Q_RPORT] = self._host_nic[qp.dst]    # = reply_nic: the receiving host's one port
+        X.Q[q, C.Q_N0], X.Q[q, C.Q_NN] = s0, len(qp.nics)
+        for j, nic in enumerate(qp.nics):
+            X.QN[s0 + j, C.QN_QP] = q
+            X.QN[s0 + j, C.QN_NIC] = nic.index
+        self._reply_ports(qp, q)
         X.Q[q, C.Q_BASE] = base
         X.Q[q, C.Q_ACTIVE] = 1
         if X.g[C.G_RTO_ADAPTIVE]:
@@ -163,6 +174,28 @@ class CompiledKernel:
         self.qps.append(qp)
         self.qp_row[id(qp)] = q
         return q
+
+    def _reply_ports(self, qp, q: int) -> None:
+        """Where the receiver of ``qp`` sends its control packets (``PacketEngine.reply_nic``): one
+        port, fixed, when the receiving host has one eligible port towards the sender or ``qp``
+        uses one port (``nics[qp.hash % n]``, a pure function of the two hosts and the hash); else
+        -1 and the eligible ports (memoised per pair of hosts, in ``X.RL``), chosen per packet."""
+        nics = self.engine.eligible_nics(qp.dst, qp.src)
+        n = len(nics)
+        X = self.X
+        if n == 1 or len(qp.nics) == 1:
+            X.Q[q, C.Q_RPORT] = nics[qp.hash % n].index
+            return
+        key = (qp.dst, qp.src)
+        got = self._reply.get(key)
+        if got is None:
+            self._need("rl", self._rl_n + n)
+            X = self.X
+            X.RL[self._rl_n:self._rl_n + n] = [nic.index for nic in nics]
+            got = self._reply[key] = (self._rl_n, n)
+            self._rl_n += n
+        X.Q[q, C.Q_RPORT] = -1
+        X.Q[q, C.Q_RL0], X.Q[q, C.Q_RLN] = got
 
     def _need(self, group: str, n: int) -> None:
         if n > getattr(self.X, S.POOLS[group]).shape[0]:

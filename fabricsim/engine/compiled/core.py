@@ -117,13 +117,21 @@ PORT_FIELDS = ("busy", "txb", "txp", "peak", "ih", "it", "ph", "pt", "offset", "
 #  delay + the transmitter's response, Pfc.signal's delay (port.delay + Pfc.response_ps(port)); nicp:
 #  the NIC row of a host port, LosslessPort.nic, -1 for a switch port)
 NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "calls", "sent")
-QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "nic", "inact",
-             "anext", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
+QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "n0", "nn",
+             "rl0", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
              "oh", "ot", "ol", "rcum", "rmax", "rmaxt", "rn", "rhold", "runack", "rce", "racks", "rport",
-             "srtt", "rttvar", "draws", "u", "reot", "brtt", "gbt", "rnak")
+             "srtt", "rttvar", "draws", "u", "reot", "brtt", "gbt", "rnak", "rln")
 # (srtt, rttvar: the RTT estimator; draws, u: the jitter draws' counter and the current draw; reot: when
 #  the reorder window was last widened by a D-SACK; brtt: the idle round trip, Flow.base_rtt_ps;
-#  gbt: go-back-N's last rewind, QueuePair.goback_t; rnak: the receiver's NAK is outstanding, r_nak)
+#  gbt: go-back-N's last rewind, QueuePair.goback_t; rnak: the receiver's NAK is outstanding, r_nak;
+#  n0, nn: the queue pair's NIC slots (rows of X.QN, one per port of QueuePair.nics, in its order);
+#  rport: the NIC row its receiver's control packets leave by when fixed (reply_nic's first branch),
+#  else -1 and rl0, rln: the receiving host's eligible ports towards the sender, a slice of X.RL, among
+#  which reply_nic chooses per packet)
+# A NIC slot (QN) is the membership of one queue pair in one port's active list (QueuePair.nicmask's
+# bit for that port): its queue pair and NIC rows, the next slot of the list, whether it is on the list,
+# and (NVLink striping) the units that port has sent of the queue pair (NvlinkNic.stripe)
+QN_FIELDS = ("qp", "nic", "next", "in", "cnt")
 PKT_FIELDS = ("qp", "dst", "wire", "pay", "seq", "ttx", "npk", "hop", "kind", "ce", "sack", "tdata", "at", "aseq",
               "next", "pnext", "pstart", "ptx", "pprio", "live", "dsack", "inport")
 NODE_FIELDS = ("psn", "val", "next")
@@ -131,15 +139,22 @@ MSG_FIELDS = ("size", "deliv", "drop", "inj", "dup", "rx", "ooo", "peakh", "rw",
               "ctrl_drop", "done", "q0", "qn",
               "naks", "naks_sent", "disc")
 HOST_FIELDS = ("hold", "peak", "made", "order")
+# switches (X.S): Switch.kmin (-1 = no marking), kmax, at_dequeue, id (the graph node, for packet draws)
+SWITCH_FIELDS = ("kmin", "kmax", "deq", "node")
+# the seeds (X.salt, uint64): the routing policy's, the sender's timeout draws' (Sender.salt), then each
+# switch's ECN draws' (Switch.ecn_salt) from SALT_ECN on
+SALT_ROUTE, SALT_RTO, SALT_ECN = 0, 1, 2
 (P_BUSY, P_TXB, P_TXP, P_PEAK, P_IH, P_IT, P_PH, P_PT, P_OFFSET, P_DELIVER, P_PEER_SW, P_SW, P_BUFFER, P_DROPS, P_DROPB, P_CDROPS, P_ECN, P_CB, P_CP, P_PRIO, P_RN, P_RD,
  P_LQH, P_LQT, P_QBYTES, P_SENDING, P_CUR, P_INGB, P_INGPK, P_XOFF, P_PAUSED, P_PEV, P_PPS, P_PSINCE, P_PFCD,
  P_NICP,) = range(len(PORT_FIELDS))
 (N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT,) = range(len(NIC_FIELDS))
-(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK,) = range(len(QP_FIELDS))
+(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_N0, Q_NN, Q_RL0, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK, Q_RLN,) = range(len(QP_FIELDS))
+(QN_QP, QN_NIC, QN_NEXT, QN_IN, QN_CNT,) = range(len(QN_FIELDS))
 (K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK, K_INPORT,) = range(len(PKT_FIELDS))
 (D_PSN, D_VAL, D_NEXT,) = range(len(NODE_FIELDS))
 (M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC,) = range(len(MSG_FIELDS))
 (H_HOLD, H_PEAK, H_MADE, H_ORDER,) = range(len(HOST_FIELDS))
+(S_KMIN, S_KMAX, S_DEQ, S_NODE,) = range(len(SWITCH_FIELDS))
 
 #: the model functions compiled into the core from their own modules: numba's disk cache of the
 #: core is keyed on this file only, so :func:`check_cache` discards it when one of these changes
@@ -410,15 +425,15 @@ def _advance_inflight(X, port):
 def _draw(X, salt, pkt, sw):
     # = packet_draw(salt, pkt, switch.id)
     return packet_draw_fields(salt, X.Q[X.K[pkt, K_QP], Q_UID], X.K[pkt, K_SEQ], X.K[pkt, K_TTX], X.K[pkt, K_KIND],
-                              X.s_node[sw])
+                              X.S[sw, S_NODE])
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _mark(X, sw, q, pkt):
     # = Switch.mark
-    if q > X.s_kmax[sw]:
+    if q > X.S[sw, S_KMAX]:
         return True
-    return red_below(_draw(X, X.s_salt[sw], pkt, sw), q, X.s_kmin[sw], X.s_kmax[sw], X.s_pmax[sw])
+    return red_below(_draw(X, X.salt[SALT_ECN + sw], pkt, sw), q, X.S[sw, S_KMIN], X.S[sw, S_KMAX], X.s_pmax[sw])
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -426,7 +441,7 @@ def _settle(X, port, t):
     # = Switch.settle (the port's owning switch), without INT
     sw = X.P[port, P_SW]
     count = X.P[port, P_TXB] - X.P[port, P_PRIO]
-    kmin = X.s_kmin[sw]
+    kmin = X.S[sw, S_KMIN]
     while True:
         h = X.P[port, P_PH]
         if h < 0 or X.K[h, K_PSTART] > t:
@@ -592,7 +607,7 @@ def _quality_pick(X, sw, dst, off, n, pkt, now):
     nb = _quality_best(X, sw, dst, off, n, now)
     if nb == 1:
         return X.qb[off]
-    return X.qb[off + np.int64(_draw(X, X.route_salt[0], pkt, sw) % np.uint64(nb))]
+    return X.qb[off + np.int64(_draw(X, X.salt[SALT_ROUTE], pkt, sw) % np.uint64(nb))]
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -606,11 +621,11 @@ def _choose(X, sw, t, pkt):
     if X.g[G_ROUTE] == ROUTE_ECMP:
         # = Ecmp.choose (its cache memoises a pure function)
         qp = X.K[pkt, K_QP]
-        return X.r_ports[off + np.int64(ecmp_pick(X.q_hash[qp], X.route_salt[0], np.uint64(X.s_node[sw]),
+        return X.r_ports[off + np.int64(ecmp_pick(X.q_hash[qp], X.salt[SALT_ROUTE], np.uint64(X.S[sw, S_NODE]),
                                                  np.uint64(n), X.K[pkt, K_KIND] != DATA))]
     if X.g[G_ROUTE] == ROUTE_SPRAY:
         # = Spray.choose
-        return X.r_ports[off + np.int64(_draw(X, X.route_salt[0], pkt, sw) % np.uint64(n))]
+        return X.r_ports[off + np.int64(_draw(X, X.salt[SALT_ROUTE], pkt, sw) % np.uint64(n))]
     return _quality_pick(X, sw, dst, off, n, pkt, t)
 
 
@@ -633,8 +648,8 @@ def _switch_arrive(X, sw, t, pkt):
         if X.P[port, P_BUFFER] >= 0 and q + wire > X.P[port, P_BUFFER]:
             _drop(X, port, pkt)
             return
-    kmin = X.s_kmin[sw]
-    at_dequeue = X.s_deq[sw]
+    kmin = X.S[sw, S_KMIN]
+    at_dequeue = X.S[sw, S_DEQ]
     if kmin >= 0 and not at_dequeue and q > kmin and kind == DATA and _mark(X, sw, q, pkt):
         X.K[pkt, K_CE] = 1
         X.P[port, P_ECN] += 1
@@ -710,7 +725,7 @@ def _lstart(X, port, t):
     else:
         sw = X.P[port, P_SW]
         q = X.P[port, P_QBYTES] - wire          # bytes queued behind it as it starts to leave
-        if sw >= 0 and X.s_deq[sw] and X.s_kmin[sw] >= 0 and q > X.s_kmin[sw] and _mark(X, sw, q, pkt):
+        if sw >= 0 and X.S[sw, S_DEQ] and X.S[sw, S_KMIN] >= 0 and q > X.S[sw, S_KMIN] and _mark(X, sw, q, pkt):
             X.K[pkt, K_CE] = 1
             X.P[port, P_ECN] += 1
     push(X, done, _seq(X), E_LDONE, port, 0)
@@ -757,9 +772,9 @@ def _lossless_arrive(X, sw, t, pkt):
     _advance_inflight(X, ing)
     port = _choose(X, sw, t, pkt)
     if X.K[pkt, K_KIND] == DATA:
-        kmin = X.s_kmin[sw]
+        kmin = X.S[sw, S_KMIN]
         qb = X.P[port, P_QBYTES]
-        if kmin >= 0 and not X.s_deq[sw] and qb > kmin and _mark(X, sw, qb, pkt):
+        if kmin >= 0 and not X.S[sw, S_DEQ] and qb > kmin and _mark(X, sw, qb, pkt):
             X.K[pkt, K_CE] = 1
             X.P[port, P_ECN] += 1
     X.K[pkt, K_INPORT] = ing
@@ -820,20 +835,23 @@ def _kick(X, nic, t):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _act_append(X, nic, q):
-    _fifo_append(X.N, nic, N_AH, N_AT, X.Q, Q_ANEXT, q)
+def _act_append(X, nic, slot):
+    # = active.append(qp) (the queue pair's slot of this port: QueuePair.nicmask's bit)
+    _fifo_append(X.N, nic, N_AH, N_AT, X.QN, QN_NEXT, slot)
     X.N[nic, N_AL] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _act_popleft(X, nic):
     X.N[nic, N_AL] -= 1
-    return _fifo_popleft(X.N, nic, N_AH, N_AT, X.Q, Q_ANEXT)
+    return _fifo_popleft(X.N, nic, N_AH, N_AT, X.QN, QN_NEXT)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def nic_add(X, nic, q, t):
-    # = Nic.add (no window: congestion control none)
+def nic_add(X, slot, t):
+    # = Nic.add (no window: congestion control none) of the queue pair and port of ``slot``
+    q = X.QN[slot, QN_QP]
+    nic = X.QN[slot, QN_NIC]
     if X.Q[q, Q_RH] < 0:
         psn = X.Q[q, Q_SEQ]
         if psn >= X.Q[q, Q_NPSN]:
@@ -841,9 +859,9 @@ def nic_add(X, nic, q, t):
         nok = X.Q[q, Q_NOK]
         if nok > t:
             t = nok
-    if not X.Q[q, Q_INACT]:
-        X.Q[q, Q_INACT] = 1
-        _act_append(X, nic, q)
+    if not X.QN[slot, QN_IN]:
+        X.QN[slot, QN_IN] = 1
+        _act_append(X, nic, slot)
     _kick(X, nic, t)
 
 
@@ -862,6 +880,44 @@ def _ctrl_out(X, nic, t, pkt):
     X.P[port, P_CP] += 1
     X.P[port, P_TXP] += 1
     _enqueue_arrival(X, port, pkt, bu + X.P[port, P_OFFSET])
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _free_at(X, nic, now):
+    # = Nic.free_at: when the wire is free of the packet on it and the control packets held
+    port = X.N[nic, N_PORT]
+    bu = X.P[port, P_BUSY]
+    if bu < now:
+        bu = now
+    c = X.N[nic, N_CH]
+    while c >= 0:
+        bu += _ser(X, port, X.K[c, K_WIRE])
+        c = X.K[c, K_NEXT]
+    return bu
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _reply_nic(X, q, now):
+    # = qp.r_port or PacketEngine.reply_nic(qp): the port fixed at registration (one eligible port, or
+    #   a queue pair on one port: nics[qp.hash % n]), else the receiving host's eligible port towards
+    #   the sender whose wire frees first, ties in turn from (hash + the message's ACKs and NAKs sent) % n
+    r = X.Q[q, Q_RPORT]
+    if r >= 0:
+        return r
+    off = X.Q[q, Q_RL0]
+    n = X.Q[q, Q_RLN]
+    row = X.Q[q, Q_MSG]
+    # (qp.hash + acks + naks_sent) % n with the 64-bit hash reduced first (the sum is a big int in Python)
+    start = (np.int64(X.q_hash[q] % np.uint64(n)) + (X.M[row, M_ACKS] + X.M[row, M_NAKS_SENT]) % n) % n
+    best = -1
+    best_t = 0
+    for i in range(n):
+        nic = X.RL[off + (start + i) % n]
+        bu = _free_at(X, nic, now)
+        if best < 0 or bu < best_t:
+            best = nic
+            best_t = bu
+    return best
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -889,7 +945,7 @@ def _rto(X, q):
 def _rto_draw(X, q):
     # = Sender._draw
     X.Q[q, Q_DRAWS] += 1
-    X.Q[q, Q_U] = np.int64(rto_draw(X.rto_salt[0], np.uint64(X.Q[q, Q_UID]), np.uint64(X.Q[q, Q_DRAWS])))
+    X.Q[q, Q_U] = np.int64(rto_draw(X.salt[SALT_RTO], np.uint64(X.Q[q, Q_UID]), np.uint64(X.Q[q, Q_DRAWS])))
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -930,7 +986,8 @@ def _nic_tx(X, nic, t, token):
     seg = X.g[G_SEG]
     wake = -1
     for _ in range(X.N[nic, N_AL]):
-        q = _act_popleft(X, nic)
+        slot = _act_popleft(X, nic)
+        q = X.QN[slot, QN_QP]
         cause = -1
         psn = 0
         while X.Q[q, Q_RH] >= 0:
@@ -944,11 +1001,11 @@ def _nic_tx(X, nic, t, token):
         if cause < 0:
             psn = X.Q[q, Q_SEQ]
             if psn >= X.Q[q, Q_NPSN]:
-                X.Q[q, Q_INACT] = 0
+                X.QN[slot, QN_IN] = 0
                 continue
         nok = X.Q[q, Q_NOK]
         if nok > t:
-            _act_append(X, nic, q)
+            _act_append(X, nic, slot)
             if wake < 0 or nok < wake:
                 wake = nok
             continue
@@ -991,10 +1048,10 @@ def _nic_tx(X, nic, t, token):
         X.N[nic, N_SENT] += 1
         _enqueue_arrival(X, port, pkt, done + X.P[port, P_OFFSET])
         if X.N[nic, N_AL] == 0 and X.Q[q, Q_RH] < 0 and X.Q[q, Q_SEQ] >= X.Q[q, Q_NPSN]:
-            X.Q[q, Q_INACT] = 0
+            X.QN[slot, QN_IN] = 0
             X.N[nic, N_BUSY] = 0
             return
-        _act_append(X, nic, q)
+        _act_append(X, nic, slot)
         X.N[nic, N_PEND] = done
         push(X, done, _seq(X), E_TX, nic, token)
         return
@@ -1016,8 +1073,10 @@ def _payload(X, q, psn):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _kick_qp(X, q, t):
-    # = Sender.kick (one NIC port per queue pair in slice 1)
-    nic_add(X, X.Q[q, Q_NIC], q, t)
+    # = Sender.kick: for nic in qp.nics: nic.add(t, qp)
+    s0 = X.Q[q, Q_N0]
+    for slot in range(s0, s0 + X.Q[q, Q_NN]):
+        nic_add(X, slot, t)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -1280,7 +1339,7 @@ def _on_rto(X, q, t):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _send_ack(X, q, t, seq, trigger):
-    # = Receiver.send_now (kind ACK; ``trigger`` -1 = None), then reply_nic (one port: r_port)
+    # = Receiver.send_now (kind ACK; ``trigger`` -1 = None), then reply_nic (_reply_nic)
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, seq, t, 1, -1, ACK)
     if trigger >= 0:
         X.K[pkt, K_SACK] = X.K[trigger, K_SEQ]
@@ -1292,29 +1351,29 @@ def _send_ack(X, q, t, seq, trigger):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _ack_out(X, q, t, pkt):
-    # an ACK's ECN echo, the receiver's ACK state and counters, then reply_nic (one port: r_port)
+    # an ACK's ECN echo, the receiver's ACK state and counters, then reply_nic (_reply_nic)
     X.K[pkt, K_CE] = X.Q[q, Q_RCE]
     X.Q[q, Q_RCE] = 0
     X.Q[q, Q_RUNACK] = 0
     X.Q[q, Q_RACKS] += 1
-    _send_ctrl(X, X.Q[q, Q_RPORT], t, pkt)
+    _send_ctrl(X, _reply_nic(X, q, t), t, pkt)
     X.M[X.Q[q, Q_MSG], M_ACKS] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _send_nak(X, q, t, seq, trigger):
     # = Receiver.send_now (kind NAK: no SACK, the trigger's send time; the ACK state untouched),
-    #   then reply_nic (one port: r_port)
+    #   then reply_nic (_reply_nic)
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, seq, t, 1, -1, NAK)
     X.K[pkt, K_SACK] = -1
     X.K[pkt, K_TDATA] = X.K[trigger, K_TTX]
-    _send_ctrl(X, X.Q[q, Q_RPORT], t, pkt)
+    _send_ctrl(X, _reply_nic(X, q, t), t, pkt)
     X.M[X.Q[q, Q_MSG], M_NAKS_SENT] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _send_dsack(X, q, t, dup):
-    # = Receiver.send_dsack, then reply_nic (one port: r_port)
+    # = Receiver.send_dsack, then reply_nic (_reply_nic)
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, X.Q[q, Q_RCUM], t, 1, -1, ACK)
     X.K[pkt, K_SACK] = -1
     X.K[pkt, K_DSACK] = X.K[dup, K_SEQ]

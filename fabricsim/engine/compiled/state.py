@@ -2,11 +2,14 @@
 flattened into numpy arrays, grown when a pool runs low, and written back onto the Python
 objects (docs/compiled-core.md, sections 1 and 4.4).
 
-Everything lives in one namedtuple, :class:`State`, of 1-D arrays (``r_off`` and ``r_cnt`` are
-2-D: switch x node; ``m_rtx``: message x cause). Prefixes: ``g`` scalars (slots ``G_*`` of
-:mod:`.core`), ``h*`` the agenda heap, ``p_`` ports, ``s_`` switches, ``r_`` routes, ``n_`` NIC
-ports, ``q_`` queue pairs, ``a_`` the per-PSN arena, ``d_`` list nodes (outstanding and
-retransmission deques), ``k_`` packets, ``m_`` messages, ``h_`` hosts' receive state.
+Everything lives in one namedtuple, :class:`State` (``_ARRAYS``: name -> dtype, columns, pool
+group). Each kind of object is one 2-D int64 array with a row per object and a column per field
+(the ``*_FIELDS`` of :mod:`.core`): ``S`` switches, ``P`` ports, ``N`` NIC ports, ``Q`` queue pairs,
+``QN`` their NIC slots, ``K`` packets, ``D`` list nodes (outstanding and retransmission deques),
+``M`` messages, ``HO`` hosts' receive state; ``g`` holds the scalars (slots ``G_*``), ``HP`` the
+agenda heap, ``salt`` the seeds, ``r_*`` the routes, ``a_*`` the per-PSN arena, ``RL`` the reply
+ports' lists, the rest adaptive routing's measure and the recorder's series. Keep the number of
+arrays down (docs/compiled-core.md, "The state"): a new field is a column.
 Indices are int64 with -1 for None.
 """
 from __future__ import annotations
@@ -29,12 +32,12 @@ _ARRAYS = {
     "g": (_I, 0, None), "f": (np.float64, 0, None),
     "HP": (_I, 5, "heap"),
     "P": (_I, len(C.PORT_FIELDS), None),
-    "s_kmin": (_I, 0, None), "s_kmax": (_I, 0, None), "s_pmax": (np.float64, 0, None),
-    "s_salt": (np.uint64, 0, None), "s_deq": (_I, 0, None), "s_node": (_I, 0, None),
-    "r_off": (_I, 0, None), "r_cnt": (_I, 0, None), "r_ports": (_I, 0, None), "route_salt": (np.uint64, 0, None),
-    "rto_salt": (np.uint64, 0, None),
+    "S": (_I, len(C.SWITCH_FIELDS), None), "s_pmax": (np.float64, 0, None), "salt": (np.uint64, 0, None),
+    "r_off": (_I, 0, None), "r_cnt": (_I, 0, None), "r_ports": (_I, 0, None),
     "N": (_I, len(C.NIC_FIELDS), None),
     "Q": (_I, len(C.QP_FIELDS), "qp"), "q_hash": (np.uint64, 0, "qp"),
+    # the queue pairs' NIC slots (one per port a queue pair may use) and the reply ports' lists
+    "QN": (_I, len(C.QN_FIELDS), "qn"), "RL": (_I, 0, "rl"),
     "a_flag": (np.uint8, 0, "arena"), "a_resent": (_I, 0, "arena"), "a_rarr": (_I, 0, "arena"),
     "D": (_I, len(C.NODE_FIELDS), "node"),
     "K": (_I, len(C.PKT_FIELDS), "pkt"),
@@ -51,12 +54,13 @@ State = namedtuple("State", list(_ARRAYS))
 #: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
 CAUSES = ("sack", "timeout", "nak")
 #: initial values of the rows that are not 0 (-1 = None)
-_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc", "reot", "gbt")}
+_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "rmaxt", "rack", "gbc", "reot", "gbt")}
+_FILL[("QN", "next")] = -1
 _FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack", "inport")})
 _FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt", "lqh", "lqt", "cur", "nicp")})
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
-_FIELDS_OF = {"P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS, "D": C.NODE_FIELDS,
-              "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS}
+_FIELDS_OF = {"S": C.SWITCH_FIELDS, "P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS, "D": C.NODE_FIELDS,
+              "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS, "QN": C.QN_FIELDS}
 
 
 def _arr(name, n):
@@ -94,19 +98,20 @@ def build(engine, nic_index: dict) -> State:
     sws = list(engine.switches.values())
     s_local = {sw.id: i for i, sw in enumerate(sws)}
     n_nodes = max(g.nodes) + 1
-    a["s_kmin"] = np.array([-1 if sw.kmin is None else sw.kmin for sw in sws], dtype=_I)
-    a["s_kmax"] = np.array([sw.kmax for sw in sws], dtype=_I)
+    a["S"] = np.array([(-1 if sw.kmin is None else sw.kmin, sw.kmax, sw.at_dequeue, sw.id) for sw in sws],
+                      dtype=_I).reshape(len(sws), len(C.SWITCH_FIELDS))
     a["s_pmax"] = np.array([sw.pmax for sw in sws], dtype=np.float64)
-    a["s_salt"] = np.array([sw.ecn_salt for sw in sws], dtype=np.uint64)
-    a["s_deq"] = np.array([sw.at_dequeue for sw in sws], dtype=_I)
-    a["s_node"] = np.array([sw.id for sw in sws], dtype=_I)
     ports = engine.ports
     r_off = np.zeros((len(sws), n_nodes), dtype=_I)
     r_cnt = np.zeros((len(sws), n_nodes), dtype=_I)
     cand = []
     for i, sw in enumerate(sws):
         for h in sim.topology.hosts:
-            _one, tup = sw.route.get(h) or sw.lookup(h)
+            r_off[i, h] = len(cand)
+            try:
+                _one, tup = sw.route.get(h) or sw.lookup(h)
+            except RuntimeError:       # no route (an NVLink chip towards a GPU outside its domain): never asked
+                continue
             r_off[i, h] = len(cand)
             r_cnt[i, h] = len(tup)
             cand.extend(p.index for p in tup)
@@ -114,9 +119,8 @@ def build(engine, nic_index: dict) -> State:
     a["r_ports"] = np.array(cand or [0], dtype=_I)
     route = _ROUTES[sim.scenario.routing.name]
     quality = getattr(engine.routing, "quality", None)
-    a["route_salt"] = np.array([quality._salt if route == C.ROUTE_ADAPTIVE else engine.routing._salt],
-                               dtype=np.uint64)
-    a["rto_salt"] = np.zeros(1, dtype=np.uint64)         # Sender.salt (set below)
+    a["salt"] = np.array([quality._salt if route == C.ROUTE_ADAPTIVE else engine.routing._salt,
+                          engine.sender.salt] + [sw.ecn_salt for sw in sws], dtype=np.uint64)
     _adaptive(a, engine, quality if route == C.ROUTE_ADAPTIVE else None, s_local, r_off, r_cnt, cand)
     # ports
     pfc = engine.pfc
@@ -137,7 +141,7 @@ def build(engine, nic_index: dict) -> State:
         if pfc is not None:
             # Pfc.signal's delay: the pause frame's flight and the transmitter's response (the model's own)
             P[i, col["pfcd"]] = p.delay + pfc.response_ps(p)
-    # NIC ports (one per host: coverage)
+    # NIC ports, host by host
     nics = [nic for h in sim.topology.hosts for nic in engine.nics[h]]
     for i, nic in enumerate(nics):
         nic_index[nic] = i
@@ -160,7 +164,8 @@ def build(engine, nic_index: dict) -> State:
     # growable pools
     for name, (_dt, _rows, group) in _ARRAYS.items():
         if name not in a:
-            a[name] = _arr(name, {"heap": 4096, "qp": 64, "arena": 4096, "node": 8192, "pkt": 8192}[group])
+            a[name] = _arr(name, {"heap": 4096, "qp": 64, "arena": 4096, "node": 8192, "pkt": 8192, "qn": 64,
+                                  "rl": 64}[group])
     X = State(**a)
     _link_free(X.K[:, C.K_NEXT], 0)
     _link_free(X.D[:, C.D_NEXT], 0)
@@ -185,7 +190,6 @@ def build(engine, nic_index: dict) -> State:
     gv[C.G_DSACK] = snd.dsack
     gv[C.G_RTO_MIN], gv[C.G_RTO_MAX] = snd.rto_min, snd.rto_max
     gv[C.G_RTO_K], gv[C.G_RTO_JIT] = snd.rto_k, snd.rto_jit
-    X.rto_salt[0] = snd.salt
     gv[C.G_SELECTIVE] = snd.selective       # ddp (hold, SACK + RACK) or go-back-N (discard, NAK, rewind)
     gv[C.G_BIN] = rec.goodput_bin_ps
     if pfc is not None:
