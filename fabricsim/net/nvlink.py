@@ -251,6 +251,7 @@ class NvlinkNic(Nic):
             self.pending_at = done
             self.push((done, next(seq), self._tx, token))
             return
+        port.credit_bytes = credit      # (credit taken back above, with nothing left to send here)
         self.busy = False
 
     def _credit_time(self, t):
