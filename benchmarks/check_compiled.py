@@ -103,6 +103,13 @@ def scenario(seed: int) -> dict:
         if r.random() < 0.25:
             sc["topology"]["failed"] = {"planes": [1]}
         sc["nic"] = {"plane_split": r.choice(["per_packet", "per_flow"])}
+        if sc["topology"]["domain"] == "hgx8" and r.random() < 0.6:
+            # NVLink with credit flow control inside each node (drawn last of all): striped or adaptive
+            # over the 2 chips, a credit buffer from about one unit per NVLink to the default, 1 or 4 KiB
+            # units; the GPUs' NIC ports carry the traffic between nodes
+            sc["topology"]["nvlink"] = {"transport": "credit", "spread": r.choice(["stripe", "adaptive"]),
+                                        "credit_buffer": r.choice(["600B", "4KiB", "64KiB"]),
+                                        "unit": r.choice(["1KiB", "4KiB"])}
     return sc
 
 
@@ -166,7 +173,9 @@ def main(argv=None) -> int:
               + (f"{sc['topology']['leaves']}x{sc['topology']['hosts_per_leaf']} buffer {sc['topology']['buffer']['size']:9s} "
                  if sc["topology"]["kind"] == "leaf_spine" else
                  f"{sc['topology']['domain']} {sc['topology']['nic']['ports']} ports {sc['nic']['plane_split']:10s} "
-                 f"{'failed ' if 'failed' in sc['topology'] else ''}buffer {sc['topology']['switch']['buffer']['size']:9s} ")
+                 + (f"nvlink {sc['topology']['nvlink']['spread']} credit {sc['topology']['nvlink']['credit_buffer']} "
+                    if sc["topology"].get("nvlink", {}).get("transport") == "credit" else "")
+                 + f"{'failed ' if 'failed' in sc['topology'] else ''}buffer {sc['topology']['switch']['buffer']['size']:9s} ")
               + f"{st[0]}"
               + (f" timeouts {st[1]['retransmission_timeouts']} probes {st[1]['timeout_probes']} "
                  f"dsacks {st[1]['dsacks_received']}" if sc["receiver"].get("rto_mode") == "adaptive" else "")

@@ -8,7 +8,8 @@ drop-tail buffers and ECN (RED, at enqueue or dequeue), the ``ddp`` receiver (SA
 adaptive timeouts (RTT estimator, back-off, jitter draws, timeout probes, D-SACK) and
 ``retry_limit``, congestion control ``none``, hosts with one or several NIC ports (multi-plane
 NICs split per packet or per flow, the receiver's control packets spread over its ports as
-``PacketEngine.reply_nic`` does). Any other scenario runs on
+``PacketEngine.reply_nic`` does), and NVLink domains with credit flow control (net/nvlink.py: the
+GPUs' links, the chips, completion on the last byte), beside NIC ports or alone. Any other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 
@@ -37,14 +38,15 @@ class _CompiledNic:
     a compiled run holds the datapath: ``_start`` finds the eligible ports (``port``, ``nvlink``)
     and hands each new queue pair to ``add``, which registers it with the compiled state."""
 
-    __slots__ = ("nic", "port", "index", "kernel")
-    nvlink = False
+    __slots__ = ("nic", "port", "index", "kernel", "nvlink", "unit")
 
     def __init__(self, nic, index, kernel):
         self.nic = nic
         self.port = nic.port
         self.index = index
         self.kernel = kernel
+        self.nvlink = nic.nvlink            # an NVLink link (NvlinkNic): _start reads it, and its unit
+        self.unit = getattr(nic, "unit", 0)
 
     def add(self, t, qp):
         k = self.kernel
@@ -72,6 +74,7 @@ class CompiledKernel:
         self.qp_row: dict = {}              # id(QueuePair) -> row
         self._stop = False
         self._stopped_at = 0
+        self._read_t = -1                   # the last time Python read the ports (a sample, the final snapshot)
         self._release = engine.release
         self._sample = engine._sample_links
         self._nics = dict(engine.nics)
@@ -163,9 +166,13 @@ class CompiledKernel:
         for j, nic in enumerate(qp.nics):
             X.QN[s0 + j, C.QN_QP] = q
             X.QN[s0 + j, C.QN_NIC] = nic.index
-        self._reply_ports(qp, q)
         X.Q[q, C.Q_BASE] = base
         X.Q[q, C.Q_ACTIVE] = 1
+        if qp.nics[0].nvlink:
+            # NVLink (net/nvlink.py): no ACK, no timer, nothing for the sender (sent_done)
+            X.Q[q, C.Q_DONE] = 1
+        else:
+            self._reply_ports(qp, q)
         if X.g[C.G_RTO_ADAPTIVE]:
             # the idle round trip, read before the first RTT sample (heap works it out at the
             # first send's timer: the same pure function of the two hosts, memoised per pair)
@@ -248,6 +255,7 @@ class CompiledKernel:
                     eng.release(t, rows[a])
                 elif kind == C.P_SAMPLE:
                     S.write_ports(X, eng.ports, counters=False)
+                    self._read_t = t
                     eng._sample_links(t, None)
                 else:
                     qp = self.qps[a] if kind == C.P_FAIL else None
@@ -257,6 +265,7 @@ class CompiledKernel:
                     if eng.remaining == 1:        # the last one: _finish freezes the link rows
                         self._fn["settle_all"](X, t)
                         S.write_ports(X, eng.ports)
+                        self._read_t = t
                     if qp is not None:
                         eng.fail_qp(qp, t, "retry_exceeded")
                     else:
@@ -269,7 +278,7 @@ class CompiledKernel:
                     progress(t)
         finally:
             eng.nics.update(self._nics)      # the real NIC objects again, for the end-of-run tables
-            S.write_back(self.X, eng, self.qps, self.nic_row)
+            S.write_back(self.X, eng, self.qps, self.nic_row, self._read_t)
             if self._built_on.pending():
                 raise SimulationError("kernel: compiled: a model scheduled an event on the Python kernel (a "
                                       "feature outside the compiled slice that coverage.py let through)")

@@ -26,6 +26,7 @@ import numpy as np
 from numba import literal_unroll, njit
 
 from ...flows import identity
+from ...net import nvlink as nvlink_mod
 from ...net import sender as sender_mod
 from ...net import switch as switch_mod
 from ...routing import ecmp as ecmp_mod
@@ -99,6 +100,9 @@ adaptive_rto_ps = _rebind(sender_mod.adaptive_rto_ps, mul_shr=_mul_shr)
 rto_draw = _rebind(sender_mod.rto_draw, mix64=_mix64)
 #: :func:`fabricsim.net.sender.rtt_estimate`, compiled
 rtt_estimate = njit(_nrt=False)(sender_mod.rtt_estimate)
+#: :func:`fabricsim.net.nvlink.nvlink_wire_bytes` and :func:`~fabricsim.net.nvlink.nvlink_stripe_psn`, compiled
+nvlink_wire_bytes = njit(_nrt=False)(nvlink_mod.nvlink_wire_bytes)
+nvlink_stripe_psn = njit(_nrt=False)(nvlink_mod.nvlink_stripe_psn)
 
 
 # ---------------------------------------------------------------- state layout
@@ -110,13 +114,21 @@ rtt_estimate = njit(_nrt=False)(sender_mod.rtt_estimate)
 PORT_FIELDS = ("busy", "txb", "txp", "peak", "ih", "it", "ph", "pt", "offset", "deliver", "peer_sw", "sw",
                "buffer", "drops", "dropb", "cdrops", "ecn", "cb", "cp", "prio", "rn", "rd",
                "lqh", "lqt", "qbytes", "sending", "cur", "ingb", "ingpk", "xoff", "paused", "pev", "pps", "psince",
-               "pfcd", "nicp")
+               "pfcd", "nicp",
+               "delay", "cr", "bufb", "chh", "held", "bpeak", "stalls", "crw", "cqh", "cqt", "sch", "sct", "schb", "nvn")
 # (PFC, net/lossless.py: lqh, lqt: the lossless-class FIFO of a LosslessPort (q), linked through the packets'
 #  next; qbytes, sending, cur; ingb, ingpk, xoff: ingress_bytes, ingress_peak, xoff_sent of the link;
 #  paused, pev, pps, psince: paused, pause_events, paused_ps, paused_since; pfcd: the pause frame's
 #  delay + the transmitter's response, Pfc.signal's delay (port.delay + Pfc.response_ps(port)); nicp:
 #  the NIC row of a host port, LosslessPort.nic, -1 for a switch port)
-NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "calls", "sent")
+# (NVLink, net/nvlink.py NvlinkPort: delay: the link's delay; cr, bufb: credit_bytes, buffer_bytes; a GPU
+#  port's credits on their way back (cr_heap) as a list of list nodes (time, bytes) sorted by time from
+#  chh, their sum held, buffer_peak_bytes bpeak, credit_stalls, cr_wait crw and its NvlinkNic's row nvn;
+#  a chip port's returns due from its GPU (cr_q: cqh, cqt) and the units it holds (sched: sch, sct,
+#  sched_bytes schb), FIFOs of list nodes (time, bytes))
+NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "calls", "sent",
+              "nv", "unit", "ppay", "phdr", "uwire", "stripe")
+# (nv: an NVLink link, NvlinkNic: unit, pkt_payload, pkt_header, unit_wire; stripe: nvlink.spread stripe)
 QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "n0", "nn",
              "rl0", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
              "oh", "ot", "ol", "rcum", "rmax", "rmaxt", "rn", "rhold", "runack", "rce", "racks", "rport",
@@ -146,8 +158,10 @@ SWITCH_FIELDS = ("kmin", "kmax", "deq", "node")
 SALT_ROUTE, SALT_RTO, SALT_ECN = 0, 1, 2
 (P_BUSY, P_TXB, P_TXP, P_PEAK, P_IH, P_IT, P_PH, P_PT, P_OFFSET, P_DELIVER, P_PEER_SW, P_SW, P_BUFFER, P_DROPS, P_DROPB, P_CDROPS, P_ECN, P_CB, P_CP, P_PRIO, P_RN, P_RD,
  P_LQH, P_LQT, P_QBYTES, P_SENDING, P_CUR, P_INGB, P_INGPK, P_XOFF, P_PAUSED, P_PEV, P_PPS, P_PSINCE, P_PFCD,
- P_NICP,) = range(len(PORT_FIELDS))
-(N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT,) = range(len(NIC_FIELDS))
+ P_NICP, P_DELAY, P_CR, P_BUFB, P_CHH, P_HELD, P_BPEAK, P_STALLS, P_CRW, P_CQH, P_CQT, P_SCH, P_SCT, P_SCHB,
+ P_NVN,) = range(len(PORT_FIELDS))
+(N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT, N_NV, N_UNIT, N_PPAY, N_PHDR,
+ N_UWIRE, N_STRIPE,) = range(len(NIC_FIELDS))
 (Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_N0, Q_NN, Q_RL0, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK, Q_RLN,) = range(len(QP_FIELDS))
 (QN_QP, QN_NIC, QN_NEXT, QN_IN, QN_CNT,) = range(len(QN_FIELDS))
 (K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK, K_INPORT,) = range(len(PKT_FIELDS))
@@ -160,7 +174,7 @@ SALT_ROUTE, SALT_RTO, SALT_ECN = 0, 1, 2
 #: core is keyed on this file only, so :func:`check_cache` discards it when one of these changes
 SHARED = (identity.mix64, identity.packet_draw_fields, ecmp_mod.direction_hash, ecmp_mod.ecmp_pick,
           switch_mod.red_below, sender_mod.mul_shr, sender_mod.adaptive_rto_ps, sender_mod.rto_draw,
-          sender_mod.rtt_estimate)
+          sender_mod.rtt_estimate, nvlink_mod.nvlink_wire_bytes, nvlink_mod.nvlink_stripe_psn)
 
 # ---------------------------------------------------------------- codes
 
@@ -185,8 +199,9 @@ NG = 57
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
 # PFC: LosslessPort._done, Pfc._apply_pause, Pfc._apply_resume (the argument: the port)
 E_LDONE, E_PAUSE, E_RESUME = 5, 6, 7
-# port delivery: to a switch, to a host, to a host after settling dequeue-time samples, to a lossless switch
-D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH = 0, 1, 2, 3
+# port delivery: to a switch, to a host, to a host after settling dequeue-time samples, to a lossless switch,
+# to an NVLink chip (NvlinkSwitch.arrive), to a GPU from its NVLink chip (NvlinkRx.arrive)
+D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH, D_NVSW, D_NVRX = 0, 1, 2, 3, 4, 5
 # returns of run()
 R_DRAINED, R_TIME_LIMIT, R_PY, R_PROGRESS, R_SPACE, R_ERROR = 0, 1, 2, 3, 4, 5
 # what R_PY hands to Python (X.g[G_PY_KIND])
@@ -922,7 +937,10 @@ def _reply_nic(X, q, now):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _send_ctrl(X, nic, t, pkt):
-    # = Nic.send_ctrl
+    # = Nic.send_ctrl (NvlinkNic.send_ctrl: serialised at once)
+    if X.N[nic, N_NV]:
+        _ctrl_out(X, nic, t, pkt)
+        return
     bu = X.P[X.N[nic, N_PORT], P_BUSY]
     if X.N[nic, N_CH] >= 0 or (X.N[nic, N_BUSY] and X.N[nic, N_PEND] == (bu if bu > t else t)):
         _fifo_append(X.N, nic, N_CH, N_CT, X.K, K_NEXT, pkt)
@@ -1397,6 +1415,24 @@ def _accept(X, t, pkt, row):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _record_reorder(X, q, row, pkt, end):
+    # = receiver.base.record_reorder (the reorder distance logged, folded into the dicts in Python)
+    if X.K[pkt, K_TTX] < X.Q[q, Q_RMAXT]:
+        X.M[row, M_OOO] += 1
+        d = X.Q[q, Q_RMAX] - end
+        if d < 0:
+            d = 0
+        n = X.g[G_OLOG_N]
+        X.OL[0, n] = row
+        X.OL[1, n] = d
+        X.g[G_OLOG_N] = n + 1
+    else:
+        X.Q[q, Q_RMAXT] = X.K[pkt, K_TTX]
+    if end > X.Q[q, Q_RMAX]:
+        X.Q[q, Q_RMAX] = end
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _on_packet(X, t, pkt):
     # = Receiver.on_packet, ack_every 1, no CNPs; on_gap: ddp holds the unit (G_SELECTIVE),
     #   go-back-N discards it (GoBackN.on_gap)
@@ -1420,20 +1456,7 @@ def _on_packet(X, t, pkt):
         return
     X.M[row, M_RX] += 1
     end = seq + npk
-    # = record_reorder
-    if X.K[pkt, K_TTX] < X.Q[q, Q_RMAXT]:
-        X.M[row, M_OOO] += 1
-        d = X.Q[q, Q_RMAX] - end
-        if d < 0:
-            d = 0
-        n = X.g[G_OLOG_N]
-        X.OL[0, n] = row
-        X.OL[1, n] = d
-        X.g[G_OLOG_N] = n + 1
-    else:
-        X.Q[q, Q_RMAXT] = X.K[pkt, K_TTX]
-    if end > X.Q[q, Q_RMAX]:
-        X.Q[q, Q_RMAX] = end
+    _record_reorder(X, q, row, pkt, end)
     if seq == cum:
         _accept(X, t, pkt, row)
         cum = end
@@ -1508,6 +1531,244 @@ def _to_host(X, t, pkt):
                 _on_nak(X, q, t, pkt)
     _free_pkt(X, pkt)
 
+# ---------------------------------------------------------------- NVLink: net/nvlink.py (transport: credit)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _sorted_insert(X, port, t, w):
+    # = heappush(port.cr_heap, (t, w)): the returns not yet taken back, kept as a list sorted by time
+    #   (the heap is only ever read as its minimum, summed, or walked in (time, bytes) order by
+    #   _credit_time, whose answer is the same for either order of equal times)
+    d = _node(X, t, w)
+    h = X.P[port, P_CHH]
+    if h < 0 or X.D[h, D_PSN] > t:
+        X.D[d, D_NEXT] = h
+        X.P[port, P_CHH] = d
+        return
+    while X.D[h, D_NEXT] >= 0 and X.D[X.D[h, D_NEXT], D_PSN] <= t:
+        h = X.D[h, D_NEXT]
+    X.D[d, D_NEXT] = X.D[h, D_NEXT]
+    X.D[h, D_NEXT] = d
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _held(X, port, t):
+    # = NvlinkPort.held: the chip port's units not yet wholly out at t (pops those that are)
+    b = X.P[port, P_SCHB]
+    while X.P[port, P_SCH] >= 0 and X.D[X.P[port, P_SCH], D_PSN] <= t:
+        d = _fifo_popleft(X.P, port, P_SCH, P_SCT, X.D, D_NEXT)
+        b -= X.D[d, D_VAL]
+        _free_node(X, d)
+    X.P[port, P_SCHB] = b
+    return b
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _nv_psn(X, slot, nic):
+    # the unit the queue pair of ``slot`` sends next on this link: striping, unit i by link
+    # (i + uid) mod n (= (pos - qp.uid) % n + stripe[qp] * n, pos this link's place in qp.nics);
+    # else its next unit
+    q = X.QN[slot, QN_QP]
+    if X.N[nic, N_STRIPE]:
+        n = X.Q[q, Q_NN]
+        return nvlink_stripe_psn(slot - X.Q[q, Q_N0], X.Q[q, Q_UID], n, X.QN[slot, QN_CNT])
+    return X.Q[q, Q_SEQ]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _credit_time(X, nic, t):
+    # = NvlinkNic._credit_time: when this link has credit for the next queue pair's next stripe
+    #   unit (t if already or if it has none left here), -1 = None (the returns known are not enough)
+    slot = X.N[nic, N_AH]
+    q = X.QN[slot, QN_QP]
+    psn = _nv_psn(X, slot, nic)
+    if psn >= X.Q[q, Q_NPSN]:
+        return t
+    unit = X.N[nic, N_UNIT]
+    payload = X.Q[q, Q_SIZE] - psn * unit
+    if payload > unit:
+        payload = unit
+    port = X.N[nic, N_PORT]
+    need = nvlink_wire_bytes(payload, X.N[nic, N_PPAY], X.N[nic, N_PHDR]) - X.P[port, P_CR]
+    if need <= 0:
+        return t
+    d = X.P[port, P_CHH]
+    while d >= 0:
+        need -= X.D[d, D_VAL]
+        if need <= 0:
+            r = X.D[d, D_PSN]
+            return r if r > t else t
+        d = X.D[d, D_NEXT]
+    return -1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _nv_tx(X, nic, t, token):
+    # = NvlinkNic.tx (no on_sent: persistent connections fall back)
+    X.N[nic, N_CALLS] += 1
+    if token != X.N[nic, N_TOKEN]:
+        return
+    port = X.N[nic, N_PORT]
+    bu = X.P[port, P_BUSY]
+    if bu > t:
+        X.N[nic, N_PEND] = bu
+        push(X, bu, _seq(X), E_TX, nic, token)
+        return
+    credit = X.P[port, P_CR]
+    h = X.P[port, P_CHH]
+    if h >= 0 and X.D[h, D_PSN] <= t:
+        held = X.P[port, P_HELD]
+        while h >= 0 and X.D[h, D_PSN] <= t:
+            w = X.D[h, D_VAL]
+            credit += w
+            held -= w
+            nx = X.D[h, D_NEXT]
+            _free_node(X, h)
+            h = nx
+        X.P[port, P_CHH] = h
+        X.P[port, P_HELD] = held
+    stripe = X.N[nic, N_STRIPE]
+    unit = X.N[nic, N_UNIT]
+    while X.N[nic, N_AL]:
+        slot = X.N[nic, N_AH]
+        q = X.QN[slot, QN_QP]
+        psn = _nv_psn(X, slot, nic)
+        if psn >= X.Q[q, Q_NPSN]:
+            _act_popleft(X, nic)
+            X.QN[slot, QN_IN] = 0
+            X.QN[slot, QN_CNT] = 0            # = stripe.pop(qp, None)
+            continue
+        payload = X.Q[q, Q_SIZE] - psn * unit
+        if payload > unit:
+            payload = unit
+        npk = -(-payload // X.N[nic, N_PPAY])
+        wire = payload + npk * X.N[nic, N_PHDR]
+        if credit < wire:
+            X.P[port, P_CR] = credit
+            X.P[port, P_STALLS] += 1
+            X.P[port, P_CRW] = 1
+            h = X.P[port, P_CHH]
+            if h >= 0:
+                wake = X.D[h, D_PSN]
+                X.N[nic, N_PEND] = wake
+                push(X, wake, _seq(X), E_TX, nic, token)
+            else:
+                X.N[nic, N_BUSY] = 0
+            return
+        _act_append(X, nic, _act_popleft(X, nic))     # = active.rotate(-1)
+        X.P[port, P_CR] = credit - wire
+        X.P[port, P_CRW] = 0
+        if not stripe:
+            X.Q[q, Q_SEQ] = psn + 1
+            last = psn + 1 >= X.Q[q, Q_NPSN]
+        else:
+            X.QN[slot, QN_CNT] += 1
+            last = psn + X.Q[q, Q_NN] >= X.Q[q, Q_NPSN]
+        X.M[X.Q[q, Q_MSG], M_INJ] += payload
+        pkt = _pkt(X, q, X.Q[q, Q_DST], wire, payload, psn, t, npk, port, DATA)
+        done = t + _ser(X, port, wire)
+        X.P[port, P_BUSY] = done
+        X.P[port, P_TXB] += wire
+        X.P[port, P_TXP] += npk
+        if done - t > X.P[port, P_PEAK]:
+            X.P[port, P_PEAK] = done - t
+        X.N[nic, N_SENT] += 1
+        _enqueue_arrival(X, port, pkt, done + X.P[port, P_OFFSET])
+        if last and X.N[nic, N_AL] == 1:
+            _act_popleft(X, nic)              # = active.pop(): its last unit, nothing left here
+            X.QN[slot, QN_IN] = 0
+            X.QN[slot, QN_CNT] = 0
+            X.N[nic, N_BUSY] = 0
+            return
+        if stripe and credit - wire < X.N[nic, N_UWIRE]:
+            nxt = _credit_time(X, nic, done)
+            if nxt < 0:
+                X.P[port, P_CRW] = 1
+                X.P[port, P_STALLS] += 1
+                X.N[nic, N_BUSY] = 0
+                return
+            if nxt > done:
+                X.P[port, P_CRW] = 1
+                X.P[port, P_STALLS] += 1
+                done = nxt
+        X.N[nic, N_PEND] = done
+        push(X, done, _seq(X), E_TX, nic, token)
+        return
+    X.P[port, P_CR] = credit
+    X.N[nic, N_BUSY] = 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _nv_arrive(X, sw, t, pkt):
+    # = NvlinkSwitch.arrive: the egress starts the unit when it is free and the GPU behind it has
+    #   credit (returns in FIFO order), the input link's credit comes back one delay after its last
+    #   bit has left, and a GPU port waiting for credit is kicked
+    ing = X.K[pkt, K_HOP]
+    _advance_inflight(X, ing)
+    port = _choose(X, sw, t, pkt)
+    wire = X.K[pkt, K_WIRE]
+    s = X.P[port, P_BUSY]
+    if s < t:
+        s = t
+    credit = X.P[port, P_CR]
+    while X.P[port, P_CQH] >= 0 and X.D[X.P[port, P_CQH], D_PSN] <= s:
+        d = _fifo_popleft(X.P, port, P_CQH, P_CQT, X.D, D_NEXT)
+        credit += X.D[d, D_VAL]
+        _free_node(X, d)
+    while credit < wire and X.P[port, P_CQH] >= 0:      # (the returns always suffice: credit is conserved)
+        d = _fifo_popleft(X.P, port, P_CQH, P_CQT, X.D, D_NEXT)
+        credit += X.D[d, D_VAL]
+        if X.D[d, D_PSN] > s:
+            s = X.D[d, D_PSN]
+        _free_node(X, d)
+    X.P[port, P_CR] = credit - wire
+    end = s + _ser(X, port, wire)
+    X.P[port, P_BUSY] = end
+    q = _held(X, port, t) + wire
+    _fifo_append(X.P, port, P_SCH, P_SCT, X.D, D_NEXT, _node(X, end, wire))
+    X.P[port, P_SCHB] = q
+    q = _drain_ps(X, port, q)                 # = q * PS_BITS // port.rate: the backlog in ps
+    if q > X.P[port, P_PEAK]:
+        X.P[port, P_PEAK] = q
+    X.P[port, P_TXB] += wire
+    X.P[port, P_TXP] += X.K[pkt, K_NPK]
+    dly = X.P[port, P_DELAY]
+    _fifo_append(X.P, port, P_CQH, P_CQT, X.D, D_NEXT, _node(X, end + dly + dly, wire))
+    back = end + X.P[ing, P_DELAY]
+    _sorted_insert(X, ing, back, wire)
+    held = X.P[ing, P_HELD] + wire
+    X.P[ing, P_HELD] = held
+    if held > X.P[ing, P_BPEAK]:
+        lim = t + X.P[ing, P_DELAY]
+        occ = 0
+        d = X.P[ing, P_CHH]
+        while d >= 0:
+            if X.D[d, D_PSN] > lim:
+                occ += X.D[d, D_VAL]
+            d = X.D[d, D_NEXT]
+        if occ > X.P[ing, P_BPEAK]:
+            X.P[ing, P_BPEAK] = occ
+    if X.P[ing, P_CRW]:
+        _kick(X, X.P[ing, P_NVN], back)
+    _enqueue_arrival(X, port, pkt, end + X.P[port, P_OFFSET])
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _nv_rx(X, t, pkt):
+    # = NvlinkRx.arrive: latency, reorder statistics, goodput, completion on the last byte
+    _advance_inflight(X, X.K[pkt, K_HOP])
+    X.hist[int(math.log(t - X.K[pkt, K_TTX]) * X.f[0])] += X.K[pkt, K_NPK]
+    q = X.K[pkt, K_QP]
+    row = X.Q[q, Q_MSG]
+    X.M[row, M_RX] += 1
+    _record_reorder(X, q, row, pkt, X.K[pkt, K_SEQ] + 1)
+    _accept(X, t, pkt, row)
+    if X.M[row, M_DELIV] >= X.M[row, M_SIZE] and not X.M[row, M_DONE]:
+        X.M[row, M_DONE] = 1
+        X.g[G_PY_KIND] = P_DONE
+        X.g[G_PY_A] = row
+    _free_pkt(X, pkt)
+
 # ---------------------------------------------------------------- loop
 
 
@@ -1545,12 +1806,19 @@ def run(X, until_ps):
                 _switch_arrive(X, X.P[X.K[a, K_HOP], P_PEER_SW], t, a)
             elif code == D_LSWITCH:
                 _lossless_arrive(X, X.P[X.K[a, K_HOP], P_PEER_SW], t, a)
+            elif code == D_NVSW:
+                _nv_arrive(X, X.P[X.K[a, K_HOP], P_PEER_SW], t, a)
+            elif code == D_NVRX:
+                _nv_rx(X, t, a)
             else:
                 if code == D_HOST_SETTLE and X.P[X.K[a, K_HOP], P_PH] >= 0:
                     _settle(X, X.K[a, K_HOP], t)
                 _to_host(X, t, a)
         elif kind == E_TX:
-            _nic_tx(X, a, t, b)
+            if X.N[a, N_NV]:
+                _nv_tx(X, a, t, b)
+            else:
+                _nic_tx(X, a, t, b)
         elif kind == E_RTO:
             _on_rto(X, a, t)
         elif kind == E_LDONE:

@@ -16,7 +16,8 @@ adaptive timeouts, what stays outside is stated by the reasons it comes with: AC
 wait allowance and SACK-bitmap reach: ``ack_every > 1``), persistent connections (the estimator's
 ``heir`` chain), and an ``rto_max`` whose jittered product would leave int64
 (docs/compiled-core.md 3.1). Hosts with several NIC ports (multi-plane NICs, ``nic.plane_split``
-``per_packet`` or ``per_flow``) are compiled; an NVLink credit domain and PXN are not yet.
+``per_packet`` or ``per_flow``) and NVLink domains with credit flow control (``nvlink.transport:
+credit``) are compiled; PXN is not yet (``nic.pxn (slice 7)``).
 """
 from __future__ import annotations
 
@@ -88,8 +89,6 @@ def uncovered(engine) -> list[str]:
         out.append("simulation.cell_packets > 1 (slice 4)")
     if engine.pxn:
         out.append("nic.pxn (slice 7)")
-    if any(nic.nvlink for nics in engine.nics.values() for nic in nics):
-        out.append("an NVLink domain (slice 7)")
     sws = engine.switches.values()
     if any(getattr(sw, "shared", None) is not None for sw in sws):
         out.append("a shared switch buffer (slice 4)")

@@ -19,6 +19,7 @@ from collections import deque, namedtuple
 import numpy as np
 
 from ...net.lossless import PAUSED_PENALTY_PS, LosslessPort
+from ...net.nvlink import NvlinkNic, NvlinkPort, NvlinkSwitch
 from ...net.packet import Packet
 from ...receiver.base import HostRx
 from . import core as C
@@ -57,7 +58,8 @@ CAUSES = ("sack", "timeout", "nak")
 _FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "rmaxt", "rack", "gbc", "reot", "gbt")}
 _FILL[("QN", "next")] = -1
 _FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack", "inport")})
-_FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt", "lqh", "lqt", "cur", "nicp")})
+_FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt", "lqh", "lqt", "cur", "nicp",
+                                     "chh", "cqh", "cqt", "sch", "sct", "nvn")})
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
 _FIELDS_OF = {"S": C.SWITCH_FIELDS, "P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS, "D": C.NODE_FIELDS,
               "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS, "QN": C.QN_FIELDS}
@@ -130,11 +132,19 @@ def build(engine, nic_index: dict) -> State:
         i = p.index
         P[i, col["rn"]], P[i, col["rd"]] = rate_fraction(p.rate)     # PS_BITS / rate = rd / rn
         P[i, col["offset"]] = p.offset
+        P[i, col["delay"]] = p.delay
         if p.peer in s_local:
-            P[i, col["deliver"]] = C.D_LSWITCH if pfc is not None else C.D_SWITCH
+            if isinstance(engine.switches[p.peer], NvlinkSwitch):
+                P[i, col["deliver"]] = C.D_NVSW
+            else:
+                P[i, col["deliver"]] = C.D_LSWITCH if pfc is not None else C.D_SWITCH
             P[i, col["peer_sw"]] = s_local[p.peer]
+        elif p.deliver == engine.nvrx.arrive:
+            P[i, col["deliver"]] = C.D_NVRX
         else:
             P[i, col["deliver"]] = C.D_HOST if p.deliver == engine._to_host else C.D_HOST_SETTLE
+        if isinstance(p, NvlinkPort):
+            P[i, col["cr"]], P[i, col["bufb"]] = p.credit_bytes, p.buffer_bytes
         if p.owner in s_local:
             P[i, col["sw"]] = s_local[p.owner]
         P[i, col["buffer"]] = -1 if p.buffer is None else p.buffer
@@ -145,8 +155,15 @@ def build(engine, nic_index: dict) -> State:
     nics = [nic for h in sim.topology.hosts for nic in engine.nics[h]]
     for i, nic in enumerate(nics):
         nic_index[nic] = i
-    a["N"] = _arr("N", len(nics))
-    a["N"][:, C.N_PORT] = [nic.port.index for nic in nics]
+    N = a["N"] = _arr("N", len(nics))
+    N[:, C.N_PORT] = [nic.port.index for nic in nics]
+    for i, nic in enumerate(nics):
+        if isinstance(nic, NvlinkNic):
+            N[i, C.N_NV] = 1
+            N[i, C.N_UNIT], N[i, C.N_PPAY], N[i, C.N_PHDR] = nic.unit, nic.pkt_payload, nic.pkt_header
+            N[i, C.N_UWIRE] = nic.unit_wire
+            N[i, C.N_STRIPE] = nic.stripe is not None
+            P[nic.port.index, col["nvn"]] = i       # = NvlinkPort.nic (the chip kicks a GPU link waiting for credit)
     if pfc is not None:
         for i, nic in enumerate(nics):
             P[nic.port.index, col["nicp"]] = i          # = LosslessPort.nic (a paused host port kicks its NIC)
@@ -376,13 +393,49 @@ def _write_lossless(X: State, ports, counters: bool) -> None:
             p.ingress_peak = cols["ingpk"][i]
 
 
+def _nodes(X: State, d: int) -> list:
+    """The ``(time, bytes)`` of a list of nodes from ``d`` (-1: empty)."""
+    out = []
+    D = X.D
+    while d >= 0:
+        out.append((int(D[d, C.D_PSN]), int(D[d, C.D_VAL])))
+        d = int(D[d, C.D_NEXT])
+    return out
+
+
+def _write_nvlink(X: State, ports, counters: bool, read_t: int = -1) -> None:
+    """The NVLink ports' state: a chip port's units not yet out (``sched``, what a link sample
+    reads), and with ``counters`` every credit field (``credit_bytes``, the returns on their way
+    back, ``cr_wait``, the buffer peak and the stalls). ``read_t``: the last time Python read a
+    chip port's backlog (a link sample, the final snapshot), whose ``held`` dropped the units out
+    by then, as it does on heap (-1: none)."""
+    P = X.P
+    for p in ports:
+        if not isinstance(p, NvlinkPort):
+            continue
+        i = p.index
+        p.sched = deque(_nodes(X, int(P[i, C.P_SCH])))
+        p.sched_bytes = int(P[i, C.P_SCHB])
+        if read_t >= 0:
+            p.held(read_t)
+        if counters:
+            p.credit_bytes = int(P[i, C.P_CR])
+            p.cr_heap = _nodes(X, int(P[i, C.P_CHH]))       # sorted by time: a heap
+            p.held_bytes = int(P[i, C.P_HELD])
+            p.cr_q = deque(_nodes(X, int(P[i, C.P_CQH])))
+            p.cr_wait = bool(P[i, C.P_CRW])
+            p.buffer_peak_bytes = int(P[i, C.P_BPEAK])
+            p.credit_stalls = int(P[i, C.P_STALLS])
+
+
 def write_ports(X: State, ports, counters: bool = True) -> None:
     """Port state onto the Port objects: ``busy_until`` and ``tx_bytes`` (what a link sample
     reads), and with ``counters`` every other counter; under PFC also the lossless ports' queue
     state and PFC counters."""
     busy, txb = X.P[:, C.P_BUSY].tolist(), X.P[:, C.P_TXB].tolist()
     if X.g[C.G_PFC]:
-        _write_lossless(X, ports, counters)
+        _write_lossless(X, [p for p in ports if isinstance(p, LosslessPort)], counters)
+    _write_nvlink(X, ports, counters)
     if not counters:
         for p in ports:
             p.busy_until = busy[p.index]
@@ -426,12 +479,14 @@ def _lossless_packet(X: State, i: int, qps, ports) -> Packet:
     return pkt
 
 
-def write_back(X: State, engine, qps, nics) -> None:
+def write_back(X: State, engine, qps, nics, read_t: int = -1) -> None:
     """The whole state onto the engine's objects, as the Python kernel would have left them
-    (docs/compiled-core.md 4.4): what the end of ``PacketEngine.run`` reads."""
+    (docs/compiled-core.md 4.4): what the end of ``PacketEngine.run`` reads. ``read_t``: see
+    :func:`_write_nvlink`."""
     g = X.g
     ports = engine.ports
     write_ports(X, ports)
+    _write_nvlink(X, ports, True, read_t)
     # packets still in flight: back into the ports' inflight queues (and the NICs' ctrlq)
     for p in ports:
         p.inflight = deque()
@@ -454,7 +509,15 @@ def write_back(X: State, engine, qps, nics) -> None:
             p.xoff_sent = bool(X.P[p.index, C.P_XOFF])
     if engine.pfc is not None:
         engine.pfc.pauses = int(g[C.G_PAUSES])
+    # NvlinkNic.stripe: the units each link has sent of each queue pair not finished there
+    stripes: dict = {}
+    last = len(qps) - 1
+    nslots = int(X.Q[last, C.Q_N0] + X.Q[last, C.Q_NN]) if qps else 0
+    for slot in np.nonzero(X.QN[:nslots, C.QN_CNT])[0].tolist():
+        stripes.setdefault(int(X.QN[slot, C.QN_NIC]), {})[qps[int(X.QN[slot, C.QN_QP])]] = int(X.QN[slot, C.QN_CNT])
     for nic, i in nics.items():
+        if isinstance(nic, NvlinkNic) and nic.stripe is not None:
+            nic.stripe = stripes.get(i, {})
         nic.tx_calls = int(X.N[i, C.N_CALLS])
         nic.tx_sent = int(X.N[i, C.N_SENT])
         nic.busy = bool(X.N[i, C.N_BUSY])
