@@ -25,6 +25,9 @@ Cases (``--cases``; the defaults are the first three):
     temporary folder), adaptive routing.
 ``nvl72x2_a2a``
     the same 128 GPUs: all-to-all of 16 KiB per ordered pair (16,256 messages), adaptive routing.
+``nvl72x2_moe_pxn``
+    ``nvl72x2_moe`` with PXN (``nic.pxn``, 64 KiB pieces): a message to the other rack whose
+    destination is on another rail moves over NVLink to the sender's peer on that rail first.
 ``su576_a2a``
     ``topologies/su_576.yaml`` (576 GPUs, 8 NVL72 racks, 4 x 200G planes): all-to-all of
     ``--su-size`` (default 4 KiB, one NVLink unit or one MTU packet) per ordered pair, 331,200
@@ -68,14 +71,17 @@ def scenario(case: str, tmp: str, su_size: str = "4KiB") -> dict:
         return {"name": case, "topology": {"kind": "cluster", "domain": "none", "nodes": 4,
                                            "nic": {"ports": 4, "rate": "200Gbps"}},
                 "traffic": {"pattern": "all_to_all", "message_size": "64KiB"}, **base}
-    if case == "nvl72x2_moe":
+    if case in ("nvl72x2_moe", "nvl72x2_moe_pxn"):
         trace = Path(tmp) / "moe_dsv3_128.parquet"
         if not trace.exists():
             subprocess.run([sys.executable, "-m", "fabricsim", "trace", "moe", "-o", str(trace), "--preset",
                             "deepseek-v3", "--gpus", "128", "--ep-size", "128", "--gpus-per-node", "72",
                             "--tokens-per-gpu", "32", "--layers", "1", "--connections", "per_message", "--seed", "1"],
                            check=True, capture_output=True, env=_env())
-        return {"name": case, "topology": _racks128(), "traffic": {"pattern": "trace", "path": str(trace)}, **base}
+        sc = {"name": case, "topology": _racks128(), "traffic": {"pattern": "trace", "path": str(trace)}, **base}
+        if case == "nvl72x2_moe_pxn":
+            sc["nic"] = {"plane_split": "per_packet", "pxn": True, "pxn_chunk": "64KiB"}
+        return sc
     if case == "nvl72x2_a2a":
         return {"name": case, "topology": _racks128(), "traffic": {"pattern": "all_to_all", "message_size": "16KiB"},
                 **base}
@@ -85,7 +91,7 @@ def scenario(case: str, tmp: str, su_size: str = "4KiB") -> dict:
     raise SystemExit(f"unknown case {case!r}")
 
 
-CASES = ("planes_32_a2a", "nvl72x2_moe", "nvl72x2_a2a", "su576_a2a")
+CASES = ("planes_32_a2a", "nvl72x2_moe", "nvl72x2_a2a", "su576_a2a", "nvl72x2_moe_pxn")
 
 _CHILD = r"""
 import hashlib, json, resource, sys, time

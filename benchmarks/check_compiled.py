@@ -13,8 +13,13 @@ adaptive draws come after every other, so a seed's fabric, traffic and routing a
 before adaptive timeouts joined), the ``go_back_n`` receiver in 40% of the cases (drawn after
 those, so a seed's other draws are those it drew before go-back-N joined), and PFC in 40% (drawn
 last of all: ``xoff`` 9, 20, 40 or 135 KB, ``xon`` half of it or 4 KB below, the response IEEE's
-bound, 200 ns or 1 us; lossless switches then enforce no buffer). Each runs on both kernels; every table, the summary and the event
-count must be identical, and the compiled run must really be compiled.
+bound, 200 ns or 1 us; lossless switches then enforce no buffer). After those, in 35% of the cases
+the fabric becomes a multi-plane cluster of 24 GPUs (3 nodes of 8, 2 or 4 NIC ports of 200 or 400G,
+per packet or per flow, a failed plane in a quarter, HGX nodes whose NVLink chips run as RoCE
+switches in a third), 60% of whose HGX clusters then get NVLink with credit flow control (striped
+or adaptive, 600 B to 64 KiB of credit, 1 or 4 KiB units), half of those with PXN (pieces of 4, 20
+or 64 KiB). Each runs on both kernels; every table, the summary and the event count must be
+identical, and the compiled run must really be compiled.
 
     python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
     python3 benchmarks/check_compiled.py --cases 50 --seed 7
@@ -110,6 +115,10 @@ def scenario(seed: int) -> dict:
             sc["topology"]["nvlink"] = {"transport": "credit", "spread": r.choice(["stripe", "adaptive"]),
                                         "credit_buffer": r.choice(["600B", "4KiB", "64KiB"]),
                                         "unit": r.choice(["1KiB", "4KiB"])}
+            if r.random() < 0.5:
+                # PXN (drawn last of all): messages to another node's GPU on another rail relayed through
+                # the sender's peer on that rail, in pieces of 4-64 KiB
+                sc["nic"].update(pxn=True, pxn_chunk=r.choice(["4KiB", "20KiB", "64KiB"]))
     return sc
 
 
@@ -175,6 +184,7 @@ def main(argv=None) -> int:
                  f"{sc['topology']['domain']} {sc['topology']['nic']['ports']} ports {sc['nic']['plane_split']:10s} "
                  + (f"nvlink {sc['topology']['nvlink']['spread']} credit {sc['topology']['nvlink']['credit_buffer']} "
                     if sc["topology"].get("nvlink", {}).get("transport") == "credit" else "")
+                 + (f"pxn {sc['nic']['pxn_chunk']} " if sc["nic"].get("pxn") else "")
                  + f"{'failed ' if 'failed' in sc['topology'] else ''}buffer {sc['topology']['switch']['buffer']['size']:9s} ")
               + f"{st[0]}"
               + (f" timeouts {st[1]['retransmission_timeouts']} probes {st[1]['timeout_probes']} "

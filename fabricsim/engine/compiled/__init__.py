@@ -9,7 +9,8 @@ adaptive timeouts (RTT estimator, back-off, jitter draws, timeout probes, D-SACK
 ``retry_limit``, congestion control ``none``, hosts with one or several NIC ports (multi-plane
 NICs split per packet or per flow, the receiver's control packets spread over its ports as
 ``PacketEngine.reply_nic`` does), and NVLink domains with credit flow control (net/nvlink.py: the
-GPUs' links, the chips, completion on the last byte), beside NIC ports or alone. Any other scenario runs on
+GPUs' links, the chips, completion on the last byte), beside NIC ports or alone, with PXN's relayed
+pieces (``nic.pxn``). Any other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 
@@ -75,6 +76,10 @@ class CompiledKernel:
         self._stop = False
         self._stopped_at = 0
         self._read_t = -1                   # the last time Python read the ports (a sample, the final snapshot)
+        #: the MessageState of each message row: the messages, then PXN pieces as they start
+        self.states: list = list(engine._rows)
+        self._piece_row: dict = {}          # id(piece MessageState) -> its row
+        engine._settle_ports = self._freeze
         self._release = engine.release
         self._sample = engine._sample_links
         self._nics = dict(engine.nics)
@@ -149,7 +154,8 @@ class CompiledKernel:
         self._need("arena", base + qp.npsn + 1)
         X = self.X
         st = qp.msg
-        row = st.row
+        row = self._row(st)
+        X = self.X
         if X.M[row, C.M_QN] == 0:
             X.M[row, C.M_Q0] = q
         elif X.M[row, C.M_Q0] + X.M[row, C.M_QN] != q:
@@ -181,6 +187,30 @@ class CompiledKernel:
         self.qps.append(qp)
         self.qp_row[id(qp)] = q
         return q
+
+    def _row(self, st) -> int:
+        """The message row of ``st``: its own for a message; for a PXN piece (``st.parent``: a
+        piece of a message relayed through a GPU of its domain) a new row after the others."""
+        if st.row is not None:
+            return st.row
+        r = self._piece_row.get(id(st))
+        if r is None:
+            r = self._piece_row[id(st)] = len(self.states)
+            self.states.append(st)
+            self._need("msg", r + 1)
+            X = self.X
+            X.M[r, C.M_SIZE] = st.size
+            X.M[r, C.M_PIECE] = 1
+            X.M[r, C.M_NONFINAL] = not st.final
+        return r
+
+    def _freeze(self, t) -> None:
+        """``PacketEngine._settle_ports`` while compiled: the switch ports' dequeue-time samples
+        settled, and the ports written back, when the last message ends (``_finish`` then
+        freezes the links table and the final link sample from them)."""
+        self._fn["settle_all"](self.X, t)
+        S.write_ports(self.X, self.engine.ports)
+        self._read_t = t
 
     def _reply_ports(self, qp, q: int) -> None:
         """Where the receiver of ``qp`` sends its control packets (``PacketEngine.reply_nic``): one
@@ -217,7 +247,7 @@ class CompiledKernel:
             self._need("node", 2 * self.X.D.shape[0])
         self._need("heap", int(g[C.G_HN]) + 4 * C.SPACE)
         if g[C.G_OLOG_N] + C.SPACE > X.OL.shape[1]:
-            S.fold_reorder(self.X, self.engine._rows)
+            S.fold_reorder(self.X, self.states)
         if self.X.g[C.G_HN]:
             self._need("good", int(self.X.HP[0, 0]) // int(g[C.G_BIN]) + 2)
 
@@ -259,13 +289,10 @@ class CompiledKernel:
                     eng._sample_links(t, None)
                 else:
                     qp = self.qps[a] if kind == C.P_FAIL else None
-                    st = qp.msg if qp is not None else rows[a]
-                    S.fold_reorder(X, rows)
-                    S.sync_message(X, st)
-                    if eng.remaining == 1:        # the last one: _finish freezes the link rows
-                        self._fn["settle_all"](X, t)
-                        S.write_ports(X, eng.ports)
-                        self._read_t = t
+                    r = int(X.Q[a, C.Q_MSG]) if qp is not None else a
+                    st = self.states[r]
+                    S.fold_reorder(X, self.states)
+                    S.sync_message(X, st, r)
                     if qp is not None:
                         eng.fail_qp(qp, t, "retry_exceeded")
                     else:
@@ -278,7 +305,7 @@ class CompiledKernel:
                     progress(t)
         finally:
             eng.nics.update(self._nics)      # the real NIC objects again, for the end-of-run tables
-            S.write_back(self.X, eng, self.qps, self.nic_row, self._read_t)
+            S.write_back(self.X, eng, self.qps, self.nic_row, self.states, self._read_t)
             if self._built_on.pending():
                 raise SimulationError("kernel: compiled: a model scheduled an event on the Python kernel (a "
                                       "feature outside the compiled slice that coverage.py let through)")

@@ -149,7 +149,9 @@ PKT_FIELDS = ("qp", "dst", "wire", "pay", "seq", "ttx", "npk", "hop", "kind", "c
 NODE_FIELDS = ("psn", "val", "next")
 MSG_FIELDS = ("size", "deliv", "drop", "inj", "dup", "rx", "ooo", "peakh", "rw", "rwmax", "ecn", "acks", "ctrl_arr",
               "ctrl_drop", "done", "q0", "qn",
-              "naks", "naks_sent", "disc")
+              "naks", "naks_sent", "disc", "nonfinal", "piece")
+# (PXN: a piece of a user's message (MessageState.parent) has a row of its own after the messages';
+#  nonfinal: the piece to the relay GPU, whose bytes are not goodput (not MessageState.final))
 HOST_FIELDS = ("hold", "peak", "made", "order")
 # switches (X.S): Switch.kmin (-1 = no marking), kmax, at_dequeue, id (the graph node, for packet draws)
 SWITCH_FIELDS = ("kmin", "kmax", "deq", "node")
@@ -166,7 +168,7 @@ SALT_ROUTE, SALT_RTO, SALT_ECN = 0, 1, 2
 (QN_QP, QN_NIC, QN_NEXT, QN_IN, QN_CNT,) = range(len(QN_FIELDS))
 (K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK, K_INPORT,) = range(len(PKT_FIELDS))
 (D_PSN, D_VAL, D_NEXT,) = range(len(NODE_FIELDS))
-(M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC,) = range(len(MSG_FIELDS))
+(M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC, M_NONFINAL, M_PIECE,) = range(len(MSG_FIELDS))
 (H_HOLD, H_PEAK, H_MADE, H_ORDER,) = range(len(HOST_FIELDS))
 (S_KMIN, S_KMAX, S_DEQ, S_NODE,) = range(len(SWITCH_FIELDS))
 
@@ -1401,16 +1403,17 @@ def _send_dsack(X, q, t, dup):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _accept(X, t, pkt, row):
-    # = Receiver.accept (every message is final: no PXN in slice 1)
-    b = t // X.g[G_BIN]
-    if b > X.g[G_GOOD_HI]:
-        X.g[G_GOOD_HI] = b
-    X.good[b] += X.K[pkt, K_PAY]
-    X.g[G_DELIV] += X.K[pkt, K_PAY]
-    if not X.M[row, M_DELIV]:
-        # = Recorder.on_first_arrival
-        X.g[G_LFA] = t
-        X.g[G_DLFA] = X.g[G_DELIV]
+    # = Receiver.accept (goodput only at the message's destination: not a PXN piece's hop to its relay)
+    if not X.M[row, M_NONFINAL]:
+        b = t // X.g[G_BIN]
+        if b > X.g[G_GOOD_HI]:
+            X.g[G_GOOD_HI] = b
+        X.good[b] += X.K[pkt, K_PAY]
+        X.g[G_DELIV] += X.K[pkt, K_PAY]
+        if not X.M[row, M_DELIV] and not X.M[row, M_PIECE]:
+            # = Recorder.on_first_arrival
+            X.g[G_LFA] = t
+            X.g[G_DLFA] = X.g[G_DELIV]
     X.M[row, M_DELIV] += X.K[pkt, K_PAY]
 
 

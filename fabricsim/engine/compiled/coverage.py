@@ -17,7 +17,8 @@ wait allowance and SACK-bitmap reach: ``ack_every > 1``), persistent connections
 ``heir`` chain), and an ``rto_max`` whose jittered product would leave int64
 (docs/compiled-core.md 3.1). Hosts with several NIC ports (multi-plane NICs, ``nic.plane_split``
 ``per_packet`` or ``per_flow``) and NVLink domains with credit flow control (``nvlink.transport:
-credit``) are compiled; PXN is not yet (``nic.pxn (slice 7)``).
+credit``) are compiled, and so is PXN (``nic.pxn``: a message's pieces relayed through a GPU of its
+domain, each with a message row of its own).
 """
 from __future__ import annotations
 
@@ -87,8 +88,6 @@ def uncovered(engine) -> list[str]:
                        "or more (slice 7)")
     if engine.cell != 1:
         out.append("simulation.cell_packets > 1 (slice 4)")
-    if engine.pxn:
-        out.append("nic.pxn (slice 7)")
     sws = engine.switches.values()
     if any(getattr(sw, "shared", None) is not None for sw in sws):
         out.append("a shared switch buffer (slice 4)")

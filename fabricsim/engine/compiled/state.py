@@ -27,6 +27,8 @@ from .coverage import rate_fraction
 
 _I = np.int64
 
+#: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
+CAUSES = ("sack", "timeout", "nak")
 #: the state's arrays: name -> (dtype, fields (columns; 0: 1-D), pool group). A pool group's arrays
 #: grow together along their first axis (one row per object).
 _ARRAYS = {
@@ -42,7 +44,7 @@ _ARRAYS = {
     "a_flag": (np.uint8, 0, "arena"), "a_resent": (_I, 0, "arena"), "a_rarr": (_I, 0, "arena"),
     "D": (_I, len(C.NODE_FIELDS), "node"),
     "K": (_I, len(C.PKT_FIELDS), "pkt"),
-    "M": (_I, len(C.MSG_FIELDS), None), "m_rtx": (_I, 0, None),
+    "M": (_I, len(C.MSG_FIELDS), "msg"), "m_rtx": (_I, len(CAUSES), "msg"),
     "HO": (_I, len(C.HOST_FIELDS), None),
     "hist": (_I, 0, None), "good": (_I, 0, "good"), "OL": (_I, 2, None),
     # adaptive routing (routing/quality.py): per-port state and grade boundaries, per-group cache
@@ -52,8 +54,6 @@ _ARRAYS = {
 }
 State = namedtuple("State", list(_ARRAYS))
 
-#: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
-CAUSES = ("sack", "timeout", "nak")
 #: initial values of the rows that are not 0 (-1 = None)
 _FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "rmaxt", "rack", "gbc", "reot", "gbt")}
 _FILL[("QN", "next")] = -1
@@ -169,9 +169,9 @@ def build(engine, nic_index: dict) -> State:
             P[nic.port.index, col["nicp"]] = i          # = LosslessPort.nic (a paused host port kicks its NIC)
     # messages
     rows = engine._rows
-    a["M"] = _arr("M", len(rows))
-    a["M"][:, C.M_SIZE] = [st.size for st in rows]
-    a["m_rtx"] = np.zeros((len(rows), len(CAUSES)), dtype=_I)
+    a["M"] = _arr("M", max(1, len(rows)))          # (PXN pieces take rows after these: the pool grows)
+    a["M"][:len(rows), C.M_SIZE] = [st.size for st in rows]
+    a["m_rtx"] = _arr("m_rtx", max(1, len(rows)))
     # hosts, recorder
     a["HO"] = _arr("HO", n_nodes)
     rec = engine.recorder
@@ -331,9 +331,9 @@ def fold_reorder(X: State, rows) -> None:
     X.g[C.G_OLOG_N] = 0
 
 
-def sync_message(X: State, st) -> None:
-    """Copy one message's transport counters onto its MessageState."""
-    r = st.row
+def sync_message(X: State, st, r: int) -> None:
+    """Copy the transport counters of row ``r`` onto its MessageState ``st`` (a message, or a PXN
+    piece: its row follows the messages')."""
     st.delivered = int(X.M[r, C.M_DELIV])
     st.dropped = int(X.M[r, C.M_DROP])
     st.injected = int(X.M[r, C.M_INJ])
@@ -479,9 +479,10 @@ def _lossless_packet(X: State, i: int, qps, ports) -> Packet:
     return pkt
 
 
-def write_back(X: State, engine, qps, nics, read_t: int = -1) -> None:
+def write_back(X: State, engine, qps, nics, states, read_t: int = -1) -> None:
     """The whole state onto the engine's objects, as the Python kernel would have left them
-    (docs/compiled-core.md 4.4): what the end of ``PacketEngine.run`` reads. ``read_t``: see
+    (docs/compiled-core.md 4.4): what the end of ``PacketEngine.run`` reads. ``states``: the
+    MessageState of each message row (the messages, then the PXN pieces); ``read_t``: see
     :func:`_write_nvlink`."""
     g = X.g
     ports = engine.ports
@@ -542,9 +543,13 @@ def write_back(X: State, engine, qps, nics, read_t: int = -1) -> None:
         qp.r_nak = bool(X.Q[qi, C.Q_RNAK])
         qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[qi, C.Q_SENTB]), int(X.Q[qi, C.Q_ACKB])
         qp.flow.active = bool(X.Q[qi, C.Q_ACTIVE])
-    fold_reorder(X, engine._rows)
-    for st in engine._rows:
-        sync_message(X, st)
+    fold_reorder(X, states)
+    qn = X.M[:len(states), C.M_QN].tolist()
+    for r, st in enumerate(states):
+        if qn[r]:
+            # (a message without queue pairs has nothing here: not started, or relayed by PXN, whose
+            #  counters are its pieces', added up in Python)
+            sync_message(X, st, r)
     engine.dropped_payload = int(g[C.G_DROP_PAY])
     engine.dropped_packets = int(g[C.G_DROP_PK])
     engine.dropped_ctrl = int(g[C.G_DROP_CTRL])
