@@ -114,7 +114,6 @@ def build(engine, nic_index: dict) -> State:
                 _one, tup = sw.route.get(h) or sw.lookup(h)
             except RuntimeError:       # no route (an NVLink chip towards a GPU outside its domain): never asked
                 continue
-            r_off[i, h] = len(cand)
             r_cnt[i, h] = len(tup)
             cand.extend(p.index for p in tup)
     a["r_off"], a["r_cnt"] = r_off, r_cnt
