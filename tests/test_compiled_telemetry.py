@@ -12,8 +12,13 @@ parameters, go-back-N's NAKs carrying INT, telemetry without INT, INT without co
 a run cut with stamped packets in flight, a 5-switch route (the longest INT stack), rates that do
 not divide 8e12, and D-SACKs under drops; and all of it with ACK coalescing (``ack_every > 1``,
 ``COALESCED``: a coalesced ACK echoes the INT of the latest-sent unit it covers, ``r_tel``, compared
-with the packets in flight at the end). The float arithmetic the core compiles from
-``fabricsim/cc/telemetry.py`` is also checked against CPython on 10^5 random inputs per function.
+with the packets in flight at the end). ``COMBOS`` runs the cluster features with them (the merge
+of ``nvl``): telemetry over several NIC ports per packet and per flow (INT from every plane in one
+flow's port histories, pacing at the sum of the ports' rates), coalesced ACKs spread over the
+receiver's ports, telemetry and INT on NVLink racks (NVLink queue pairs: no controller, no INT), and
+PXN with telemetry and with coalescing; each asserts that its features fired. The float arithmetic
+the core compiles from ``fabricsim/cc/telemetry.py`` is also checked against CPython on 10^5 random
+inputs per function.
 """
 from __future__ import annotations
 
