@@ -20,8 +20,14 @@ half of them a 200 ns ``reorder_window``, under which late units are acknowledge
 in half of them, the estimator, spans, window scaling, ``max_stage`` and ``global_base_rtt``
 drawn), and INT without a controller (``switch.telemetry: on``) in 10%; the two draws are
 independent, so about 16% of the cases run telemetry with coalesced ACKs and 4% INT alone with
-them (the last line counts them). Each runs on both kernels; every table, the summary and the
-event count must be identical, and the compiled run must really be compiled.
+them. After those, in 35% of the cases the fabric becomes a multi-plane cluster of 24 GPUs (3
+nodes of 8, 2 or 4 NIC ports of 200 or 400G, per packet or per flow, a failed plane in a quarter,
+HGX nodes whose NVLink chips run as RoCE switches in a third), 60% of whose HGX clusters then get
+NVLink with credit flow control (striped or adaptive, 600 B to 64 KiB of credit, 1 or 4 KiB units),
+half of those with PXN (pieces of 4, 20 or 64 KiB); the coalescing and telemetry draws apply to
+them as to the leaf-spine cases. The last lines count the cases with each feature and with each
+pair of them. Each runs on both kernels; every table, the summary and the event count must be
+identical, and the compiled run must really be compiled.
 
     python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
     python3 benchmarks/check_compiled.py --cases 50 --seed 7
@@ -114,7 +120,60 @@ def scenario(seed: int) -> dict:
         sc["congestion_control"] = cc
     elif u < 0.5:
         sc["switch"]["telemetry"] = "on"           # INT stamped, no controller reading it
+    if r.random() < 0.35:
+        # hosts with several NIC ports (drawn after everything else, for the same reason): the
+        # fabric becomes a multi-plane cluster of 24 GPUs (3 nodes of 8; the traffic drawn above
+        # names at most 20 hosts) whose NICs have 2 or 4 ports, one per plane, split per packet or
+        # per flow; sometimes a plane has failed (hosts keep fewer ports) or the nodes' NVLink chips
+        # run as RoCE switches (transport roce: NVLink and NIC ports on every GPU)
+        topo = sc["topology"]
+        sc["topology"] = {"kind": "cluster", "domain": r.choice(["none", "none", "hgx8"]), "nodes": 3,
+                          "nic": {"ports": r.choice([2, 4]), "rate": r.choice(["200Gbps", "400Gbps"])},
+                          "switch": {"latency": topo["switch_latency"], "buffer": topo["buffer"]},
+                          "delays": {"host_leaf": topo["host_link"]["delay"], "leaf_spine": topo["fabric_link"]["delay"]}}
+        if sc["topology"]["domain"] == "hgx8":
+            sc["topology"]["nvlink"] = {"transport": "roce", "buffer": topo["buffer"]}
+        if r.random() < 0.25:
+            sc["topology"]["failed"] = {"planes": [1]}
+        sc["nic"] = {"plane_split": r.choice(["per_packet", "per_flow"])}
+        if sc["topology"]["domain"] == "hgx8" and r.random() < 0.6:
+            # NVLink with credit flow control inside each node (drawn last of all): striped or adaptive
+            # over the 2 chips, a credit buffer from about one unit per NVLink to the default, 1 or 4 KiB
+            # units; the GPUs' NIC ports carry the traffic between nodes
+            sc["topology"]["nvlink"] = {"transport": "credit", "spread": r.choice(["stripe", "adaptive"]),
+                                        "credit_buffer": r.choice(["600B", "4KiB", "64KiB"]),
+                                        "unit": r.choice(["1KiB", "4KiB"])}
+            if r.random() < 0.5:
+                # PXN (drawn last of all): messages to another node's GPU on another rail relayed through
+                # the sender's peer on that rail, in pieces of 4-64 KiB
+                sc["nic"].update(pxn=True, pxn_chunk=r.choice(["4KiB", "20KiB", "64KiB"]))
     return sc
+
+
+#: the features the last lines count, alone and in pairs (:func:`features`)
+FEATURES = ("coalescing", "telemetry", "int_alone", "multiport", "nvlink", "pxn")
+
+
+def features(sc: dict) -> set:
+    """The features of :data:`FEATURES` that scenario ``sc`` has: ACK coalescing, the telemetry
+    controller, INT without a controller, hosts with several NIC ports (a cluster whose GPUs keep two
+    or more NIC ports, or have NVLink ports beside them), NVLink with credit flow control, PXN."""
+    out = set()
+    if "ack_every" in sc["receiver"]:
+        out.add("coalescing")
+    if "congestion_control" in sc:
+        out.add("telemetry")
+    elif sc["switch"].get("telemetry") == "on":
+        out.add("int_alone")
+    topo = sc["topology"]
+    if topo["kind"] == "cluster":
+        if topo["nic"]["ports"] - len(topo.get("failed", {}).get("planes", [])) >= 2 or topo["domain"] != "none":
+            out.add("multiport")
+        if topo.get("nvlink", {}).get("transport") == "credit":
+            out.add("nvlink")
+        if sc["nic"].get("pxn"):
+            out.add("pxn")
+    return out
 
 
 def compare(sc: dict, status: list | None = None) -> list[str]:
@@ -166,22 +225,30 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     bad = 0
-    both = {"telemetry": 0, "int": 0}        # cases with coalesced ACKs and the controller / INT alone
+    tally = {f: 0 for f in FEATURES}
+    pairs = {(a, b): 0 for i, a in enumerate(FEATURES) for b in FEATURES[i + 1:]}
     for s in range(args.seed, args.seed + args.cases):
         sc = scenario(s)
-        if "ack_every" in sc["receiver"]:
-            if "congestion_control" in sc:
-                both["telemetry"] += 1
-            elif sc["switch"].get("telemetry") == "on":
-                both["int"] += 1
+        have = features(sc)
+        for f in have:
+            tally[f] += 1
+        for a, b in pairs:
+            if a in have and b in have:
+                pairs[(a, b)] += 1
         st: list = []
         diffs = compare(sc, st)
         bad += bool(diffs)
         t = sc["traffic"]
         print(f"{'DIFFERENT' if diffs else 'same     '} case {s}: {sc['routing']['policy']:8s} {t['pattern']:11s} "
               f"rto {sc['receiver'].get('rto_mode', 'fixed'):8s} {sc['receiver']['model']:9s} "
-              f"{sc['topology']['leaves']}x{sc['topology']['hosts_per_leaf']} buffer {sc['topology']['buffer']['size']:9s} "
-              f"{st[0]}"
+              + (f"{sc['topology']['leaves']}x{sc['topology']['hosts_per_leaf']} buffer {sc['topology']['buffer']['size']:9s} "
+                 if sc["topology"]["kind"] == "leaf_spine" else
+                 f"{sc['topology']['domain']} {sc['topology']['nic']['ports']} ports {sc['nic']['plane_split']:10s} "
+                 + (f"nvlink {sc['topology']['nvlink']['spread']} credit {sc['topology']['nvlink']['credit_buffer']} "
+                    if sc["topology"].get("nvlink", {}).get("transport") == "credit" else "")
+                 + (f"pxn {sc['nic']['pxn_chunk']} " if sc["nic"].get("pxn") else "")
+                 + f"{'failed ' if 'failed' in sc['topology'] else ''}buffer {sc['topology']['switch']['buffer']['size']:9s} ")
+              + f"{st[0]}"
               + (f" timeouts {st[1]['retransmission_timeouts']} probes {st[1]['timeout_probes']} "
                  f"dsacks {st[1]['dsacks_received']}" if sc["receiver"].get("rto_mode") == "adaptive" else "")
               + (f" naks {st[2]} stale {st[1]['stale_naks_ignored']}" if sc["receiver"]["model"] == "go_back_n" else "")
@@ -192,7 +259,8 @@ def main(argv=None) -> int:
                                  f" {sc['congestion_control']['estimator']}") if "congestion_control" in sc else "")
               + (" int" if sc["switch"].get("telemetry") == "on" else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
-    print(f"ACK coalescing with telemetry in {both['telemetry']} cases, with INT alone in {both['int']}")
+    print("cases with each feature: " + ", ".join(f"{f} {n}" for f, n in tally.items()))
+    print("cases with each pair: " + ", ".join(f"{a}+{b} {n}" for (a, b), n in pairs.items()))
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 

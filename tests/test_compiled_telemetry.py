@@ -12,8 +12,13 @@ parameters, go-back-N's NAKs carrying INT, telemetry without INT, INT without co
 a run cut with stamped packets in flight, a 5-switch route (the longest INT stack), rates that do
 not divide 8e12, and D-SACKs under drops; and all of it with ACK coalescing (``ack_every > 1``,
 ``COALESCED``: a coalesced ACK echoes the INT of the latest-sent unit it covers, ``r_tel``, compared
-with the packets in flight at the end). The float arithmetic the core compiles from
-``fabricsim/cc/telemetry.py`` is also checked against CPython on 10^5 random inputs per function.
+with the packets in flight at the end). ``COMBOS`` runs the cluster features with them (the merge
+of ``nvl``): telemetry over several NIC ports per packet and per flow (INT from every plane in one
+flow's port histories, pacing at the sum of the ports' rates), coalesced ACKs spread over the
+receiver's ports, telemetry and INT on NVLink racks (NVLink queue pairs: no controller, no INT), and
+PXN with telemetry and with coalescing; each asserts that its features fired. The float arithmetic
+the core compiles from ``fabricsim/cc/telemetry.py`` is also checked against CPython on 10^5 random
+inputs per function.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from fabricsim.engine import ENGINES
 from fabricsim.engine.compiled import core
 from fabricsim.net import nic as nic_mod
 
+from test_compiled_core import _PLANES_INCAST, _PXN_INCAST, _RACKS, _planes, _pxn, _two_racks
 from test_kernel_equivalence import FABRIC, _comparable
 
 pytest.importorskip("numba")
@@ -142,9 +148,10 @@ def _bits(v):
 
 
 def _cc_state(eng):
-    """Every queue pair's congestion state: the flow's rate and window and its TelemetryState."""
+    """Every queue pair's congestion state: the flow's rate and window and its TelemetryState (PXN
+    pieces' queue pairs too)."""
     out = []
-    for st in eng._rows:
+    for st in list(eng._rows) + list(eng.pieces):
         for qp in st.qps:
             f = qp.flow
             row = {"rate": f.rate_bps, "rate_type": type(f.rate_bps).__name__, "win": f.window_bytes,
@@ -207,6 +214,90 @@ def test_telemetry_runs_compiled_with_the_heap_kernels_results(case):
         assert len(a.link_timeseries)
     if case == "explicit-parameters":
         assert all(qp.flow.state.T == 3e6 for st in ea._rows for qp in st.qps)
+
+
+_TEL = {"algorithm": "telemetry"}
+_COALESCE = {"ack_every": 8, "sack_bitmap": 64, "ack_delay": "2us"}
+
+#: the features of the cluster slice (several NIC ports, NVLink with credit flow control, PXN) with
+#: telemetry, INT and ACK coalescing (merge of ``nvl`` into ``ackco`` + ``tel``)
+COMBOS = {
+    # telemetry over 2 planes per packet, a lossy incast: INT from both planes' switches in one flow's
+    # port histories, the flow's line rate the sum of its ports' (pacing, windows), the receiver's ACKs
+    # rotated over its ports; per flow over 4 planes with coalesced ACKs (2 queue pairs a message)
+    "telemetry-planes-per-packet-incast": lambda tmp: _planes(**_PLANES_INCAST, congestion_control=_TEL),
+    "telemetry-planes-4-per-flow-coalesced": lambda tmp: _planes(ports=4, split="per_flow", congestion_control=_TEL,
+                                                                 receiver=_COALESCE, **_PLANES_INCAST),
+    # ACK coalescing over 2 planes per packet: coalesced ACKs (and D-SACKs) spread over the receiving
+    # host's ports by reply_nic's rotation, adaptive timeouts whose wait allowance is at the queue
+    # pair's line rate (both ports), drops and probes
+    "coalesced-planes-per-packet-rto-adaptive": lambda tmp: _planes(**_PLANES_INCAST,
+                                                                    receiver={**_COALESCE, "rto_mode": "adaptive"}),
+    # 2 NVL36 racks: RoCE across the racks under telemetry (measured and paced), NVLink inside them (no
+    # controller, no INT: the chips neither mark nor stamp); INT alone with coalesced ACKs
+    "telemetry-nvlink-racks": lambda tmp: {
+        "name": "tel_racks", "topology": {**_RACKS, "switch": {"buffer": {"size": "64KiB"}}},
+        "traffic": _two_racks(tmp), "routing": {"policy": "adaptive"}, "congestion_control": _TEL,
+        "simulation": {"seed": 3}, "outputs": {"link_sample_interval": "off"}},
+    "int-nvlink-racks-coalesced": lambda tmp: {
+        "name": "tel_racks", "topology": _RACKS, "traffic": _two_racks(tmp), "routing": {"policy": "spray"},
+        "switch": {"telemetry": "on"}, "receiver": _COALESCE, "simulation": {"seed": 3},
+        "outputs": {"link_sample_interval": "off"}},
+    # PXN: a relayed incast into 16 KiB buffers under telemetry (the pieces' second hops measured, paced
+    # and dropped), and a relayed all-to-all with telemetry and coalesced ACKs
+    "telemetry-pxn-incast": lambda tmp: _pxn(**_PXN_INCAST, congestion_control=_TEL),
+    "telemetry-pxn-coalesced": lambda tmp: _pxn(congestion_control=_TEL, receiver=_COALESCE,
+                                                traffic={"pattern": "all_to_all", "message_size": "256KiB"}),
+}
+
+
+def _planes_of(eng, pids) -> set:
+    """The planes (``p<k>.`` switch names) of the switches owning ports ``pids``."""
+    names = eng.sim.topology.graph.nodes
+    return {names[eng.ports[pid].owner]["name"].split(".")[0] for pid in pids}
+
+
+@pytest.mark.parametrize("case", list(COMBOS))
+def test_cluster_features_with_telemetry_and_coalescing_run_compiled_identically(case, tmp_path):
+    sc = COMBOS[case](tmp_path)
+    ea, a = _engine(sc, "heap")
+    eb, b = _engine(sc, "compiled")
+    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}, b.summary["run"]["kernel"]
+    for table in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
+        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
+    assert _comparable(a.summary) == _comparable(b.summary)
+    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    assert _cc_state(ea) == _cc_state(eb)
+    # ... and each case reaches what it is for
+    states = list(ea._rows) + list(ea.pieces)
+    qps = [qp for st in states for qp in st.qps]
+    roce = [qp for qp in qps if not qp.nics[0].nvlink]
+    nvl = [qp for qp in qps if qp.nics[0].nvlink]
+    assert any(len(nics) > 1 for nics in ea.nics.values())               # hosts with several NIC ports
+    # a host whose receiver sent control packets by two or more of its ports
+    assert any(sum(1 for nic in nics if nic.port.ctrl_packets) > 1 for nics in ea.nics.values())
+    run = a.summary["run"]
+    if "telemetry" in case:
+        assert any(qp.flow.state.ports for qp in roce)                        # INT measured
+        assert any(qp.next_ok > 0 for qp in roce)                             # ... and paced
+    if "per-packet" in case:
+        assert max(len(qp.nics) for qp in qps) == 2
+        assert any(len(_planes_of(ea, qp.flow.state.ports)) == 2 for qp in roce) if "telemetry" in case else True
+    if "coalesced" in case:
+        assert sum(st.acks for st in states) < sum(st.rx_units for st in states) / 2     # ACKs coalesced
+    if case == "coalesced-planes-per-packet-rto-adaptive":
+        assert run["dropped_packets"] > 0 and run["timeout_probes"] > 0 and run["dsacks_received"] > 0
+    if "nvlink" in case or "pxn" in case:
+        assert nvl and roce
+        # NVLink queue pairs: no controller, never paced
+        assert all(qp.flow.state is None and qp.flow.rate_bps == qp.flow.line_bps and not qp.next_ok for qp in nvl)
+    if case == "int-nvlink-racks-coalesced":
+        assert eb.kernel.X.g[core.G_STAMP] == 1 and all(qp.flow.state is None for qp in qps)
+    if "pxn" in case:
+        assert ea.pieces and any(not p.final for p in ea.pieces)
+        assert any(qp.flow.state.ports for p in ea.pieces for qp in p.qps if not qp.nics[0].nvlink)
+    if case == "telemetry-pxn-incast":
+        assert run["dropped_packets"] > 0
 
 
 def test_the_shipped_quickstart_runs_compiled_with_identical_results():

@@ -92,6 +92,22 @@ def test_credits_keep_every_input_buffer_within_the_credit_buffer():
             assert p.peak_queue_bytes <= 64 * credit + unit_wire
 
 
+@pytest.mark.parametrize("spread", ["stripe", "adaptive"])
+def test_credit_is_conserved_on_every_gpu_link(spread):
+    """Every byte of credit a GPU link spends comes back: at the end of a run with nothing in
+    flight, what the transmitter holds plus what is still on its way back is the whole buffer.
+    (Regression: an attempt that took returned credit back and then found every queue pair
+    finished on its link lost that credit, one unit per such attempt in an all-to-all.)"""
+    eng, out = engine_run(scenario({"pattern": "all_to_all", "message_size": "64KiB"}, nvlink={"spread": spread},
+                                   topology={"kind": "cluster", "domain": "hgx8", "nodes": 1}))
+    assert out.status == "complete"
+    gpu_to_chip = [p for p in eng.ports if isinstance(p, NvlinkPort) and p.nic is not None]
+    assert len(gpu_to_chip) == 16
+    for p in gpu_to_chip:
+        assert p.credit_bytes + p.held_bytes == p.buffer_bytes, p.index
+        assert p.held_bytes == sum(w for _r, w in p.cr_heap)
+
+
 # ----------------------------------------------------------------------------- no ACKs
 
 def test_no_control_packets_on_nvlink_links():

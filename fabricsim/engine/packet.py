@@ -564,10 +564,7 @@ class PacketEngine:
         if not self.remaining:
             # the pattern is over: freeze the link counters here (ACKs still in flight and timers
             # that would find nothing to do are not part of the run) and wind the kernel down
-            for sw in self.switches.values():     # dequeue-time ECN/INT of packets already leaving
-                for p in sw.ports:
-                    if getattr(p, "pend", None):
-                        sw.settle(p, t)
+            self._settle_ports(t)
             self._final_links = self._link_rows(t)
             self._final_snapshot = self._snapshot(t)
             self.kernel.stop()
@@ -578,6 +575,15 @@ class PacketEngine:
             return
         for rel, row in self.replay.completed(st.row, t):
             self.kernel.schedule(rel, self.release, rows[row])
+
+    def _settle_ports(self, t):
+        """Dequeue-time ECN/INT of the packets already leaving every switch port at ``t``: the
+        port counters as they stand when the run's links are frozen (the compiled core replaces
+        this with its own settling and the write-back of its ports)."""
+        for sw in self.switches.values():
+            for p in sw.ports:
+                if getattr(p, "pend", None):
+                    sw.settle(p, t)
 
     def drop(self, port: Port, pkt):
         """A switch dropped ``pkt`` (buffer full): counted on the link; the transport recovers it."""

@@ -84,6 +84,20 @@ def nvlink_wire_bytes(payload_bytes: int, packet_payload_bytes: int, packet_head
     return payload_bytes + -(-payload_bytes // packet_payload_bytes) * packet_header_bytes
 
 
+def nvlink_stripe_psn(pos: int, uid: int, links: int, sent: int) -> int:
+    """Striping (``nvlink.spread: stripe``): the unit a link sends next of a queue pair spread over
+    ``links`` links, being at place ``pos`` in the queue pair's links and having sent ``sent`` of
+    its units. Unit ``i`` goes by link ``(i + uid) mod links``, so link ``pos`` sends units
+    ``(pos - uid) mod links``, then every ``links``-th after it.
+
+    >>> [nvlink_stripe_psn(pos, 5, 3, 0) for pos in range(3)]     # uid 5: unit 0 by link 2
+    [1, 2, 0]
+    >>> nvlink_stripe_psn(2, 5, 3, 4)
+    12
+    """
+    return (pos - uid) % links + sent * links
+
+
 class NvlinkPort(Port):
     """One direction of an NVLink link, with its credit pool (see module doc)."""
 
@@ -178,7 +192,7 @@ class NvlinkNic(Nic):
             else:
                 n = len(qp.nics)
                 pos = self.pos if self.pos < n and qp.nics[self.pos] is self else qp.nics.index(self)
-                psn = (pos - qp.uid) % n + stripe.get(qp, 0) * n
+                psn = (pos - qp.uid) % n + stripe.get(qp, 0) * n    # = nvlink_stripe_psn(pos, qp.uid, n, sent)
             if psn >= qp.npsn:
                 active.popleft()
                 qp.nicmask &= ~bit
@@ -189,7 +203,7 @@ class NvlinkNic(Nic):
             if payload > unit:
                 payload = unit
             npk = -(-payload // self.pkt_payload)
-            wire = payload + npk * self.pkt_header
+            wire = payload + npk * self.pkt_header          # = nvlink_wire_bytes(payload, ...)
             if credit < wire:
                 port.credit_bytes = credit
                 port.credit_stalls += 1
@@ -251,6 +265,7 @@ class NvlinkNic(Nic):
             self.pending_at = done
             self.push((done, next(seq), self._tx, token))
             return
+        port.credit_bytes = credit      # (credit taken back above, with nothing left to send here)
         self.busy = False
 
     def _credit_time(self, t):
@@ -261,14 +276,14 @@ class NvlinkNic(Nic):
         qp = self.active[0]
         n = len(qp.nics)
         pos = self.pos if self.pos < n and qp.nics[self.pos] is self else qp.nics.index(self)
-        psn = (pos - qp.uid) % n + self.stripe.get(qp, 0) * n
+        psn = nvlink_stripe_psn(pos, qp.uid, n, self.stripe.get(qp, 0))
         if psn >= qp.npsn:
             return t
         unit = self.unit
         payload = qp.size - psn * unit
         if payload > unit:
             payload = unit
-        need = payload + -(-payload // self.pkt_payload) * self.pkt_header - self.port.credit_bytes
+        need = nvlink_wire_bytes(payload, self.pkt_payload, self.pkt_header) - self.port.credit_bytes
         if need <= 0:
             return t
         for r, w in sorted(self.port.cr_heap):

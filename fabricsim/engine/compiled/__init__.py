@@ -9,8 +9,12 @@ receiver (SACK + RACK) or the ``go_back_n`` receiver (NAK on a gap, the sender's
 acknowledging every unit or coalescing ACKs (``ack_every > 1``: the delayed-ACK timer, SACK
 bitmaps; a coalesced ACK echoes the INT of the latest-sent unit it covers), fixed or adaptive
 timeouts (RTT estimator, back-off, jitter draws, timeout probes, D-SACK) and ``retry_limit``,
-congestion control ``none`` or ``telemetry`` (windows and pacing), one NIC port per host: the
-whole ``spectrum_x`` profile. Any other scenario runs on
+congestion control ``none`` or ``telemetry`` (windows and pacing), hosts with one or several NIC
+ports (multi-plane NICs split per packet or per flow, the receiver's control packets, coalesced
+ACKs too, spread over its ports as ``PacketEngine.reply_nic`` does), and NVLink domains with credit
+flow control (net/nvlink.py: the GPUs' links, the chips, completion on the last byte), beside NIC
+ports or alone, with PXN's relayed pieces (``nic.pxn``): the whole ``spectrum_x`` profile. Any
+other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 
@@ -40,21 +44,24 @@ class _CompiledNic:
     a compiled run holds the datapath: ``_start`` finds the eligible ports (``port``, ``nvlink``)
     and hands each new queue pair to ``add``, which registers it with the compiled state."""
 
-    __slots__ = ("nic", "port", "index", "kernel")
-    nvlink = False
+    __slots__ = ("nic", "port", "index", "kernel", "nvlink", "unit")
 
     def __init__(self, nic, index, kernel):
         self.nic = nic
         self.port = nic.port
         self.index = index
         self.kernel = kernel
+        self.nvlink = nic.nvlink            # an NVLink link (NvlinkNic): _start reads it, and its unit
+        self.unit = getattr(nic, "unit", 0)
 
     def add(self, t, qp):
         k = self.kernel
         q = k.qp_row.get(id(qp))
         if q is None:
-            q = k.register(qp, self.index)
-        k._fn["nic_add"](k.X, self.index, q, t)
+            q = k.register(qp)
+        nics = qp.nics
+        j = 0 if nics[0] is self else nics.index(self)        # this port's slot of the queue pair
+        k._fn["nic_add"](k.X, int(k.X.Q[q, C.Q_N0]) + j, t)
 
 
 class CompiledKernel:
@@ -73,12 +80,18 @@ class CompiledKernel:
         self.qp_row: dict = {}              # id(QueuePair) -> row
         self._stop = False
         self._stopped_at = 0
+        self._read_t = -1                   # the last time Python read the ports (a sample, the final snapshot)
+        #: the MessageState of each message row: the messages, then PXN pieces as they start
+        self.states: list = list(engine._rows)
+        self._piece_row: dict = {}          # id(piece MessageState) -> its row
+        engine._settle_ports = self._freeze
         self._release = engine.release
         self._sample = engine._sample_links
         self._nics = dict(engine.nics)
         for h, nics in engine.nics.items():
             engine.nics[h] = [_CompiledNic(nic, self.nic_row[nic], self) for nic in nics]
-        self._host_nic = {h: nics[0].index for h, nics in engine.nics.items() if nics}
+        self._reply: dict = {}              # (receiving host, sender) -> (offset, count) of its ports in X.RL
+        self._rl_n = 0
         self._load()
 
     def _load(self) -> None:
@@ -93,7 +106,7 @@ class CompiledKernel:
         x = numba.typeof(self.X)
         i = numba.int64
         self._fn = {}
-        for fn, args in ((C.run, (i,)), (C.nic_add, (i, i, i)), (C.push, (i, i, i, i, i)), (C.settle_all, (i,)),
+        for fn, args in ((C.run, (i,)), (C.nic_add, (i, i)), (C.push, (i, i, i, i, i)), (C.settle_all, (i,)),
                          (C.tel_rehash, ())):
             sig = (x, *args)
             fn.compile(sig)
@@ -132,21 +145,24 @@ class CompiledKernel:
             self._stopped_at = self.now
 
     # ------------------------------------------------------------ queue pairs
-    def register(self, qp, nic: int) -> int:
-        """A queue pair the engine has just created: its row in the compiled state."""
+    def register(self, qp) -> int:
+        """A queue pair the engine has just created: its row in the compiled state, with a NIC slot
+        per port it may use (``qp.nics``, in order) and the ports its receiver replies by."""
         q = len(self.qps)
         flow = qp.flow
-        if len(qp.nics) != 1 or (not self.X.g[C.G_CC] and (flow.window_bytes is not None
-                                                             or flow.rate_bps != flow.line_bps)):
-            raise SimulationError("kernel: compiled: a queue pair outside the compiled slice (several ports, or a "
-                                  "window or a paced rate without congestion control)")
+        if not self.X.g[C.G_CC] and (flow.window_bytes is not None or flow.rate_bps != flow.line_bps):
+            raise SimulationError("kernel: compiled: a queue pair outside the compiled slice (a window or a paced "
+                                  "rate without congestion control)")
         self._need("qp", q + 1)
+        s0 = int(self.X.Q[q - 1, C.Q_N0] + self.X.Q[q - 1, C.Q_NN]) if q else 0
+        self._need("qn", s0 + len(qp.nics))
         X = self.X
         base = int(X.Q[q - 1, C.Q_BASE] + X.Q[q - 1, C.Q_NPSN]) if q else 0
         self._need("arena", base + qp.npsn + 1)
         X = self.X
         st = qp.msg
-        row = st.row
+        row = self._row(st)
+        X = self.X
         if X.M[row, C.M_QN] == 0:
             X.M[row, C.M_Q0] = q
         elif X.M[row, C.M_Q0] + X.M[row, C.M_QN] != q:
@@ -159,11 +175,18 @@ class CompiledKernel:
         X.q_hash[q] = qp.hash
         X.Q[q, C.Q_SIZE] = qp.size
         X.Q[q, C.Q_NPSN] = qp.npsn
-        X.Q[q, C.Q_NIC] = nic
-        X.Q[q, C.Q_RPORT] = self._host_nic[qp.dst]    # = reply_nic: the receiving host's one port
+        X.Q[q, C.Q_N0], X.Q[q, C.Q_NN] = s0, len(qp.nics)
+        for j, nic in enumerate(qp.nics):
+            X.QN[s0 + j, C.QN_QP] = q
+            X.QN[s0 + j, C.QN_NIC] = nic.index
         X.Q[q, C.Q_BASE] = base
         X.Q[q, C.Q_ACTIVE] = 1
         S.register_flow(X, q, flow)             # the rate, window and CC state cc.start set
+        if qp.nics[0].nvlink:
+            # NVLink (net/nvlink.py): no ACK, no timer, no congestion control, nothing for the sender (sent_done)
+            X.Q[q, C.Q_DONE] = 1
+        else:
+            self._reply_ports(qp, q)
         if X.g[C.G_RTO_ADAPTIVE]:
             # the idle round trip, read before the first RTT sample (heap works it out at the
             # first send's timer: the same pure function of the two hosts, memoised per pair)
@@ -177,6 +200,52 @@ class CompiledKernel:
         self.qps.append(qp)
         self.qp_row[id(qp)] = q
         return q
+
+    def _row(self, st) -> int:
+        """The message row of ``st``: its own for a message; for a PXN piece (``st.parent``: a
+        piece of a message relayed through a GPU of its domain) a new row after the others."""
+        if st.row is not None:
+            return st.row
+        r = self._piece_row.get(id(st))
+        if r is None:
+            r = self._piece_row[id(st)] = len(self.states)
+            self.states.append(st)
+            self._need("msg", r + 1)
+            X = self.X
+            X.M[r, C.M_SIZE] = st.size
+            X.M[r, C.M_PIECE] = 1
+            X.M[r, C.M_NONFINAL] = not st.final
+        return r
+
+    def _freeze(self, t) -> None:
+        """``PacketEngine._settle_ports`` while compiled: the switch ports' dequeue-time samples
+        settled, and the ports written back, when the last message ends (``_finish`` then
+        freezes the links table and the final link sample from them)."""
+        self._fn["settle_all"](self.X, t)
+        S.write_ports(self.X, self.engine.ports)
+        self._read_t = t
+
+    def _reply_ports(self, qp, q: int) -> None:
+        """Where the receiver of ``qp`` sends its control packets (``PacketEngine.reply_nic``): one
+        port, fixed, when the receiving host has one eligible port towards the sender or ``qp``
+        uses one port (``nics[qp.hash % n]``, a pure function of the two hosts and the hash); else
+        -1 and the eligible ports (memoised per pair of hosts, in ``X.RL``), chosen per packet."""
+        nics = self.engine.eligible_nics(qp.dst, qp.src)
+        n = len(nics)
+        X = self.X
+        if n == 1 or len(qp.nics) == 1:
+            X.Q[q, C.Q_RPORT] = nics[qp.hash % n].index
+            return
+        key = (qp.dst, qp.src)
+        got = self._reply.get(key)
+        if got is None:
+            self._need("rl", self._rl_n + n)
+            X = self.X
+            X.RL[self._rl_n:self._rl_n + n] = [nic.index for nic in nics]
+            got = self._reply[key] = (self._rl_n, n)
+            self._rl_n += n
+        X.Q[q, C.Q_RPORT] = -1
+        X.Q[q, C.Q_RL0], X.Q[q, C.Q_RLN] = got
 
     def _need(self, group: str, n: int) -> None:
         if n > getattr(self.X, S.POOLS[group]).shape[0]:
@@ -193,7 +262,7 @@ class CompiledKernel:
             self._need("bm", 2 * self.X.BM.shape[0])
         self._need("heap", int(g[C.G_HN]) + 4 * C.SPACE)
         if g[C.G_OLOG_N] + C.SPACE > X.OL.shape[1]:
-            S.fold_reorder(self.X, self.engine._rows)
+            S.fold_reorder(self.X, self.states)
         if self.X.g[C.G_HN]:
             self._need("good", int(self.X.HP[0, 0]) // int(g[C.G_BIN]) + 2)
         if g[C.G_CC] == C.CC_TELEMETRY:
@@ -245,15 +314,14 @@ class CompiledKernel:
                     eng.release(t, rows[a])
                 elif kind == C.P_SAMPLE:
                     S.write_ports(X, eng.ports, counters=False)
+                    self._read_t = t
                     eng._sample_links(t, None)
                 else:
                     qp = self.qps[a] if kind == C.P_FAIL else None
-                    st = qp.msg if qp is not None else rows[a]
-                    S.fold_reorder(X, rows)
-                    S.sync_message(X, st)
-                    if eng.remaining == 1:        # the last one: _finish freezes the link rows
-                        self._fn["settle_all"](X, t)
-                        S.write_ports(X, eng.ports)
+                    r = int(X.Q[a, C.Q_MSG]) if qp is not None else a
+                    st = self.states[r]
+                    S.fold_reorder(X, self.states)
+                    S.sync_message(X, st, r)
                     if qp is not None:
                         eng.fail_qp(qp, t, "retry_exceeded")
                     else:
@@ -266,7 +334,7 @@ class CompiledKernel:
                     progress(t)
         finally:
             eng.nics.update(self._nics)      # the real NIC objects again, for the end-of-run tables
-            S.write_back(self.X, eng, self.qps, self.nic_row)
+            S.write_back(self.X, eng, self.qps, self.nic_row, self.states, self._read_t)
             if self._built_on.pending():
                 raise SimulationError("kernel: compiled: a model scheduled an event on the Python kernel (a "
                                       "feature outside the compiled slice that coverage.py let through)")

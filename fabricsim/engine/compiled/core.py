@@ -28,6 +28,7 @@ from numba import literal_unroll, njit
 from ...cc import telemetry as tel_mod
 from ...flows import identity
 from ...net import nic as nic_mod
+from ...net import nvlink as nvlink_mod
 from ...net import sender as sender_mod
 from ...net import switch as switch_mod
 from ...receiver import base as receiver_mod
@@ -114,6 +115,9 @@ ewma_over_T = njit(_nrt=False)(tel_mod.ewma_over_T)
 unseen_delay = njit(_nrt=False)(tel_mod.unseen_delay)
 reference_window = njit(_nrt=False)(tel_mod.reference_window)
 window_and_rate = njit(_nrt=False)(tel_mod.window_and_rate)
+#: :func:`fabricsim.net.nvlink.nvlink_wire_bytes` and :func:`~fabricsim.net.nvlink.nvlink_stripe_psn`, compiled
+nvlink_wire_bytes = njit(_nrt=False)(nvlink_mod.nvlink_wire_bytes)
+nvlink_stripe_psn = njit(_nrt=False)(nvlink_mod.nvlink_stripe_psn)
 
 
 # ---------------------------------------------------------------- state layout
@@ -125,29 +129,45 @@ window_and_rate = njit(_nrt=False)(tel_mod.window_and_rate)
 PORT_FIELDS = ("busy", "txb", "txp", "peak", "ih", "it", "ph", "pt", "offset", "deliver", "peer_sw", "sw",
                "buffer", "drops", "dropb", "cdrops", "ecn", "cb", "cp", "prio", "rn", "rd",
                "lqh", "lqt", "qbytes", "sending", "cur", "ingb", "ingpk", "xoff", "paused", "pev", "pps", "psince",
-               "pfcd", "nicp", "rate")
+               "pfcd", "nicp", "rate",
+               "delay", "cr", "bufb", "chh", "held", "bpeak", "stalls", "crw", "cqh", "cqt", "sch", "sct", "schb", "nvn")
 # (PFC, net/lossless.py: lqh, lqt: the lossless-class FIFO of a LosslessPort (q), linked through the packets'
 #  next; qbytes, sending, cur; ingb, ingpk, xoff: ingress_bytes, ingress_peak, xoff_sent of the link;
 #  paused, pev, pps, psince: paused, pause_events, paused_ps, paused_since; pfcd: the pause frame's
 #  delay + the transmitter's response, Pfc.signal's delay (port.delay + Pfc.response_ps(port)); nicp:
 #  the NIC row of a host port, LosslessPort.nic, -1 for a switch port; rate: Port.rate in bit/s, which an INT
 #  record carries)
-NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "calls", "sent")
-QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "nic", "inact",
-             "anext", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
+# (NVLink, net/nvlink.py NvlinkPort: delay: the link's delay; cr, bufb: credit_bytes, buffer_bytes; a GPU
+#  port's credits on their way back (cr_heap) as a list of list nodes (time, bytes) sorted by time from
+#  chh, their sum held, buffer_peak_bytes bpeak, credit_stalls, cr_wait crw and its NvlinkNic's row nvn;
+#  a chip port's returns due from its GPU (cr_q: cqh, cqt) and the units it holds (sched: sch, sct,
+#  sched_bytes schb), FIFOs of list nodes (time, bytes))
+NIC_FIELDS = ("port", "busy", "token", "pend", "ah", "at", "al", "ch", "ct", "calls", "sent",
+              "nv", "unit", "ppay", "phdr", "uwire", "stripe")
+# (nv: an NVLink link, NvlinkNic: unit, pkt_payload, pkt_header, unit_wire; stripe: nvlink.spread stripe)
+QP_FIELDS = ("uid", "msg", "src", "dst", "size", "npsn", "seq", "una", "high", "outb", "rack", "nok", "n0", "nn",
+             "rl0", "rto_at", "armed", "tmo", "done", "reo", "gbc", "sentb", "ackb", "active", "base", "rh", "rt",
              "oh", "ot", "ol", "rcum", "rmax", "rmaxt", "rn", "rhold", "runack", "rce", "racks", "rport",
              "srtt", "rttvar", "draws", "u", "reot", "brtt", "gbt", "rnak", "rtack", "rtsent", "rlast", "wait",
-             "line", "haswin", "cc0", "cc1", "cc2", "cc3", "rteln")
+             "line", "haswin", "cc0", "cc1", "cc2", "cc3", "rteln", "rln")
 # (srtt, rttvar: the RTT estimator; draws, u: the jitter draws' counter and the current draw; reot: when
 #  the reorder window was last widened by a D-SACK; brtt: the idle round trip, Flow.base_rtt_ps;
 #  gbt: go-back-N's last rewind, QueuePair.goback_t; rnak: the receiver's NAK is outstanding, r_nak;
+#  n0, nn: the queue pair's NIC slots (rows of X.QN, one per port of QueuePair.nics, in its order);
+#  rport: the NIC row its receiver's control packets leave by when fixed (reply_nic's first branch),
+#  else -1 and rl0, rln: the receiving host's eligible ports towards the sender, a slice of X.RL, among
+#  which reply_nic chooses per packet;
 #  ACK coalescing: rtack, rtsent, rlast: r_tack, r_tsent, r_last_rx; wait: the adaptive timeout's
 #  allowance for a coalesced ACK, sender.ack_wait_ps at the queue pair's line rate, worked out in Python;
-#  line: Flow.line_bps; haswin: Flow.window_bytes is not None; cc0..cc3: the algorithm's integer state,
-#  named per algorithm below (TQ_*). Its float state is in X.QF: Flow.rate_bps, Flow.window_bytes, and
-#  the algorithm's floats c0..c11 (TF_*); rteln: ACK coalescing with INT, the records of r_tel (the INT
-#  stack of the latest-sent unit since the last ACK, which the coalesced ACK echoes), -1 = None, the
-#  records themselves in X.RT, 5 words each as in X.KT)
+#  line: Flow.line_bps (the sum of its ports' rates); haswin: Flow.window_bytes is not None; cc0..cc3: the
+#  algorithm's integer state, named per algorithm below (TQ_*). Its float state is in X.QF: Flow.rate_bps,
+#  Flow.window_bytes, and the algorithm's floats c0..c11 (TF_*); rteln: ACK coalescing with INT, the
+#  records of r_tel (the INT stack of the latest-sent unit since the last ACK, which the coalesced ACK
+#  echoes), -1 = None, the records themselves in X.RT, 5 words each as in X.KT)
+# A NIC slot (QN) is the membership of one queue pair in one port's active list (QueuePair.nicmask's
+# bit for that port): its queue pair and NIC rows, the next slot of the list, whether it is on the list,
+# and (NVLink striping) the units that port has sent of the queue pair (NvlinkNic.stripe)
+QN_FIELDS = ("qp", "nic", "next", "in", "cnt")
 PKT_FIELDS = ("qp", "dst", "wire", "pay", "seq", "ttx", "npk", "hop", "kind", "ce", "sack", "tdata", "at", "aseq",
               "next", "pnext", "pstart", "ptx", "pprio", "live", "dsack", "inport", "sacks", "pend", "teln")
 # (sacks: a control packet's SACK bitmap, Packet.sacks: -1 None (the per-unit format), -2 an empty
@@ -157,17 +177,28 @@ PKT_FIELDS = ("qp", "dst", "wire", "pay", "seq", "ttx", "npk", "hop", "kind", "c
 NODE_FIELDS = ("psn", "val", "next")
 MSG_FIELDS = ("size", "deliv", "drop", "inj", "dup", "rx", "ooo", "peakh", "rw", "rwmax", "ecn", "acks", "ctrl_arr",
               "ctrl_drop", "done", "q0", "qn",
-              "naks", "naks_sent", "disc", "cnps")
+              "naks", "naks_sent", "disc", "cnps", "nonfinal", "piece")
+# (PXN: a piece of a user's message (MessageState.parent) has a row of its own after the messages';
+#  nonfinal: the piece to the relay GPU, whose bytes are not goodput (not MessageState.final))
 HOST_FIELDS = ("hold", "peak", "made", "order")
+# switches (X.S): Switch.kmin (-1 = no marking), kmax, at_dequeue, id (the graph node, for packet draws)
+SWITCH_FIELDS = ("kmin", "kmax", "deq", "node")
+# the seeds (X.salt, uint64): the routing policy's, the sender's timeout draws' (Sender.salt), then each
+# switch's ECN draws' (Switch.ecn_salt) from SALT_ECN on
+SALT_ROUTE, SALT_RTO, SALT_ECN = 0, 1, 2
 (P_BUSY, P_TXB, P_TXP, P_PEAK, P_IH, P_IT, P_PH, P_PT, P_OFFSET, P_DELIVER, P_PEER_SW, P_SW, P_BUFFER, P_DROPS, P_DROPB, P_CDROPS, P_ECN, P_CB, P_CP, P_PRIO, P_RN, P_RD,
  P_LQH, P_LQT, P_QBYTES, P_SENDING, P_CUR, P_INGB, P_INGPK, P_XOFF, P_PAUSED, P_PEV, P_PPS, P_PSINCE, P_PFCD,
- P_NICP, P_RATE,) = range(len(PORT_FIELDS))
-(N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT,) = range(len(NIC_FIELDS))
-(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_NIC, Q_INACT, Q_ANEXT, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK, Q_RTACK, Q_RTSENT, Q_RLAST, Q_WAIT, Q_LINE, Q_HASWIN, Q_CC0, Q_CC1, Q_CC2, Q_CC3, Q_RTELN,) = range(len(QP_FIELDS))
+ P_NICP, P_RATE, P_DELAY, P_CR, P_BUFB, P_CHH, P_HELD, P_BPEAK, P_STALLS, P_CRW, P_CQH, P_CQT, P_SCH, P_SCT,
+ P_SCHB, P_NVN,) = range(len(PORT_FIELDS))
+(N_PORT, N_BUSY, N_TOKEN, N_PEND, N_AH, N_AT, N_AL, N_CH, N_CT, N_CALLS, N_SENT, N_NV, N_UNIT, N_PPAY, N_PHDR,
+ N_UWIRE, N_STRIPE,) = range(len(NIC_FIELDS))
+(Q_UID, Q_MSG, Q_SRC, Q_DST, Q_SIZE, Q_NPSN, Q_SEQ, Q_UNA, Q_HIGH, Q_OUTB, Q_RACK, Q_NOK, Q_N0, Q_NN, Q_RL0, Q_RTO_AT, Q_ARMED, Q_TMO, Q_DONE, Q_REO, Q_GBC, Q_SENTB, Q_ACKB, Q_ACTIVE, Q_BASE, Q_RH, Q_RT, Q_OH, Q_OT, Q_OL, Q_RCUM, Q_RMAX, Q_RMAXT, Q_RN, Q_RHOLD, Q_RUNACK, Q_RCE, Q_RACKS, Q_RPORT, Q_SRTT, Q_RTTVAR, Q_DRAWS, Q_U, Q_REOT, Q_BRTT, Q_GBT, Q_RNAK, Q_RTACK, Q_RTSENT, Q_RLAST, Q_WAIT, Q_LINE, Q_HASWIN, Q_CC0, Q_CC1, Q_CC2, Q_CC3, Q_RTELN, Q_RLN,) = range(len(QP_FIELDS))
+(QN_QP, QN_NIC, QN_NEXT, QN_IN, QN_CNT,) = range(len(QN_FIELDS))
 (K_QP, K_DST, K_WIRE, K_PAY, K_SEQ, K_TTX, K_NPK, K_HOP, K_KIND, K_CE, K_SACK, K_TDATA, K_AT, K_ASEQ, K_NEXT, K_PNEXT, K_PSTART, K_PTX, K_PPRIO, K_LIVE, K_DSACK, K_INPORT, K_SACKS, K_PEND, K_TELN,) = range(len(PKT_FIELDS))
 (D_PSN, D_VAL, D_NEXT,) = range(len(NODE_FIELDS))
-(M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC, M_CNPS,) = range(len(MSG_FIELDS))
+(M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC, M_CNPS, M_NONFINAL, M_PIECE,) = range(len(MSG_FIELDS))
 (H_HOLD, H_PEAK, H_MADE, H_ORDER,) = range(len(HOST_FIELDS))
+(S_KMIN, S_KMAX, S_DEQ, S_NODE,) = range(len(SWITCH_FIELDS))
 # per queue pair, floats (X.QF): the flow's pacing rate and window, then the algorithm's own
 QF_FIELDS = ("rate", "win") + tuple(f"c{i}" for i in range(12))
 QF_RATE, QF_WIN, QF_C0 = 0, 1, 2
@@ -193,7 +224,8 @@ SHARED = (identity.mix64, identity.packet_draw_fields, ecmp_mod.direction_hash, 
           switch_mod.red_below, sender_mod.mul_shr, sender_mod.adaptive_rto_ps, sender_mod.rto_draw,
           sender_mod.rtt_estimate, receiver_mod.ack_requested, nic_mod.pacing_gap_ps, tel_mod.hop_utilisation,
           tel_mod.queue_delay_ps, tel_mod.ewma_over_T, tel_mod.unseen_delay, tel_mod.reference_window,
-          tel_mod.window_and_rate)
+          tel_mod.window_and_rate,
+          nvlink_mod.nvlink_wire_bytes, nvlink_mod.nvlink_stripe_psn)
 
 # ---------------------------------------------------------------- codes
 
@@ -232,8 +264,9 @@ E_ACK_TIMER = 8
 # a congestion-control timer (ctx.schedule of an algorithm): the argument the queue pair, the second a
 # code of the algorithm's (which timer, and its generation: DCQCN's alpha and rate-increase timers)
 E_CC_TIMER = 9
-# port delivery: to a switch, to a host, to a host after settling dequeue-time samples, to a lossless switch
-D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH = 0, 1, 2, 3
+# port delivery: to a switch, to a host, to a host after settling dequeue-time samples, to a lossless switch,
+# to an NVLink chip (NvlinkSwitch.arrive), to a GPU from its NVLink chip (NvlinkRx.arrive)
+D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH, D_NVSW, D_NVRX = 0, 1, 2, 3, 4, 5
 # returns of run()
 R_DRAINED, R_TIME_LIMIT, R_PY, R_PROGRESS, R_SPACE, R_ERROR = 0, 1, 2, 3, 4, 5
 # what R_PY hands to Python (X.g[G_PY_KIND])
@@ -494,15 +527,15 @@ def _advance_inflight(X, port):
 def _draw(X, salt, pkt, sw):
     # = packet_draw(salt, pkt, switch.id)
     return packet_draw_fields(salt, X.Q[X.K[pkt, K_QP], Q_UID], X.K[pkt, K_SEQ], X.K[pkt, K_TTX], X.K[pkt, K_KIND],
-                              X.s_node[sw])
+                              X.S[sw, S_NODE])
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _mark(X, sw, q, pkt):
     # = Switch.mark
-    if q > X.s_kmax[sw]:
+    if q > X.S[sw, S_KMAX]:
         return True
-    return red_below(_draw(X, X.s_salt[sw], pkt, sw), q, X.s_kmin[sw], X.s_kmax[sw], X.s_pmax[sw])
+    return red_below(_draw(X, X.salt[SALT_ECN + sw], pkt, sw), q, X.S[sw, S_KMIN], X.S[sw, S_KMAX], X.s_pmax[sw])
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -554,7 +587,7 @@ def _settle(X, port, t):
     # = Switch.settle (the port's owning switch)
     sw = X.P[port, P_SW]
     count = X.P[port, P_TXB] - X.P[port, P_PRIO]
-    kmin = X.s_kmin[sw]
+    kmin = X.S[sw, S_KMIN]
     stamp = X.g[G_STAMP]
     while True:
         h = X.P[port, P_PH]
@@ -723,7 +756,7 @@ def _quality_pick(X, sw, dst, off, n, pkt, now):
     nb = _quality_best(X, sw, dst, off, n, now)
     if nb == 1:
         return X.qb[off]
-    return X.qb[off + np.int64(_draw(X, X.route_salt[0], pkt, sw) % np.uint64(nb))]
+    return X.qb[off + np.int64(_draw(X, X.salt[SALT_ROUTE], pkt, sw) % np.uint64(nb))]
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -737,11 +770,11 @@ def _choose(X, sw, t, pkt):
     if X.g[G_ROUTE] == ROUTE_ECMP:
         # = Ecmp.choose (its cache memoises a pure function)
         qp = X.K[pkt, K_QP]
-        return X.r_ports[off + np.int64(ecmp_pick(X.q_hash[qp], X.route_salt[0], np.uint64(X.s_node[sw]),
+        return X.r_ports[off + np.int64(ecmp_pick(X.q_hash[qp], X.salt[SALT_ROUTE], np.uint64(X.S[sw, S_NODE]),
                                                  np.uint64(n), X.K[pkt, K_KIND] != DATA))]
     if X.g[G_ROUTE] == ROUTE_SPRAY:
         # = Spray.choose
-        return X.r_ports[off + np.int64(_draw(X, X.route_salt[0], pkt, sw) % np.uint64(n))]
+        return X.r_ports[off + np.int64(_draw(X, X.salt[SALT_ROUTE], pkt, sw) % np.uint64(n))]
     return _quality_pick(X, sw, dst, off, n, pkt, t)
 
 
@@ -768,8 +801,8 @@ def _switch_arrive(X, sw, t, pkt):
             _drop(X, port, pkt)
             return
     X.K[pkt, K_WIRE] = wire
-    kmin = X.s_kmin[sw]
-    at_dequeue = X.s_deq[sw]
+    kmin = X.S[sw, S_KMIN]
+    at_dequeue = X.S[sw, S_DEQ]
     if kmin >= 0 and not at_dequeue and q > kmin and kind == DATA and _mark(X, sw, q, pkt):
         X.K[pkt, K_CE] = 1
         X.P[port, P_ECN] += 1
@@ -851,7 +884,7 @@ def _lstart(X, port, t):
     else:
         sw = X.P[port, P_SW]
         q = X.P[port, P_QBYTES] - wire          # bytes queued behind it as it starts to leave
-        if sw >= 0 and X.s_deq[sw] and X.s_kmin[sw] >= 0 and q > X.s_kmin[sw] and _mark(X, sw, q, pkt):
+        if sw >= 0 and X.S[sw, S_DEQ] and X.S[sw, S_KMIN] >= 0 and q > X.S[sw, S_KMIN] and _mark(X, sw, q, pkt):
             X.K[pkt, K_CE] = 1
             X.P[port, P_ECN] += 1
         if X.g[G_STAMP]:                        # = if pfc.stamp: tel.append(...)
@@ -902,9 +935,9 @@ def _lossless_arrive(X, sw, t, pkt):
     if X.K[pkt, K_KIND] == DATA:
         if X.g[G_STAMP]:
             X.K[pkt, K_WIRE] += X.g[G_INT_FIRST] if X.K[pkt, K_TELN] < 0 else X.g[G_INT_HOP]
-        kmin = X.s_kmin[sw]
+        kmin = X.S[sw, S_KMIN]
         qb = X.P[port, P_QBYTES]
-        if kmin >= 0 and not X.s_deq[sw] and qb > kmin and _mark(X, sw, qb, pkt):
+        if kmin >= 0 and not X.S[sw, S_DEQ] and qb > kmin and _mark(X, sw, qb, pkt):
             X.K[pkt, K_CE] = 1
             X.P[port, P_ECN] += 1
     X.K[pkt, K_INPORT] = ing
@@ -965,20 +998,23 @@ def _kick(X, nic, t):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _act_append(X, nic, q):
-    _fifo_append(X.N, nic, N_AH, N_AT, X.Q, Q_ANEXT, q)
+def _act_append(X, nic, slot):
+    # = active.append(qp) (the queue pair's slot of this port: QueuePair.nicmask's bit)
+    _fifo_append(X.N, nic, N_AH, N_AT, X.QN, QN_NEXT, slot)
     X.N[nic, N_AL] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _act_popleft(X, nic):
     X.N[nic, N_AL] -= 1
-    return _fifo_popleft(X.N, nic, N_AH, N_AT, X.Q, Q_ANEXT)
+    return _fifo_popleft(X.N, nic, N_AH, N_AT, X.QN, QN_NEXT)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def nic_add(X, nic, q, t):
-    # = Nic.add
+def nic_add(X, slot, t):
+    # = Nic.add of the queue pair and port of ``slot``
+    q = X.QN[slot, QN_QP]
+    nic = X.QN[slot, QN_NIC]
     if X.Q[q, Q_RH] < 0:
         psn = X.Q[q, Q_SEQ]
         if psn >= X.Q[q, Q_NPSN]:
@@ -992,9 +1028,9 @@ def nic_add(X, nic, q, t):
         nok = X.Q[q, Q_NOK]
         if nok > t:
             t = nok
-    if not X.Q[q, Q_INACT]:
-        X.Q[q, Q_INACT] = 1
-        _act_append(X, nic, q)
+    if not X.QN[slot, QN_IN]:
+        X.QN[slot, QN_IN] = 1
+        _act_append(X, nic, slot)
     _kick(X, nic, t)
 
 
@@ -1016,8 +1052,49 @@ def _ctrl_out(X, nic, t, pkt):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _free_at(X, nic, now):
+    # = Nic.free_at: when the wire is free of the packet on it and the control packets held
+    port = X.N[nic, N_PORT]
+    bu = X.P[port, P_BUSY]
+    if bu < now:
+        bu = now
+    c = X.N[nic, N_CH]
+    while c >= 0:
+        bu += _ser(X, port, X.K[c, K_WIRE])
+        c = X.K[c, K_NEXT]
+    return bu
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _reply_nic(X, q, now):
+    # = qp.r_port or PacketEngine.reply_nic(qp): the port fixed at registration (one eligible port, or
+    #   a queue pair on one port: nics[qp.hash % n]), else the receiving host's eligible port towards
+    #   the sender whose wire frees first, ties in turn from (hash + the message's ACKs and NAKs sent) % n
+    r = X.Q[q, Q_RPORT]
+    if r >= 0:
+        return r
+    off = X.Q[q, Q_RL0]
+    n = X.Q[q, Q_RLN]
+    row = X.Q[q, Q_MSG]
+    # (qp.hash + acks + naks_sent) % n with the 64-bit hash reduced first (the sum is a big int in Python)
+    start = (np.int64(X.q_hash[q] % np.uint64(n)) + (X.M[row, M_ACKS] + X.M[row, M_NAKS_SENT]) % n) % n
+    best = -1
+    best_t = 0
+    for i in range(n):
+        nic = X.RL[off + (start + i) % n]
+        bu = _free_at(X, nic, now)
+        if best < 0 or bu < best_t:
+            best = nic
+            best_t = bu
+    return best
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _send_ctrl(X, nic, t, pkt):
-    # = Nic.send_ctrl
+    # = Nic.send_ctrl (NvlinkNic.send_ctrl: serialised at once)
+    if X.N[nic, N_NV]:
+        _ctrl_out(X, nic, t, pkt)
+        return
     bu = X.P[X.N[nic, N_PORT], P_BUSY]
     if X.N[nic, N_CH] >= 0 or (X.N[nic, N_BUSY] and X.N[nic, N_PEND] == (bu if bu > t else t)):
         _fifo_append(X.N, nic, N_CH, N_CT, X.K, K_NEXT, pkt)
@@ -1042,7 +1119,7 @@ def _rto(X, q):
 def _rto_draw(X, q):
     # = Sender._draw
     X.Q[q, Q_DRAWS] += 1
-    X.Q[q, Q_U] = np.int64(rto_draw(X.rto_salt[0], np.uint64(X.Q[q, Q_UID]), np.uint64(X.Q[q, Q_DRAWS])))
+    X.Q[q, Q_U] = np.int64(rto_draw(X.salt[SALT_RTO], np.uint64(X.Q[q, Q_UID]), np.uint64(X.Q[q, Q_DRAWS])))
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -1083,7 +1160,8 @@ def _nic_tx(X, nic, t, token):
     seg = X.g[G_SEG]
     wake = -1
     for _ in range(X.N[nic, N_AL]):
-        q = _act_popleft(X, nic)
+        slot = _act_popleft(X, nic)
+        q = X.QN[slot, QN_QP]
         cause = -1
         psn = 0
         while X.Q[q, Q_RH] >= 0:
@@ -1097,11 +1175,11 @@ def _nic_tx(X, nic, t, token):
         if cause < 0:
             psn = X.Q[q, Q_SEQ]
             if psn >= X.Q[q, Q_NPSN]:
-                X.Q[q, Q_INACT] = 0
+                X.QN[slot, QN_IN] = 0
                 continue
         nok = X.Q[q, Q_NOK]
         if nok > t:
-            _act_append(X, nic, q)
+            _act_append(X, nic, slot)
             if wake < 0 or nok < wake:
                 wake = nok
             continue
@@ -1110,7 +1188,7 @@ def _nic_tx(X, nic, t, token):
         if payload > seg:
             payload = seg
         if X.Q[q, Q_HASWIN] and X.Q[q, Q_OUTB] and X.Q[q, Q_OUTB] + payload > X.QF[q, QF_WIN]:
-            X.Q[q, Q_INACT] = 0                  # the ACK that opens the window puts it back
+            X.QN[slot, QN_IN] = 0               # the ACK that opens the window puts it back
             continue
         npk = -(-payload // mtu)
         row = X.Q[q, Q_MSG]
@@ -1151,10 +1229,10 @@ def _nic_tx(X, nic, t, token):
         X.N[nic, N_SENT] += 1
         _enqueue_arrival(X, port, pkt, done + X.P[port, P_OFFSET])
         if X.N[nic, N_AL] == 0 and X.Q[q, Q_RH] < 0 and X.Q[q, Q_SEQ] >= X.Q[q, Q_NPSN]:
-            X.Q[q, Q_INACT] = 0
+            X.QN[slot, QN_IN] = 0
             X.N[nic, N_BUSY] = 0
             return
-        _act_append(X, nic, q)
+        _act_append(X, nic, slot)
         X.N[nic, N_PEND] = done
         push(X, done, _seq(X), E_TX, nic, token)
         return
@@ -1176,8 +1254,10 @@ def _payload(X, q, psn):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _kick_qp(X, q, t):
-    # = Sender.kick (one NIC port per queue pair in slice 1)
-    nic_add(X, X.Q[q, Q_NIC], q, t)
+    # = Sender.kick: for nic in qp.nics: nic.add(t, qp)
+    s0 = X.Q[q, Q_N0]
+    for slot in range(s0, s0 + X.Q[q, Q_NN]):
+        nic_add(X, slot, t)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -1775,7 +1855,7 @@ def _tel_on_ack(X, q, cum_bytes, pkt, rtt_ps):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _send_ack(X, q, t, seq, trigger):
-    # = Receiver.send_now (kind ACK; ``trigger`` -1 = None), then reply_nic (one port: r_port)
+    # = Receiver.send_now (kind ACK; ``trigger`` -1 = None), then reply_nic (_reply_nic)
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, seq, t, 1, -1, ACK)
     if trigger >= 0:
         X.K[pkt, K_SACK] = X.K[trigger, K_SEQ]
@@ -1788,30 +1868,30 @@ def _send_ack(X, q, t, seq, trigger):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _ack_out(X, q, t, pkt):
-    # an ACK's ECN echo, the receiver's ACK state and counters, then reply_nic (one port: r_port)
+    # an ACK's ECN echo, the receiver's ACK state and counters, then reply_nic (_reply_nic)
     X.K[pkt, K_CE] = X.Q[q, Q_RCE]
     X.Q[q, Q_RCE] = 0
     X.Q[q, Q_RUNACK] = 0
     X.Q[q, Q_RACKS] += 1
-    _send_ctrl(X, X.Q[q, Q_RPORT], t, pkt)
+    _send_ctrl(X, _reply_nic(X, q, t), t, pkt)
     X.M[X.Q[q, Q_MSG], M_ACKS] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _send_nak(X, q, t, seq, trigger):
     # = Receiver.send_now (kind NAK: no SACK, the trigger's send time; the ACK state untouched),
-    #   then reply_nic (one port: r_port)
+    #   then reply_nic (_reply_nic)
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, seq, t, 1, -1, NAK)
     X.K[pkt, K_SACK] = -1
     X.K[pkt, K_TDATA] = X.K[trigger, K_TTX]
     _tel_copy(X, pkt, trigger)
-    _send_ctrl(X, X.Q[q, Q_RPORT], t, pkt)
+    _send_ctrl(X, _reply_nic(X, q, t), t, pkt)
     X.M[X.Q[q, Q_MSG], M_NAKS_SENT] += 1
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _send_dsack(X, q, t, dup):
-    # = Receiver.send_dsack, then reply_nic (one port: r_port)
+    # = Receiver.send_dsack, then reply_nic (_reply_nic)
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, X.Q[q, Q_RCUM], t, 1, -1, ACK)
     X.K[pkt, K_SACK] = -1
     X.K[pkt, K_DSACK] = X.K[dup, K_SEQ]
@@ -1822,16 +1902,17 @@ def _send_dsack(X, q, t, dup):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _accept(X, t, pkt, row):
-    # = Receiver.accept (every message is final: no PXN in slice 1)
-    b = t // X.g[G_BIN]
-    if b > X.g[G_GOOD_HI]:
-        X.g[G_GOOD_HI] = b
-    X.good[b] += X.K[pkt, K_PAY]
-    X.g[G_DELIV] += X.K[pkt, K_PAY]
-    if not X.M[row, M_DELIV]:
-        # = Recorder.on_first_arrival
-        X.g[G_LFA] = t
-        X.g[G_DLFA] = X.g[G_DELIV]
+    # = Receiver.accept (goodput only at the message's destination: not a PXN piece's hop to its relay)
+    if not X.M[row, M_NONFINAL]:
+        b = t // X.g[G_BIN]
+        if b > X.g[G_GOOD_HI]:
+            X.g[G_GOOD_HI] = b
+        X.good[b] += X.K[pkt, K_PAY]
+        X.g[G_DELIV] += X.K[pkt, K_PAY]
+        if not X.M[row, M_DELIV] and not X.M[row, M_PIECE]:
+            # = Recorder.on_first_arrival
+            X.g[G_LFA] = t
+            X.g[G_DLFA] = X.g[G_DELIV]
     X.M[row, M_DELIV] += X.K[pkt, K_PAY]
 
 
@@ -2096,6 +2177,244 @@ def _to_host(X, t, pkt):
                 _cc_on_cnp(X, q, t)
     _free_pkt(X, pkt)
 
+# ---------------------------------------------------------------- NVLink: net/nvlink.py (transport: credit)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _sorted_insert(X, port, t, w):
+    # = heappush(port.cr_heap, (t, w)): the returns not yet taken back, kept as a list sorted by time
+    #   (the heap is only ever read as its minimum, summed, or walked in (time, bytes) order by
+    #   _credit_time, whose answer is the same for either order of equal times)
+    d = _node(X, t, w)
+    h = X.P[port, P_CHH]
+    if h < 0 or X.D[h, D_PSN] > t:
+        X.D[d, D_NEXT] = h
+        X.P[port, P_CHH] = d
+        return
+    while X.D[h, D_NEXT] >= 0 and X.D[X.D[h, D_NEXT], D_PSN] <= t:
+        h = X.D[h, D_NEXT]
+    X.D[d, D_NEXT] = X.D[h, D_NEXT]
+    X.D[h, D_NEXT] = d
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _held(X, port, t):
+    # = NvlinkPort.held: the chip port's units not yet wholly out at t (pops those that are)
+    b = X.P[port, P_SCHB]
+    while X.P[port, P_SCH] >= 0 and X.D[X.P[port, P_SCH], D_PSN] <= t:
+        d = _fifo_popleft(X.P, port, P_SCH, P_SCT, X.D, D_NEXT)
+        b -= X.D[d, D_VAL]
+        _free_node(X, d)
+    X.P[port, P_SCHB] = b
+    return b
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _nv_psn(X, slot, nic):
+    # the unit the queue pair of ``slot`` sends next on this link: striping, unit i by link
+    # (i + uid) mod n (= (pos - qp.uid) % n + stripe[qp] * n, pos this link's place in qp.nics);
+    # else its next unit
+    q = X.QN[slot, QN_QP]
+    if X.N[nic, N_STRIPE]:
+        n = X.Q[q, Q_NN]
+        return nvlink_stripe_psn(slot - X.Q[q, Q_N0], X.Q[q, Q_UID], n, X.QN[slot, QN_CNT])
+    return X.Q[q, Q_SEQ]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _credit_time(X, nic, t):
+    # = NvlinkNic._credit_time: when this link has credit for the next queue pair's next stripe
+    #   unit (t if already or if it has none left here), -1 = None (the returns known are not enough)
+    slot = X.N[nic, N_AH]
+    q = X.QN[slot, QN_QP]
+    psn = _nv_psn(X, slot, nic)
+    if psn >= X.Q[q, Q_NPSN]:
+        return t
+    unit = X.N[nic, N_UNIT]
+    payload = X.Q[q, Q_SIZE] - psn * unit
+    if payload > unit:
+        payload = unit
+    port = X.N[nic, N_PORT]
+    need = nvlink_wire_bytes(payload, X.N[nic, N_PPAY], X.N[nic, N_PHDR]) - X.P[port, P_CR]
+    if need <= 0:
+        return t
+    d = X.P[port, P_CHH]
+    while d >= 0:
+        need -= X.D[d, D_VAL]
+        if need <= 0:
+            r = X.D[d, D_PSN]
+            return r if r > t else t
+        d = X.D[d, D_NEXT]
+    return -1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _nv_tx(X, nic, t, token):
+    # = NvlinkNic.tx (no on_sent: persistent connections fall back)
+    X.N[nic, N_CALLS] += 1
+    if token != X.N[nic, N_TOKEN]:
+        return
+    port = X.N[nic, N_PORT]
+    bu = X.P[port, P_BUSY]
+    if bu > t:
+        X.N[nic, N_PEND] = bu
+        push(X, bu, _seq(X), E_TX, nic, token)
+        return
+    credit = X.P[port, P_CR]
+    h = X.P[port, P_CHH]
+    if h >= 0 and X.D[h, D_PSN] <= t:
+        held = X.P[port, P_HELD]
+        while h >= 0 and X.D[h, D_PSN] <= t:
+            w = X.D[h, D_VAL]
+            credit += w
+            held -= w
+            nx = X.D[h, D_NEXT]
+            _free_node(X, h)
+            h = nx
+        X.P[port, P_CHH] = h
+        X.P[port, P_HELD] = held
+    stripe = X.N[nic, N_STRIPE]
+    unit = X.N[nic, N_UNIT]
+    while X.N[nic, N_AL]:
+        slot = X.N[nic, N_AH]
+        q = X.QN[slot, QN_QP]
+        psn = _nv_psn(X, slot, nic)
+        if psn >= X.Q[q, Q_NPSN]:
+            _act_popleft(X, nic)
+            X.QN[slot, QN_IN] = 0
+            X.QN[slot, QN_CNT] = 0            # = stripe.pop(qp, None)
+            continue
+        payload = X.Q[q, Q_SIZE] - psn * unit
+        if payload > unit:
+            payload = unit
+        npk = -(-payload // X.N[nic, N_PPAY])
+        wire = payload + npk * X.N[nic, N_PHDR]
+        if credit < wire:
+            X.P[port, P_CR] = credit
+            X.P[port, P_STALLS] += 1
+            X.P[port, P_CRW] = 1
+            h = X.P[port, P_CHH]
+            if h >= 0:
+                wake = X.D[h, D_PSN]
+                X.N[nic, N_PEND] = wake
+                push(X, wake, _seq(X), E_TX, nic, token)
+            else:
+                X.N[nic, N_BUSY] = 0
+            return
+        _act_append(X, nic, _act_popleft(X, nic))     # = active.rotate(-1)
+        X.P[port, P_CR] = credit - wire
+        X.P[port, P_CRW] = 0
+        if not stripe:
+            X.Q[q, Q_SEQ] = psn + 1
+            last = psn + 1 >= X.Q[q, Q_NPSN]
+        else:
+            X.QN[slot, QN_CNT] += 1
+            last = psn + X.Q[q, Q_NN] >= X.Q[q, Q_NPSN]
+        X.M[X.Q[q, Q_MSG], M_INJ] += payload
+        pkt = _pkt(X, q, X.Q[q, Q_DST], wire, payload, psn, t, npk, port, DATA)
+        done = t + _ser(X, port, wire)
+        X.P[port, P_BUSY] = done
+        X.P[port, P_TXB] += wire
+        X.P[port, P_TXP] += npk
+        if done - t > X.P[port, P_PEAK]:
+            X.P[port, P_PEAK] = done - t
+        X.N[nic, N_SENT] += 1
+        _enqueue_arrival(X, port, pkt, done + X.P[port, P_OFFSET])
+        if last and X.N[nic, N_AL] == 1:
+            _act_popleft(X, nic)              # = active.pop(): its last unit, nothing left here
+            X.QN[slot, QN_IN] = 0
+            X.QN[slot, QN_CNT] = 0
+            X.N[nic, N_BUSY] = 0
+            return
+        if stripe and credit - wire < X.N[nic, N_UWIRE]:
+            nxt = _credit_time(X, nic, done)
+            if nxt < 0:
+                X.P[port, P_CRW] = 1
+                X.P[port, P_STALLS] += 1
+                X.N[nic, N_BUSY] = 0
+                return
+            if nxt > done:
+                X.P[port, P_CRW] = 1
+                X.P[port, P_STALLS] += 1
+                done = nxt
+        X.N[nic, N_PEND] = done
+        push(X, done, _seq(X), E_TX, nic, token)
+        return
+    X.P[port, P_CR] = credit
+    X.N[nic, N_BUSY] = 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _nv_arrive(X, sw, t, pkt):
+    # = NvlinkSwitch.arrive: the egress starts the unit when it is free and the GPU behind it has
+    #   credit (returns in FIFO order), the input link's credit comes back one delay after its last
+    #   bit has left, and a GPU port waiting for credit is kicked
+    ing = X.K[pkt, K_HOP]
+    _advance_inflight(X, ing)
+    port = _choose(X, sw, t, pkt)
+    wire = X.K[pkt, K_WIRE]
+    s = X.P[port, P_BUSY]
+    if s < t:
+        s = t
+    credit = X.P[port, P_CR]
+    while X.P[port, P_CQH] >= 0 and X.D[X.P[port, P_CQH], D_PSN] <= s:
+        d = _fifo_popleft(X.P, port, P_CQH, P_CQT, X.D, D_NEXT)
+        credit += X.D[d, D_VAL]
+        _free_node(X, d)
+    while credit < wire and X.P[port, P_CQH] >= 0:      # (the returns always suffice: credit is conserved)
+        d = _fifo_popleft(X.P, port, P_CQH, P_CQT, X.D, D_NEXT)
+        credit += X.D[d, D_VAL]
+        if X.D[d, D_PSN] > s:
+            s = X.D[d, D_PSN]
+        _free_node(X, d)
+    X.P[port, P_CR] = credit - wire
+    end = s + _ser(X, port, wire)
+    X.P[port, P_BUSY] = end
+    q = _held(X, port, t) + wire
+    _fifo_append(X.P, port, P_SCH, P_SCT, X.D, D_NEXT, _node(X, end, wire))
+    X.P[port, P_SCHB] = q
+    q = _drain_ps(X, port, q)                 # = q * PS_BITS // port.rate: the backlog in ps
+    if q > X.P[port, P_PEAK]:
+        X.P[port, P_PEAK] = q
+    X.P[port, P_TXB] += wire
+    X.P[port, P_TXP] += X.K[pkt, K_NPK]
+    dly = X.P[port, P_DELAY]
+    _fifo_append(X.P, port, P_CQH, P_CQT, X.D, D_NEXT, _node(X, end + dly + dly, wire))
+    back = end + X.P[ing, P_DELAY]
+    _sorted_insert(X, ing, back, wire)
+    held = X.P[ing, P_HELD] + wire
+    X.P[ing, P_HELD] = held
+    if held > X.P[ing, P_BPEAK]:
+        lim = t + X.P[ing, P_DELAY]
+        occ = 0
+        d = X.P[ing, P_CHH]
+        while d >= 0:
+            if X.D[d, D_PSN] > lim:
+                occ += X.D[d, D_VAL]
+            d = X.D[d, D_NEXT]
+        if occ > X.P[ing, P_BPEAK]:
+            X.P[ing, P_BPEAK] = occ
+    if X.P[ing, P_CRW]:
+        _kick(X, X.P[ing, P_NVN], back)
+    _enqueue_arrival(X, port, pkt, end + X.P[port, P_OFFSET])
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _nv_rx(X, t, pkt):
+    # = NvlinkRx.arrive: latency, reorder statistics, goodput, completion on the last byte
+    _advance_inflight(X, X.K[pkt, K_HOP])
+    X.hist[int(math.log(t - X.K[pkt, K_TTX]) * X.f[F_INV])] += X.K[pkt, K_NPK]
+    q = X.K[pkt, K_QP]
+    row = X.Q[q, Q_MSG]
+    X.M[row, M_RX] += 1
+    _record_reorder(X, q, row, pkt, X.K[pkt, K_SEQ] + 1)
+    _accept(X, t, pkt, row)
+    if X.M[row, M_DELIV] >= X.M[row, M_SIZE] and not X.M[row, M_DONE]:
+        X.M[row, M_DONE] = 1
+        X.g[G_PY_KIND] = P_DONE
+        X.g[G_PY_A] = row
+    _free_pkt(X, pkt)
+
 # ---------------------------------------------------------------- loop
 
 
@@ -2135,12 +2454,19 @@ def run(X, until_ps):
                 _switch_arrive(X, X.P[X.K[a, K_HOP], P_PEER_SW], t, a)
             elif code == D_LSWITCH:
                 _lossless_arrive(X, X.P[X.K[a, K_HOP], P_PEER_SW], t, a)
+            elif code == D_NVSW:
+                _nv_arrive(X, X.P[X.K[a, K_HOP], P_PEER_SW], t, a)
+            elif code == D_NVRX:
+                _nv_rx(X, t, a)
             else:
                 if code == D_HOST_SETTLE and X.P[X.K[a, K_HOP], P_PH] >= 0:
                     _settle(X, X.K[a, K_HOP], t)
                 _to_host(X, t, a)
         elif kind == E_TX:
-            _nic_tx(X, a, t, b)
+            if X.N[a, N_NV]:
+                _nv_tx(X, a, t, b)
+            else:
+                _nic_tx(X, a, t, b)
         elif kind == E_RTO:
             _on_rto(X, a, t)
         elif kind == E_LDONE:

@@ -22,7 +22,12 @@ control ``none`` and ``telemetry`` are compiled, the latter with INT stamped by 
 switches (INT without a controller, ``switch.telemetry: on``, too), with or without ACK coalescing
 (a coalesced ACK echoes the INT of the latest-sent unit it covers, a D-SACK its duplicate's), for
 time limits below 2^53 ps (its int-float comparisons); ``dcqcn`` and ``dcqcn_cx`` run on heap
-(``congestion_control: dcqcn (slice 5)``).
+(``congestion_control: dcqcn (slice 5)``). Hosts with several NIC ports (multi-plane NICs,
+``nic.plane_split`` ``per_packet`` or ``per_flow``) and NVLink domains with credit flow control
+(``nvlink.transport: credit``) are compiled, and so is PXN (``nic.pxn``: a message's pieces relayed
+through a GPU of its domain, each with a message row of its own), with every receiver, timer mode,
+ACK coalescing and congestion control above (an NVLink queue pair has no ACK, timer or controller;
+its chips neither mark nor stamp).
 """
 from __future__ import annotations
 
@@ -109,12 +114,6 @@ def uncovered(engine) -> list[str]:
                        "or more (slice 7)")
     if engine.cell != 1:
         out.append("simulation.cell_packets > 1 (slice 4)")
-    if engine.pxn:
-        out.append("nic.pxn (slice 7)")
-    if any(nic.nvlink for nics in engine.nics.values() for nic in nics):
-        out.append("an NVLink domain (slice 7)")
-    if any(len(nics) > 1 for nics in engine.nics.values()):
-        out.append("hosts with several NIC ports (slice 4)")
     sws = engine.switches.values()
     if any(getattr(sw, "shared", None) is not None for sw in sws):
         out.append("a shared switch buffer (slice 4)")

@@ -2,11 +2,14 @@
 flattened into numpy arrays, grown when a pool runs low, and written back onto the Python
 objects (docs/compiled-core.md, sections 1 and 4.4).
 
-Everything lives in one namedtuple, :class:`State`, of 1-D arrays (``r_off`` and ``r_cnt`` are
-2-D: switch x node; ``m_rtx``: message x cause). Prefixes: ``g`` scalars (slots ``G_*`` of
-:mod:`.core`), ``h*`` the agenda heap, ``p_`` ports, ``s_`` switches, ``r_`` routes, ``n_`` NIC
-ports, ``q_`` queue pairs, ``a_`` the per-PSN arena, ``d_`` list nodes (outstanding and
-retransmission deques), ``k_`` packets, ``m_`` messages, ``h_`` hosts' receive state.
+Everything lives in one namedtuple, :class:`State` (``_ARRAYS``: name -> dtype, columns, pool
+group). Each kind of object is one 2-D int64 array with a row per object and a column per field
+(the ``*_FIELDS`` of :mod:`.core`): ``S`` switches, ``P`` ports, ``N`` NIC ports, ``Q`` queue pairs,
+``QN`` their NIC slots, ``K`` packets, ``D`` list nodes (outstanding and retransmission deques),
+``M`` messages, ``HO`` hosts' receive state; ``g`` holds the scalars (slots ``G_*``), ``HP`` the
+agenda heap, ``salt`` the seeds, ``r_*`` the routes, ``a_*`` the per-PSN arena, ``RL`` the reply
+ports' lists, the rest adaptive routing's measure and the recorder's series. Keep the number of
+arrays down (docs/compiled-core.md, "The state"): a new field is a column.
 Indices are int64 with -1 for None.
 """
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections import deque, namedtuple
 import numpy as np
 
 from ...net.lossless import PAUSED_PENALTY_PS, LosslessPort
+from ...net.nvlink import NvlinkNic, NvlinkPort, NvlinkSwitch
 from ...net.packet import Packet
 from ...receiver.base import HostRx
 from . import core as C
@@ -23,25 +27,27 @@ from .coverage import rate_fraction
 
 _I = np.int64
 
+#: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
+CAUSES = ("sack", "timeout", "nak")
 #: the state's arrays: name -> (dtype, fields (columns; 0: 1-D), pool group). A pool group's arrays
 #: grow together along their first axis (one row per object).
 _ARRAYS = {
     "g": (_I, 0, None), "f": (np.float64, 0, None),
     "HP": (_I, 5, "heap"),
     "P": (_I, len(C.PORT_FIELDS), None),
-    "s_kmin": (_I, 0, None), "s_kmax": (_I, 0, None), "s_pmax": (np.float64, 0, None),
-    "s_salt": (np.uint64, 0, None), "s_deq": (_I, 0, None), "s_node": (_I, 0, None),
-    "r_off": (_I, 0, None), "r_cnt": (_I, 0, None), "r_ports": (_I, 0, None), "route_salt": (np.uint64, 0, None),
-    "rto_salt": (np.uint64, 0, None),
+    "S": (_I, len(C.SWITCH_FIELDS), None), "s_pmax": (np.float64, 0, None), "salt": (np.uint64, 0, None),
+    "r_off": (_I, 0, None), "r_cnt": (_I, 0, None), "r_ports": (_I, 0, None),
     "N": (_I, len(C.NIC_FIELDS), None),
     "Q": (_I, len(C.QP_FIELDS), "qp"), "q_hash": (np.uint64, 0, "qp"),
+    # the queue pairs' NIC slots (one per port a queue pair may use) and the reply ports' lists
+    "QN": (_I, len(C.QN_FIELDS), "qn"), "RL": (_I, 0, "rl"),
     "a_flag": (np.uint8, 0, "arena"), "a_resent": (_I, 0, "arena"), "a_rarr": (_I, 0, "arena"),
     "D": (_I, len(C.NODE_FIELDS), "node"),
     "K": (_I, len(C.PKT_FIELDS), "pkt"),
     # SACK bitmaps of coalesced ACKs (column 0: the free list; then the bitmap's int64 words, as many
     # as the scenario's sack_bitmap needs: build sets the width)
     "BM": (_I, 2, "bm"),
-    "M": (_I, len(C.MSG_FIELDS), None), "m_rtx": (_I, 0, None),
+    "M": (_I, len(C.MSG_FIELDS), "msg"), "m_rtx": (_I, len(CAUSES), "msg"),
     "HO": (_I, len(C.HOST_FIELDS), None),
     "hist": (_I, 0, None), "good": (_I, 0, "good"), "OL": (_I, 2, None),
     # adaptive routing (routing/quality.py): per-port state and grade boundaries, per-group cache
@@ -60,16 +66,17 @@ _ARRAYS = {
 }
 State = namedtuple("State", list(_ARRAYS))
 
-#: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
-CAUSES = ("sack", "timeout", "nak")
 #: initial values of the rows that are not 0 (-1 = None)
-_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "anext", "rmaxt", "rack", "gbc", "reot", "gbt",
+_FILL = {("Q", f): -1 for f in ("rport", "rh", "rt", "oh", "ot", "rmaxt", "rack", "gbc", "reot", "gbt",
                                  "rtack", "rtsent", "rteln")}
+_FILL[("QN", "next")] = -1
 _FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack", "inport", "sacks", "teln")})
-_FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt", "lqh", "lqt", "cur", "nicp")})
+_FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt", "lqh", "lqt", "cur", "nicp",
+                                     "chh", "cqh", "cqt", "sch", "sct", "nvn")})
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
-_FIELDS_OF = {"P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS, "D": C.NODE_FIELDS,
-              "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS, "QF": C.QF_FIELDS, "TH": C.TH_FIELDS, "TN": C.TN_FIELDS}
+_FIELDS_OF = {"S": C.SWITCH_FIELDS, "P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS,
+              "D": C.NODE_FIELDS, "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS, "QN": C.QN_FIELDS, "QF": C.QF_FIELDS,
+              "TH": C.TH_FIELDS, "TN": C.TN_FIELDS}
 
 
 def _arr(name, n, width=None):
@@ -114,29 +121,28 @@ def build(engine, nic_index: dict) -> State:
     sws = list(engine.switches.values())
     s_local = {sw.id: i for i, sw in enumerate(sws)}
     n_nodes = max(g.nodes) + 1
-    a["s_kmin"] = np.array([-1 if sw.kmin is None else sw.kmin for sw in sws], dtype=_I)
-    a["s_kmax"] = np.array([sw.kmax for sw in sws], dtype=_I)
+    a["S"] = np.array([(-1 if sw.kmin is None else sw.kmin, sw.kmax, sw.at_dequeue, sw.id) for sw in sws],
+                      dtype=_I).reshape(len(sws), len(C.SWITCH_FIELDS))
     a["s_pmax"] = np.array([sw.pmax for sw in sws], dtype=np.float64)
-    a["s_salt"] = np.array([sw.ecn_salt for sw in sws], dtype=np.uint64)
-    a["s_deq"] = np.array([sw.at_dequeue for sw in sws], dtype=_I)
-    a["s_node"] = np.array([sw.id for sw in sws], dtype=_I)
     ports = engine.ports
     r_off = np.zeros((len(sws), n_nodes), dtype=_I)
     r_cnt = np.zeros((len(sws), n_nodes), dtype=_I)
     cand = []
     for i, sw in enumerate(sws):
         for h in sim.topology.hosts:
-            _one, tup = sw.route.get(h) or sw.lookup(h)
             r_off[i, h] = len(cand)
+            try:
+                _one, tup = sw.route.get(h) or sw.lookup(h)
+            except RuntimeError:       # no route (an NVLink chip towards a GPU outside its domain): never asked
+                continue
             r_cnt[i, h] = len(tup)
             cand.extend(p.index for p in tup)
     a["r_off"], a["r_cnt"] = r_off, r_cnt
     a["r_ports"] = np.array(cand or [0], dtype=_I)
     route = _ROUTES[sim.scenario.routing.name]
     quality = getattr(engine.routing, "quality", None)
-    a["route_salt"] = np.array([quality._salt if route == C.ROUTE_ADAPTIVE else engine.routing._salt],
-                               dtype=np.uint64)
-    a["rto_salt"] = np.zeros(1, dtype=np.uint64)         # Sender.salt (set below)
+    a["salt"] = np.array([quality._salt if route == C.ROUTE_ADAPTIVE else engine.routing._salt,
+                          engine.sender.salt] + [sw.ecn_salt for sw in sws], dtype=np.uint64)
     _adaptive(a, engine, quality if route == C.ROUTE_ADAPTIVE else None, s_local, r_off, r_cnt, cand)
     # ports
     pfc = engine.pfc
@@ -147,31 +153,46 @@ def build(engine, nic_index: dict) -> State:
         P[i, col["rn"]], P[i, col["rd"]] = rate_fraction(p.rate)     # PS_BITS / rate = rd / rn
         P[i, col["rate"]] = p.rate
         P[i, col["offset"]] = p.offset
+        P[i, col["delay"]] = p.delay
         if p.peer in s_local:
-            P[i, col["deliver"]] = C.D_LSWITCH if pfc is not None else C.D_SWITCH
+            if isinstance(engine.switches[p.peer], NvlinkSwitch):
+                P[i, col["deliver"]] = C.D_NVSW
+            else:
+                P[i, col["deliver"]] = C.D_LSWITCH if pfc is not None else C.D_SWITCH
             P[i, col["peer_sw"]] = s_local[p.peer]
+        elif p.deliver == engine.nvrx.arrive:
+            P[i, col["deliver"]] = C.D_NVRX
         else:
             P[i, col["deliver"]] = C.D_HOST if p.deliver == engine._to_host else C.D_HOST_SETTLE
+        if isinstance(p, NvlinkPort):
+            P[i, col["cr"]], P[i, col["bufb"]] = p.credit_bytes, p.buffer_bytes
         if p.owner in s_local:
             P[i, col["sw"]] = s_local[p.owner]
         P[i, col["buffer"]] = -1 if p.buffer is None else p.buffer
         if pfc is not None:
             # Pfc.signal's delay: the pause frame's flight and the transmitter's response (the model's own)
             P[i, col["pfcd"]] = p.delay + pfc.response_ps(p)
-    # NIC ports (one per host: coverage)
+    # NIC ports, host by host
     nics = [nic for h in sim.topology.hosts for nic in engine.nics[h]]
     for i, nic in enumerate(nics):
         nic_index[nic] = i
-    a["N"] = _arr("N", len(nics))
-    a["N"][:, C.N_PORT] = [nic.port.index for nic in nics]
+    N = a["N"] = _arr("N", len(nics))
+    N[:, C.N_PORT] = [nic.port.index for nic in nics]
+    for i, nic in enumerate(nics):
+        if isinstance(nic, NvlinkNic):
+            N[i, C.N_NV] = 1
+            N[i, C.N_UNIT], N[i, C.N_PPAY], N[i, C.N_PHDR] = nic.unit, nic.pkt_payload, nic.pkt_header
+            N[i, C.N_UWIRE] = nic.unit_wire
+            N[i, C.N_STRIPE] = nic.stripe is not None
+            P[nic.port.index, col["nvn"]] = i       # = NvlinkPort.nic (the chip kicks a GPU link waiting for credit)
     if pfc is not None:
         for i, nic in enumerate(nics):
             P[nic.port.index, col["nicp"]] = i          # = LosslessPort.nic (a paused host port kicks its NIC)
     # messages
     rows = engine._rows
-    a["M"] = _arr("M", len(rows))
-    a["M"][:, C.M_SIZE] = [st.size for st in rows]
-    a["m_rtx"] = np.zeros((len(rows), len(CAUSES)), dtype=_I)
+    a["M"] = _arr("M", max(1, len(rows)))          # (PXN pieces take rows after these: the pool grows)
+    a["M"][:len(rows), C.M_SIZE] = [st.size for st in rows]
+    a["m_rtx"] = _arr("m_rtx", max(1, len(rows)))
     # hosts, recorder
     a["HO"] = _arr("HO", n_nodes)
     rec = engine.recorder
@@ -191,7 +212,7 @@ def build(engine, nic_index: dict) -> State:
     for name, (_dt, _rows, group) in _ARRAYS.items():
         if name not in a:
             a[name] = _arr(name, {"heap": 4096, "qp": 64, "arena": 4096, "node": 8192, "pkt": 8192, "thist": 1024,
-                                  "tnode": 8192}[group], widths.get(name))
+                                  "tnode": 8192, "qn": 64, "rl": 64}[group], widths.get(name))
     X = State(**a)
     _link_free(X.K[:, C.K_NEXT], 0)
     _link_free(X.D[:, C.D_NEXT], 0)
@@ -226,7 +247,6 @@ def build(engine, nic_index: dict) -> State:
     gv[C.G_DSACK] = snd.dsack
     gv[C.G_RTO_MIN], gv[C.G_RTO_MAX] = snd.rto_min, snd.rto_max
     gv[C.G_RTO_K], gv[C.G_RTO_JIT] = snd.rto_k, snd.rto_jit
-    X.rto_salt[0] = snd.salt
     gv[C.G_SELECTIVE] = snd.selective       # ddp (hold, SACK + RACK) or go-back-N (discard, NAK, rewind)
     # ACK coalescing (the receiver's AckReq spacing, delayed-ACK timer and SACK bitmap; the sender's
     # RACK and probes within the bitmap's reach; cell_packets 1: coverage)
@@ -288,13 +308,14 @@ def _congestion_control(X: State, engine) -> None:
 
 def register_flow(X: State, q: int, flow) -> None:
     """Queue pair ``q``'s :class:`~fabricsim.cc.base.Flow` as ``CongestionControl.start`` left it:
-    the line rate, pacing rate and window, and the algorithm's own state (``flow.state``)."""
+    the line rate, pacing rate and window, and the algorithm's own state (``flow.state``; None for
+    an NVLink queue pair, which no algorithm starts: net/nvlink.py)."""
     X.Q[q, C.Q_LINE] = flow.line_bps
     X.QF[q, C.QF_RATE] = flow.rate_bps
     if flow.window_bytes is not None:
         X.Q[q, C.Q_HASWIN] = 1
         X.QF[q, C.QF_WIN] = flow.window_bytes
-    if X.g[C.G_CC] == C.CC_TELEMETRY:
+    if X.g[C.G_CC] == C.CC_TELEMETRY and flow.state is not None:
         s = flow.state
         F = X.QF
         (F[q, C.TF_T], F[q, C.TF_W], F[q, C.TF_WC], F[q, C.TF_WINIT], F[q, C.TF_WMIN], F[q, C.TF_WAI], F[q, C.TF_U],
@@ -310,7 +331,7 @@ def _flow_back(X: State, q: int, flow) -> None:
     rate = float(X.QF[q, C.QF_RATE])
     flow.rate_bps = flow.line_bps if rate == flow.line_bps else rate
     flow.window_bytes = float(X.QF[q, C.QF_WIN]) if X.Q[q, C.Q_HASWIN] else None
-    if X.g[C.G_CC] == C.CC_TELEMETRY:
+    if X.g[C.G_CC] == C.CC_TELEMETRY and flow.state is not None:
         s = flow.state
         F = X.QF
         s.w, s.wc, s.u, s.rtt_scale = (float(F[q, C.TF_W]), float(F[q, C.TF_WC]), float(F[q, C.TF_U]),
@@ -450,9 +471,9 @@ def fold_reorder(X: State, rows) -> None:
     X.g[C.G_OLOG_N] = 0
 
 
-def sync_message(X: State, st) -> None:
-    """Copy one message's transport counters onto its MessageState."""
-    r = st.row
+def sync_message(X: State, st, r: int) -> None:
+    """Copy the transport counters of row ``r`` onto its MessageState ``st`` (a message, or a PXN
+    piece: its row follows the messages')."""
     st.delivered = int(X.M[r, C.M_DELIV])
     st.dropped = int(X.M[r, C.M_DROP])
     st.injected = int(X.M[r, C.M_INJ])
@@ -513,13 +534,49 @@ def _write_lossless(X: State, ports, counters: bool) -> None:
             p.ingress_peak = cols["ingpk"][i]
 
 
+def _nodes(X: State, d: int) -> list:
+    """The ``(time, bytes)`` of a list of nodes from ``d`` (-1: empty)."""
+    out = []
+    D = X.D
+    while d >= 0:
+        out.append((int(D[d, C.D_PSN]), int(D[d, C.D_VAL])))
+        d = int(D[d, C.D_NEXT])
+    return out
+
+
+def _write_nvlink(X: State, ports, counters: bool, read_t: int = -1) -> None:
+    """The NVLink ports' state: a chip port's units not yet out (``sched``, what a link sample
+    reads), and with ``counters`` every credit field (``credit_bytes``, the returns on their way
+    back, ``cr_wait``, the buffer peak and the stalls). ``read_t``: the last time Python read a
+    chip port's backlog (a link sample, the final snapshot), whose ``held`` dropped the units out
+    by then, as it does on heap (-1: none)."""
+    P = X.P
+    for p in ports:
+        if not isinstance(p, NvlinkPort):
+            continue
+        i = p.index
+        p.sched = deque(_nodes(X, int(P[i, C.P_SCH])))
+        p.sched_bytes = int(P[i, C.P_SCHB])
+        if read_t >= 0:
+            p.held(read_t)
+        if counters:
+            p.credit_bytes = int(P[i, C.P_CR])
+            p.cr_heap = _nodes(X, int(P[i, C.P_CHH]))       # sorted by time: a heap
+            p.held_bytes = int(P[i, C.P_HELD])
+            p.cr_q = deque(_nodes(X, int(P[i, C.P_CQH])))
+            p.cr_wait = bool(P[i, C.P_CRW])
+            p.buffer_peak_bytes = int(P[i, C.P_BPEAK])
+            p.credit_stalls = int(P[i, C.P_STALLS])
+
+
 def write_ports(X: State, ports, counters: bool = True) -> None:
     """Port state onto the Port objects: ``busy_until`` and ``tx_bytes`` (what a link sample
     reads), and with ``counters`` every other counter; under PFC also the lossless ports' queue
     state and PFC counters."""
     busy, txb = X.P[:, C.P_BUSY].tolist(), X.P[:, C.P_TXB].tolist()
     if X.g[C.G_PFC]:
-        _write_lossless(X, ports, counters)
+        _write_lossless(X, [p for p in ports if isinstance(p, LosslessPort)], counters)
+    _write_nvlink(X, ports, counters)
     if not counters:
         for p in ports:
             p.busy_until = busy[p.index]
@@ -574,12 +631,15 @@ def _lossless_packet(X: State, i: int, qps, ports) -> Packet:
     return pkt
 
 
-def write_back(X: State, engine, qps, nics) -> None:
+def write_back(X: State, engine, qps, nics, states, read_t: int = -1) -> None:
     """The whole state onto the engine's objects, as the Python kernel would have left them
-    (docs/compiled-core.md 4.4): what the end of ``PacketEngine.run`` reads."""
+    (docs/compiled-core.md 4.4): what the end of ``PacketEngine.run`` reads. ``states``: the
+    MessageState of each message row (the messages, then the PXN pieces); ``read_t``: see
+    :func:`_write_nvlink`."""
     g = X.g
     ports = engine.ports
     write_ports(X, ports)
+    _write_nvlink(X, ports, True, read_t)
     # packets still in flight: back into the ports' inflight queues (and the NICs' ctrlq)
     for p in ports:
         p.inflight = deque()
@@ -602,7 +662,15 @@ def write_back(X: State, engine, qps, nics) -> None:
             p.xoff_sent = bool(X.P[p.index, C.P_XOFF])
     if engine.pfc is not None:
         engine.pfc.pauses = int(g[C.G_PAUSES])
+    # NvlinkNic.stripe: the units each link has sent of each queue pair not finished there
+    stripes: dict = {}
+    last = len(qps) - 1
+    nslots = int(X.Q[last, C.Q_N0] + X.Q[last, C.Q_NN]) if qps else 0
+    for slot in np.nonzero(X.QN[:nslots, C.QN_CNT])[0].tolist():
+        stripes.setdefault(int(X.QN[slot, C.QN_NIC]), {})[qps[int(X.QN[slot, C.QN_QP])]] = int(X.QN[slot, C.QN_CNT])
     for nic, i in nics.items():
+        if isinstance(nic, NvlinkNic) and nic.stripe is not None:
+            nic.stripe = stripes.get(i, {})
         nic.tx_calls = int(X.N[i, C.N_CALLS])
         nic.tx_sent = int(X.N[i, C.N_SENT])
         nic.busy = bool(X.N[i, C.N_BUSY])
@@ -636,9 +704,13 @@ def write_back(X: State, engine, qps, nics) -> None:
         _flow_back(X, qi, qp.flow)
     if X.g[C.G_CC] == C.CC_TELEMETRY:
         _port_histories_back(X, qps)
-    fold_reorder(X, engine._rows)
-    for st in engine._rows:
-        sync_message(X, st)
+    fold_reorder(X, states)
+    qn = X.M[:len(states), C.M_QN].tolist()
+    for r, st in enumerate(states):
+        if qn[r]:
+            # (a message without queue pairs has nothing here: not started, or relayed by PXN, whose
+            #  counters are its pieces', added up in Python)
+            sync_message(X, st, r)
     engine.dropped_payload = int(g[C.G_DROP_PAY])
     engine.dropped_packets = int(g[C.G_DROP_PK])
     engine.dropped_ctrl = int(g[C.G_DROP_CTRL])
