@@ -60,6 +60,7 @@ from ..errors import SimulationError
 from ..flows import advance as advance_ref
 from ..flows.fluid import FluidProblem
 from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
+from ..flows.pxn import legs as pxn_legs
 from ..flows.replay import Connections, Replay
 from ..flows.table import MessageTable
 from ..net.nvlink import nvlink_wire_bytes
@@ -1037,18 +1038,17 @@ class FlowEngine:
             if relay is None or not size:
                 continue
             firsts = []
-            for off in range(0, size, self.pxn_chunk):
-                c = min(self.pxn_chunk, size - off)
+            for a, b in pxn_legs(src, dst, relay, size, int(t.qps[i]), int(t.conn[i]), self.pxn_chunk):
                 k = len(self.u_src)
                 # first leg k, second leg k + 1
-                self.u_src += [src, relay]
-                self.u_dst += [relay, dst]
-                self.u_size += [c, c]
-                self.u_qps += [1, int(t.qps[i])]
-                self.u_conn += [-1, int(t.conn[i])]
+                self.u_src += [a.src, b.src]
+                self.u_dst += [a.dst, b.dst]
+                self.u_size += [a.size_bytes, b.size_bytes]
+                self.u_qps += [a.qps, b.qps]
+                self.u_conn += [a.conn, b.conn]
                 self.u_parent += [i, i]
                 self.u_next += [n + k + 1, -1]
-                self.u_final += [False, True]
+                self.u_final += [a.final, b.final]
                 firsts.append(n + k)
             self.pieces_of[i] = firsts
             self.pieces_left[i] = len(firsts)

@@ -43,6 +43,7 @@ from ..errors import SimulationError
 from ..net.nic import Nic
 from ..net.nvlink import NvlinkNic, NvlinkPort, NvlinkRx, NvlinkSwitch
 from ..flows.identity import FLOWS_SALT_STREAM, ConnectionTable
+from ..flows.pxn import legs as pxn_legs
 from ..flows.replay import CONNECTION_ERROR, DEPENDENCY_INCOMPLETE, Connections, Replay
 from ..net.packet import DATA, QueuePair
 from ..net.port import Port
@@ -482,11 +483,10 @@ class PacketEngine:
         """PXN: cut the message into chunks; each goes src -> relay (NVLink, not counted as
         goodput), then relay -> dst as soon as that chunk is in."""
         m = st.msg
-        chunk = self.pxn_chunk
-        for off in range(0, m.size_bytes, chunk):
-            size = min(chunk, m.size_bytes - off)
-            second = MessageState(Message(m.id, relay, m.dst, size, qps=m.qps, conn=m.conn), parent=st)
-            first = MessageState(Message(m.id, m.src, relay, size, qps=1), parent=st, final=False)
+        for a, b in pxn_legs(m.src, m.dst, relay, m.size_bytes, m.qps, m.conn, self.pxn_chunk):
+            second = MessageState(Message(m.id, b.src, b.dst, b.size_bytes, qps=b.qps, conn=b.conn), parent=st)
+            first = MessageState(Message(m.id, a.src, a.dst, a.size_bytes, qps=a.qps, conn=a.conn), parent=st,
+                                 final=a.final)
             first.next_stage = second
             self.pieces.append(first)
             self.pieces.append(second)
