@@ -389,3 +389,19 @@ def test_a_cluster_too_large_to_build_is_refused(tmp_path):
     p.write_text("name: c\ntopology: {kind: cluster, domain: nvl72, racks: 100000}\n")
     res = CliRunner().invoke(main, ["validate", str(p)])
     assert res.exit_code == 2 and "topology.racks" in res.output and "7,200,000 hosts" in res.output
+
+
+@pytest.mark.parametrize("key", ["preset", "file", "leaf_spine"])
+def test_an_unknown_key_spelled_like_a_union_tag_is_named(runner, write, tmp_path, key):
+    """A top-level key that happens to be spelled like a topology kind (``preset: x``) was dropped
+    from the error's location as if it were pydantic's union tag, and the message builder then
+    raised IndexError: a traceback instead of one line. Now the key is named, in a scenario and in
+    an MoE trace config."""
+    path = write("s.yaml", f"name: tagged\n{key}: x\n")
+    parsed = _refused(runner, path, tmp_path)
+    assert parsed["field"] == key
+    cfg = tmp_path / "moe.yaml"
+    cfg.write_text(f"gpus: 64\n{key}: deepseek-v3\n")
+    res = runner.invoke(main, ["trace", "moe", "--config", str(cfg), "-o", str(tmp_path / "t.parquet")])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert f"{key}: unknown field" in res.output and not (tmp_path / "t.parquet").exists()

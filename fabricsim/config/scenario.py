@@ -536,7 +536,13 @@ def validation_to_config_error(exc: ValidationError, source: str, root: yaml.Nod
     With the input ``data`` and the root ``model``, unknown fields list the allowed ones."""
     errors = exc.errors()
     err, also = _union_error(errors)
-    loc = prefix + _clean_loc(tuple(err["loc"]))
+    raw = tuple(err["loc"])
+    if err["type"] == "extra_forbidden" and raw:
+        # the last entry is the user's own key: kept even when it is spelled like a union tag
+        # (``preset: x`` at the top of a file whose model has no such field)
+        loc = prefix + _clean_loc(raw[:-1]) + raw[-1:]
+    else:
+        loc = prefix + _clean_loc(raw)
     msg = err["msg"]
     for p in ("Value error, ", "Assertion failed, "):
         msg = msg.replace(p, "")
