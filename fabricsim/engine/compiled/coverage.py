@@ -36,7 +36,7 @@ from ...net.sender import ack_wait_ps
 #: routing policies, receiver models and congestion-control algorithms compiled so far
 ROUTING = ("ecmp", "spray", "adaptive")
 RECEIVERS = ("ddp", "go_back_n")
-CC = ("none", "telemetry")
+CC = ("none", "telemetry", "dcqcn", "dcqcn_cx")
 
 
 def uncovered(engine) -> list[str]:
@@ -99,6 +99,14 @@ def uncovered(engine) -> list[str]:
         # converts the int)
         out.append("congestion_control: telemetry with simulation.time_limit of 2^53 ps (2.5 hours) or more "
                    "(slice 7)")
+    elif sc.congestion_control.name in ("dcqcn", "dcqcn_cx"):
+        # its timers are set at t + a period (the cut check of dcqcn_cx at most one monitor period after t),
+        # and its byte count stays below the byte counter plus one unit: both in int64
+        cc = engine.cc
+        periods = (cc._k, cc._ti) if sc.congestion_control.name == "dcqcn" else (cc._p, cc._d, cc._ti)
+        if limit + max(periods) >= 1 << 62 or cc._b >= 1 << 62:
+            out.append(f"congestion_control: {sc.congestion_control.name} with simulation.time_limit plus its "
+                       f"longest timer period, or its byte counter, of 2^62 (ps, bytes) or more (slice 7)")
     if engine.pfc is not None and engine.ports:
         # a lossless queue's drain time (its peak, busy_until) is formed in int64: the bytes a port
         # can hold are at most what reached its switch by the time limit, so the drain time is at
@@ -118,8 +126,6 @@ def uncovered(engine) -> list[str]:
     sws = engine.switches.values()
     if any(getattr(sw, "shared", None) is not None for sw in sws):
         out.append("a shared switch buffer (slice 4)")
-    if any(sw.strict[1] or sw.strict[2] for sw in sws if hasattr(sw, "strict")):
-        out.append("switch.strict_priority with ACK/NAK in the strict class (slice 5)")
     sim = sc.simulation
     # the largest packet: data (with INT, its stack: at most one record per switch) or ACK (a coalesced
     # ACK carries its SACK bitmap; INT echoed by an ACK adds no bytes)
