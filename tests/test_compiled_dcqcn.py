@@ -413,3 +413,88 @@ def test_the_compiled_dcqcn_arithmetic_is_the_algorithms_own():
         want = cx_mod.rate_increase(*args)
         got = cx_inc(*args)
         assert (_f64(got[0]), _f64(got[1]), got[2]) == (_f64(want[0]), _f64(want[1]), want[2]), args
+
+
+def _built(sc):
+    """``sc``'s packet engine, built on heap and not run, and its compiled state."""
+    from fabricsim.analysis.recorder import Recorder
+    from fabricsim.api import prepare
+    from fabricsim.engine.compiled import state
+    _loaded, sim = prepare(sc)
+    s = sim.scenario
+    eng = PacketEngine(sim, Recorder(s.outputs.latency_rel_error, s.outputs.timeseries_bin))
+    return eng, state.build(eng, {})
+
+
+def test_the_strict_lane_places_a_packet_as_switch_priority_does(messages):
+    """``_priority`` against ``Switch.priority`` on one port, at random instants around the data
+    packets on it: a data packet whose last bit leaves at ``t`` exactly is no longer on the wire, one
+    leaving a ps later is; the lane's previous packet, an idle port, several packets queued."""
+    from collections import deque
+
+    from fabricsim.net.packet import CNP, Packet
+    from fabricsim.net.port import PriorityLane
+
+    eng, X0 = _built(_scenario(messages, "dcqcn", False))
+    sw = next(iter(eng.switches.values()))
+    port = sw.ports[0]
+    i, off = port.index, port.offset
+    qp = None                                           # (the packets' queue pair is not read)
+    rng = random.Random(11)
+    data = 4178
+    ser = port.ser_ps(data)
+    for trial in range(400):
+        X = X0._replace(P=X0.P.copy(), K=X0.K.copy(), HP=X0.HP.copy(), g=X0.g.copy())
+        t = 10**7 + rng.randrange(10**6)
+        first_end = t + rng.choice([-2 * ser, -ser, -1, 0, 1, ser // 2, ser])
+        n = rng.randrange(0, 4)
+        ends = [first_end + k * ser for k in range(n)]
+        bu = ends[-1] if n else t + rng.choice([-5, 0, 5])
+        lbu = t + rng.choice([-ser, 0, 1, ser // 3, 2 * ser]) if rng.random() < 0.6 else 0
+        # heap: the port's arrivals (entry times: last bit out + offset), its Lindley busy_until, its lane
+        port.inflight = deque((e + off, k, port.deliver, Packet(qp, 0, data, 4096, k, 0, 1, port)) for k, e in
+                              enumerate(ends))
+        port.busy_until, port.peak_ps, port.tx_bytes, port.prio_bytes = bu, 0, 0, 0
+        port.lane = PriorityLane()
+        port.lane.busy_until = lbu
+        cnp = Packet(qp, 0, 86, 0, 0, 0, 1, None, CNP)
+        sw.priority(t, port, cnp)
+        # compiled: the same arrivals through the packet pool
+        X.P[i, core.P_BUSY], X.P[i, core.P_LBU] = bu, lbu
+        for e in ends:
+            core._enqueue_arrival(X, i, core._pkt(X, 0, 0, data, 4096, 0, 0, 1, i, core.DATA), e + off)
+        c = core._pkt(X, 0, 0, 86, 0, 0, 0, 1, -1, core.CNP)
+        core._priority(X, t, i, c)
+        got = (X.P[i, core.P_BUSY], X.P[i, core.P_LBU], X.P[i, core.P_PEAK], X.P[i, core.P_PRIO], X.K[c, core.K_AT],
+               X.K[c, core.K_LANE], X.P[i, core.P_LH] == c)
+        want = (port.busy_until, port.lane.busy_until, port.peak_ps, port.prio_bytes, port.lane.inflight[-1][0],
+                1, cnp.hop is port.lane)
+        assert got == want, (trial, t, ends, bu, lbu)
+
+
+def test_the_receiver_sends_a_cnp_as_receiver_marked_does(messages):
+    """The notification point (``_arrived``) against ``Receiver._marked``: a marked unit arriving
+    exactly ``cnp_interval`` after the last CNP sends one, a ps earlier it does not, the first mark
+    always does; both algorithms' intervals."""
+    from fabricsim.net.packet import Packet, QueuePair
+
+    for cc in ("dcqcn", "dcqcn_cx"):
+        eng, X = _built(_scenario(messages, cc, False))
+        ci = eng.receiver.cnp_interval
+        assert X.g[core.G_CNP_INT] == ci > 0
+        st = eng._rows[0]
+        qp = QueuePair(1, st, 1, 0, 0, 0, 1 << 20, 4096)
+        qp.r_port = eng.nics[0][0]
+        X.Q[0, core.Q_MSG], X.Q[0, core.Q_SRC], X.Q[0, core.Q_RPORT] = st.row, 1, 0
+        t = 10**8
+        for last in (None, t - ci, t - ci + 1, t - ci - 1, t, t - 1):
+            qp.r_last_cnp, before = last, st.cnps_sent
+            eng.receiver._marked(t, qp, st, 1)
+            X.Q[0, core.Q_RLCNP] = core.ABSENT if last is None else last
+            sent = X.M[st.row, core.M_CNPS_SENT]
+            pkt = core._pkt(X, 0, 0, 4178, 4096, 0, t - 10**6, 1, -1, core.DATA)
+            X.K[pkt, core.K_CE] = 1
+            core._arrived(X, t, pkt)
+            assert X.M[st.row, core.M_CNPS_SENT] - sent == st.cnps_sent - before, (cc, last)
+            assert X.Q[0, core.Q_RLCNP] == (core.ABSENT if qp.r_last_cnp is None else qp.r_last_cnp)
+        assert st.cnps_sent == 3                           # None, t - ci and t - ci - 1
