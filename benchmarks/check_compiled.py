@@ -20,8 +20,13 @@ half of them a 200 ns ``reorder_window``, under which late units are acknowledge
 in half of them, the estimator, spans, window scaling, ``max_stage`` and ``global_base_rtt``
 drawn), and INT without a controller (``switch.telemetry: on``) in 10%; the two draws are
 independent, so about 16% of the cases run telemetry with coalesced ACKs and 4% INT alone with
-them (the last line counts them). Each runs on both kernels; every table, the summary and the
-event count must be identical, and the compiled run must really be compiled.
+them (the last lines count them). DCQCN is drawn after telemetry, exclusive of it: in 60% of the
+cases without the telemetry controller (36% of all), ``dcqcn`` or ``dcqcn_cx`` alike, each with its
+defaults or, in half of them, short timers and drawn parameters (CNP spacing, periods, byte
+counter, steps, clamps, a rate at the first CNP); and last of all ``switch.strict_priority``:
+``control`` (ACK and NAK in the strict-priority class too) in 20% of all cases, ``none`` in 10%.
+Each runs on both kernels; every table, the summary and the event count must be identical, and
+the compiled run must really be compiled.
 
     python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
     python3 benchmarks/check_compiled.py --cases 50 --seed 7
@@ -114,13 +119,47 @@ def scenario(seed: int) -> dict:
         sc["congestion_control"] = cc
     elif u < 0.5:
         sc["switch"]["telemetry"] = "on"           # INT stamped, no controller reading it
+    if r.random() < 0.6 and "congestion_control" not in sc:
+        # DCQCN (drawn after telemetry, for the same reason; exclusive of it): the paper's reaction point or
+        # the ConnectX firmware's, with their defaults or short timers so that cuts and recoveries happen
+        # in these short runs
+        short = r.random() < 0.5
+        if r.random() < 0.5:
+            cc = {"algorithm": "dcqcn"}
+            if short:
+                cc.update(cnp_interval=r.choice(["2us", "4us", "50us"]), alpha_timer=r.choice(["5us", "10us", "55us"]),
+                          rate_increase_timer=r.choice(["3us", "5us", "55us"]),
+                          byte_counter=r.choice(["16KB", "64KB", "10MB"]), fast_recovery_steps=r.choice([1, 5]),
+                          clamp_target_rate=r.random() < 0.5, min_rate=r.choice(["100Mbps", "50Gbps"]),
+                          g=r.choice([1 / 256, 1 / 16]), initial_alpha=r.choice([1.0, 0.5]))
+                if r.random() < 0.5:
+                    cc.update(rate_ai=r.choice(["1Gbps", "5Gbps"]), rate_hai=r.choice(["5Gbps", "20Gbps"]))
+        else:
+            cc = {"algorithm": "dcqcn_cx"}
+            if short:
+                cc.update(min_time_between_cnps=r.choice(["2us", "4us"]),
+                          rpg_time_reset=r.choice(["5us", "20us", "300us"]),
+                          rpg_byte_reset=r.choice(["0B", "16KB", "32767B"]),
+                          rpg_ai_rate=r.choice(["5Mbps", "5Gbps"]), rpg_hai_rate=r.choice(["50Mbps", "20Gbps"]),
+                          rpg_threshold=r.choice([1, 3]), dce_tcp_rtt=r.choice(["1us", "2us"]),
+                          rate_reduce_monitor_period=r.choice(["4us", "6us"]), clamp_tgt_rate=r.random() < 0.3,
+                          dce_tcp_g=r.choice([1019, 1000]))
+                if r.random() < 0.3:
+                    cc["rate_to_set_on_first_cnp"] = r.choice(["50Gbps", "150Gbps"])
+                if r.random() < 0.3:
+                    cc["rpg_max_rate"] = "200Gbps"
+        sc["congestion_control"] = cc
+    w = r.random()
+    if w < 0.3:
+        # the strict-priority class (drawn last of all): ACK and NAK in it too, or no strict class at all
+        sc["switch"]["strict_priority"] = "control" if w < 0.2 else "none"
     return sc
 
 
 def compare(sc: dict, status: list | None = None) -> list[str]:
     """Run ``sc`` on both kernels; the differences found (empty: identical). The heap run's
-    status, its ``summary["run"]``, its NAK count, its PFC pause events and its control packets sent are
-    appended to ``status`` if given."""
+    status, its ``summary["run"]``, its NAK count, its PFC pause events, its control packets sent and the
+    CNPs its senders received are appended to ``status`` if given."""
     import pandas as pd
 
     import fabricsim
@@ -130,7 +169,8 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
     a, b = res["heap"], res["compiled"]
     if status is not None:
         status.extend((a.summary["status"], a.summary["run"], int(a.messages["naks"].sum()),
-                       int(a.links["pfc_pause_events"].sum()), a.summary["conservation"]["control"]["sent_packets"]))
+                       int(a.links["pfc_pause_events"].sum()), a.summary["conservation"]["control"]["sent_packets"],
+                       int(a.messages["cnps"].sum())))
     out = []
     if b.summary["run"]["kernel"].get("ran") != "compiled":
         out.append(f"did not run compiled: {b.summary['run']['kernel']}")
@@ -167,6 +207,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     bad = 0
     both = {"telemetry": 0, "int": 0}        # cases with coalesced ACKs and the controller / INT alone
+    dc: dict = {}                            # DCQCN cases by what they ran with
     for s in range(args.seed, args.seed + args.cases):
         sc = scenario(s)
         if "ack_every" in sc["receiver"]:
@@ -177,6 +218,14 @@ def main(argv=None) -> int:
         st: list = []
         diffs = compare(sc, st)
         bad += bool(diffs)
+        alg = sc.get("congestion_control", {}).get("algorithm")
+        if alg in ("dcqcn", "dcqcn_cx"):
+            for k, on in ((alg, True), (f"{alg} with CNPs", st[5] > 0), ("coalesced", "ack_every" in sc["receiver"]),
+                          ("pfc", "pfc" in sc["switch"]), ("go_back_n", sc["receiver"]["model"] == "go_back_n"),
+                          ("strict control", sc["switch"].get("strict_priority") == "control"),
+                          ("strict none", sc["switch"].get("strict_priority") == "none")):
+                dc[k] = dc.get(k, 0) + on
+            dc["cnps"] = dc.get("cnps", 0) + st[5]
         t = sc["traffic"]
         print(f"{'DIFFERENT' if diffs else 'same     '} case {s}: {sc['routing']['policy']:8s} {t['pattern']:11s} "
               f"rto {sc['receiver'].get('rto_mode', 'fixed'):8s} {sc['receiver']['model']:9s} "
@@ -191,8 +240,16 @@ def main(argv=None) -> int:
               + (" telemetry" + ("" if len(sc["congestion_control"]) == 1 else
                                  f" {sc['congestion_control']['estimator']}") if "congestion_control" in sc else "")
               + (" int" if sc["switch"].get("telemetry") == "on" else "")
+              + (f" {sc['congestion_control']['algorithm']} cnps {st[5]}"
+                 if "congestion_control" in sc and sc["congestion_control"]["algorithm"] != "telemetry" else "")
+              + (f" strict {sc['switch']['strict_priority']}" if "strict_priority" in sc["switch"] else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
     print(f"ACK coalescing with telemetry in {both['telemetry']} cases, with INT alone in {both['int']}")
+    dcn = dc.get("dcqcn", 0) + dc.get("dcqcn_cx", 0)
+    print(f"DCQCN in {dcn} cases: dcqcn {dc.get('dcqcn', 0)} ({dc.get('dcqcn with CNPs', 0)} with CNPs), dcqcn_cx "
+          f"{dc.get('dcqcn_cx', 0)} ({dc.get('dcqcn_cx with CNPs', 0)} with CNPs), {dc.get('cnps', 0)} CNPs in all; "
+          f"{dc.get('coalesced', 0)} with coalesced ACKs, {dc.get('pfc', 0)} PFC, {dc.get('go_back_n', 0)} go-back-N, "
+          f"{dc.get('strict control', 0)} strict_priority control, {dc.get('strict none', 0)} none")
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 
