@@ -23,7 +23,8 @@ independent, so about 16% of the cases run telemetry with coalesced ACKs and 4% 
 them (the last lines count them). DCQCN is drawn after telemetry, exclusive of it: in 60% of the
 cases without the telemetry controller (36% of all), ``dcqcn`` or ``dcqcn_cx`` alike, each with its
 defaults or, in half of them, short timers and drawn parameters (CNP spacing, periods, byte
-counter, steps, clamps, a rate at the first CNP); and last of all ``switch.strict_priority``:
+counter, steps, clamps, a rate at the first CNP), and in 70% of them ECN marking from 2-4 KB
+queued, so that these small runs send CNPs; and last of all ``switch.strict_priority``:
 ``control`` (ACK and NAK in the strict-priority class too) in 20% of all cases, ``none`` in 10%.
 Each runs on both kernels; every table, the summary and the event count must be identical, and
 the compiled run must really be compiled.
@@ -149,6 +150,9 @@ def scenario(seed: int) -> dict:
                 if r.random() < 0.3:
                     cc["rpg_max_rate"] = "200Gbps"
         sc["congestion_control"] = cc
+        if r.random() < 0.7:
+            # marking at shallow queues in most of them, so that these small runs send CNPs
+            sc["switch"]["ecn"].update(enabled=True, kmin=r.choice(["2KB", "4KB"]), kmax=r.choice(["8KB", "16KB"]))
     w = r.random()
     if w < 0.3:
         # the strict-priority class (drawn last of all): ACK and NAK in it too, or no strict class at all
@@ -208,16 +212,19 @@ def main(argv=None) -> int:
     bad = 0
     both = {"telemetry": 0, "int": 0}        # cases with coalesced ACKs and the controller / INT alone
     dc: dict = {}                            # DCQCN cases by what they ran with
+    strict = {"control": 0, "none": 0}       # cases with ACK/NAK in the strict-priority class too, or no class
     for s in range(args.seed, args.seed + args.cases):
         sc = scenario(s)
         if "ack_every" in sc["receiver"]:
-            if "congestion_control" in sc:
+            if sc.get("congestion_control", {}).get("algorithm") == "telemetry":
                 both["telemetry"] += 1
             elif sc["switch"].get("telemetry") == "on":
                 both["int"] += 1
         st: list = []
         diffs = compare(sc, st)
         bad += bool(diffs)
+        if sc["switch"].get("strict_priority") in strict:
+            strict[sc["switch"]["strict_priority"]] += 1
         alg = sc.get("congestion_control", {}).get("algorithm")
         if alg in ("dcqcn", "dcqcn_cx"):
             for k, on in ((alg, True), (f"{alg} with CNPs", st[5] > 0), ("coalesced", "ack_every" in sc["receiver"]),
@@ -238,7 +245,8 @@ def main(argv=None) -> int:
               + (f" ack_every {sc['receiver']['ack_every']} sack {sc['receiver']['sack_bitmap']} ctrl {st[4]}"
                  if "ack_every" in sc["receiver"] else "")
               + (" telemetry" + ("" if len(sc["congestion_control"]) == 1 else
-                                 f" {sc['congestion_control']['estimator']}") if "congestion_control" in sc else "")
+                                 f" {sc['congestion_control']['estimator']}")
+                 if sc.get("congestion_control", {}).get("algorithm") == "telemetry" else "")
               + (" int" if sc["switch"].get("telemetry") == "on" else "")
               + (f" {sc['congestion_control']['algorithm']} cnps {st[5]}"
                  if "congestion_control" in sc and sc["congestion_control"]["algorithm"] != "telemetry" else "")
@@ -250,6 +258,7 @@ def main(argv=None) -> int:
           f"{dc.get('dcqcn_cx', 0)} ({dc.get('dcqcn_cx with CNPs', 0)} with CNPs), {dc.get('cnps', 0)} CNPs in all; "
           f"{dc.get('coalesced', 0)} with coalesced ACKs, {dc.get('pfc', 0)} PFC, {dc.get('go_back_n', 0)} go-back-N, "
           f"{dc.get('strict control', 0)} strict_priority control, {dc.get('strict none', 0)} none")
+    print(f"strict_priority control in {strict['control']} cases, none in {strict['none']} (every algorithm)")
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 
