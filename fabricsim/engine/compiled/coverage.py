@@ -21,8 +21,12 @@ more) or, with adaptive timeouts, a wait allowance of 2^61 ps or more (``ack_del
 control ``none`` and ``telemetry`` are compiled, the latter with INT stamped by lossy and lossless
 switches (INT without a controller, ``switch.telemetry: on``, too), with or without ACK coalescing
 (a coalesced ACK echoes the INT of the latest-sent unit it covers, a D-SACK its duplicate's), for
-time limits below 2^53 ps (its int-float comparisons); ``dcqcn`` and ``dcqcn_cx`` run on heap
-(``congestion_control: dcqcn (slice 5)``).
+time limits below 2^53 ps (its int-float comparisons); and so are ``dcqcn`` and ``dcqcn_cx`` (the
+receiver's CNPs, the reaction point, the alpha, rate-increase and rate-cut-check timers, the byte
+counter), unless a timer could be set past int64 (the time limit plus the algorithm's longest period
+of 2^62 ps or more) or the byte counter is 2^62 bytes or more. Every ``switch.strict_priority`` is
+compiled: CNPs (and with ``control`` ACKs and NAKs) cross a lossy port's strict-priority lane
+(``Switch.priority``) or a lossless port's strict FIFO.
 """
 from __future__ import annotations
 
