@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
@@ -61,7 +63,6 @@ def main(argv=None) -> int:
                    "traffic": {"pattern": "permutation", "message_size": "64KiB"},
                    "simulation": {"kernel": "compiled"}})
     warm = time.perf_counter() - t0
-    import yaml
     quick = yaml.safe_load((HERE.parent / "scenarios" / "quickstart.yaml").read_text())
     quick["profile"] = "ethernet"                 # = --set profile=ethernet
     rows = []
