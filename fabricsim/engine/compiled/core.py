@@ -2365,7 +2365,7 @@ def _arrived(X, t, pkt):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_packet(X, t, pkt):
-    # = Receiver.on_packet, ack_every 1, no CNPs; on_gap: ddp holds the unit (G_SELECTIVE),
+    # = Receiver.on_packet, ack_every 1 (the ECN count and the CNP in _arrived); on_gap: ddp holds the unit (G_SELECTIVE),
     #   go-back-N discards it (GoBackN.on_gap)
     _arrived(X, t, pkt)
     q = X.K[pkt, K_QP]
@@ -2401,7 +2401,7 @@ def _on_packet(X, t, pkt):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_packet_coalesced(X, t, pkt):
-    # = Receiver.on_packet_coalesced (ack_every > 1), no CNPs; on_gap as in _on_packet
+    # = Receiver.on_packet_coalesced (ack_every > 1; the CNP in _arrived); on_gap as in _on_packet
     _arrived(X, t, pkt)
     q = X.K[pkt, K_QP]
     row = X.Q[q, Q_MSG]
