@@ -35,8 +35,10 @@ from fabricsim.cc.dcqcn import Dcqcn
 from fabricsim.cc.dcqcn_cx import DcqcnConnectX
 from fabricsim.engine.packet import PacketEngine
 from fabricsim.net.lossless import LosslessPort
+from fabricsim.net.nic import Nic
 from fabricsim.net.switch import Switch
 
+from test_compiled_core import _PLANES_INCAST, _RACKS, _planes, _pxn, _two_racks
 from test_kernel_equivalence import FABRIC, _comparable
 
 pytest.importorskip("numba")
@@ -181,6 +183,13 @@ def watch(monkeypatch):
             counts[f"cq.{pkt.kind}"] += 1
         return orig_enq(self, t, pkt, strict)
     monkeypatch.setattr(LosslessPort, "enqueue", enqueue)
+    orig_ctrl = Nic.send_ctrl
+
+    def send_ctrl(self, t, pkt):
+        if pkt.kind == 3:
+            counts[f"cnp_nic.{self.host}.{self.port.index}"] += 1      # the port a CNP left by
+        return orig_ctrl(self, t, pkt)
+    monkeypatch.setattr(Nic, "send_ctrl", send_ctrl)
     orig_run = PacketEngine.run
 
     def run(self, *a, **k):
@@ -205,13 +214,16 @@ def _cc_state(eng):
     """Every queue pair's congestion state: the flow's rate (and its type), window and pacing time, the
     algorithm's state object slot by slot, and the receiver's last CNP."""
     out = []
-    for st in eng._rows:
+    for st in list(eng._rows) + list(eng.pieces):         # (PXN pieces' queue pairs too)
         for qp in st.qps:
             f = qp.flow
             row = {"rate": f.rate_bps, "rate_type": type(f.rate_bps).__name__, "win": f.window_bytes,
                    "next_ok": qp.next_ok, "r_last_cnp": qp.r_last_cnp, "active": f.active}
             s = f.state
-            row.update({k: getattr(s, k) for k in type(s).__slots__})
+            if s is None:                                  # an NVLink queue pair: no controller
+                row["state"] = None
+            else:
+                row.update({k: getattr(s, k) for k in type(s).__slots__})
             out.append(_bits(row))
     return out
 
@@ -247,7 +259,8 @@ def _check(sc, counts, engines):
     assert _cc_state(ea) == _cc_state(eb)                 # every flow's final CC state, bit for bit
     assert _ports(ea) == _ports(eb)
     assert _in_flight(ea) == _in_flight(eb)
-    assert [st.cnps_sent for st in ea._rows] == [st.cnps_sent for st in eb._rows]
+    assert ([st.cnps_sent for st in list(ea._rows) + list(ea.pieces)]
+            == [st.cnps_sent for st in list(eb._rows) + list(eb.pieces)])
     return a, ea, seen
 
 
@@ -328,6 +341,112 @@ def test_the_shipped_dcqcn_scenarios_run_compiled_with_identical_results(shipped
     assert _comparable(a.summary) == _comparable(b.summary)
     assert a.summary["run"]["events"] == b.summary["run"]["events"]
     assert a.messages["cnps"].sum() > 0
+
+
+#: ECN from 4 KB queued, marking every packet beyond 16 KB: these cluster runs send CNPs
+_MARK = {"ecn": {"enabled": True, "kmin": "4KB", "kmax": "16KB", "pmax": 1.0}}
+#: an incast over the planes long enough for the cut rates to pace what is left (1 MiB per sender, 2 queue
+#: pairs each, into 32 KiB buffers)
+_INCAST = {**_PLANES_INCAST, "traffic": {**_PLANES_INCAST["traffic"], "message_size": "1MiB"}, "switch": _MARK}
+_DC = {"algorithm": "dcqcn", **PARAMS["dcqcn"]}
+_CX = {"algorithm": "dcqcn_cx", **PARAMS["dcqcn_cx"]}
+
+
+def _hgx_mixed(tmp_path):
+    """2 HGX nodes with 2 NIC planes: every GPU of node 1 sends 2 MiB to GPU 0 (RoCE over the planes,
+    an incast) and every GPU of node 0 but GPU 0 sends 256 KiB to GPU 0 (NVLink, credit)."""
+    path = tmp_path / "hgx_mixed.csv"
+    path.write_text("src,dst,size_bytes\n" + "".join(f"{i},0,{2**21}\n" for i in range(8, 16))
+                    + "".join(f"{i},0,{2**18}\n" for i in range(1, 8)))
+    return {"pattern": "csv", "path": str(path)}
+
+
+#: DCQCN with the cluster features (several NIC ports, NVLink with credit flow control, PXN; merge of
+#: ``dcqcn`` into main): CNPs leave by reply_nic's port, the rate paces a queue pair over all its ports,
+#: NVLink queue pairs have no controller (their chips never mark), PXN pieces are reaction points
+COMBOS = {
+    # 2 planes per packet, a lossy incast: CNPs spread over the receiver's ports, each queue pair's rate
+    # cut and paced over both of its ports
+    "dcqcn-planes-per-packet": lambda tmp: _planes(**_INCAST, congestion_control=_DC),
+    # ... with ACK and NAK in the strict class too and coalesced ACKs (lanes of the planes' switches)
+    "dcqcn_cx-planes-per-packet-strict-control-coalesced": lambda tmp: _planes(
+        **{**_INCAST, "switch": {**_MARK, "strict_priority": "control"}}, congestion_control=_CX,
+        receiver={"ack_every": 8, "ack_delay": "2us"}),
+    # 4 planes per flow under PFC: CNPs, ACKs and NAKs in the strict FIFOs of lossless plane switches
+    "dcqcn_cx-planes-4-per-flow-pfc-strict-control": lambda tmp: _planes(
+        ports=4, split="per_flow", **{**_INCAST, "switch": {**_MARK, "pfc": {"enabled": True},
+                                                                   "strict_priority": "control"}},
+        congestion_control=_CX, receiver={"model": "go_back_n"}),
+    # 2 NVL36 racks with 2 NIC planes: RoCE between the racks under dcqcn, NVLink inside them
+    "dcqcn-nvl36-racks": lambda tmp: {
+        "name": "dcqcn_racks", "topology": {**_RACKS, "switch": {"buffer": {"size": "64KiB"}}},
+        "traffic": _two_racks(tmp), "routing": {"policy": "spray"}, "congestion_control": _DC,
+        "switch": _MARK, "simulation": {"seed": 3}, "outputs": {"link_sample_interval": "off"}},
+    # 2 HGX nodes: an incast into GPU 0 from the other node (RoCE, dcqcn_cx) and from its own (NVLink)
+    "dcqcn_cx-hgx-nvlink-pfc": lambda tmp: _planes(topology={"domain": "hgx8"}, traffic=_hgx_mixed(tmp),
+                                                   congestion_control=_CX,
+                                                   switch={**_MARK, "pfc": {"enabled": True}}),
+    # PXN: a relayed incast from 30 GPUs of one NVL36 rack into GPU 40 of the other
+    "dcqcn-pxn-incast": lambda tmp: _pxn(traffic={"pattern": "incast", "senders": 30, "receiver": 40,
+                                                  "message_size": "256KiB"},
+                                         topology={**_RACKS, "nodes": None, "switch": {"buffer": {"size": "64KiB"}}},
+                                         chunk="64KiB", congestion_control=_DC, switch=_MARK),
+    "dcqcn_cx-pxn-incast-pfc-coalesced": lambda tmp: _pxn(
+        traffic={"pattern": "incast", "senders": 30, "receiver": 40, "message_size": "256KiB"},
+        topology={**_RACKS, "nodes": None}, chunk="20KiB", congestion_control=_CX,
+        switch={**_MARK, "pfc": {"enabled": True}}, receiver={"ack_every": 8}),
+}
+
+
+@pytest.mark.parametrize("case", list(COMBOS))
+def test_dcqcn_with_the_cluster_features_runs_compiled_identically(case, tmp_path, watch):
+    sc = COMBOS[case](tmp_path)
+    a, ea, seen = _check(sc, *watch)
+    cc = sc["congestion_control"]["algorithm"]
+    states = list(ea._rows) + list(ea.pieces)
+    qps = [qp for st in states for qp in st.qps]
+    roce = [qp for qp in qps if not qp.nics[0].nvlink]
+    nvl = [qp for qp in qps if qp.nics[0].nvlink]
+    assert any(len(nics) > 1 for nics in ea.nics.values())                     # hosts with several ports
+    # CNPs sent, received and reacted to; rates cut (and paced: a queue pair's next_ok moved)
+    assert sum(st.cnps_sent for st in states) > 0 and seen[f"{cc}.on_cnp"] > 0
+    cut = [qp for qp in roce if (qp.flow.state.cnps if cc == "dcqcn" else qp.flow.state.cuts)]
+    assert cut and any(qp.next_ok > 0 for qp in cut)
+    assert seen["lane.3" if "pfc" not in case else "cq.3"] > 0               # CNPs in the strict class
+    if "per-packet" in case:
+        # a queue pair over two ports had its rate cut, and one receiving host sent CNPs by two ports
+        assert any(len(qp.nics) == 2 for qp in cut)
+        by_host = collections.Counter(k.split(".")[1] for k in seen if k.startswith("cnp_nic."))
+        assert max(by_host.values()) >= 2
+    if "strict-control" in case:
+        assert seen["lane.1" if "pfc" not in case else "cq.1"] > 0            # ACKs in the strict class
+    if "4-per-flow" in case:
+        assert max(len(qp.nics) for qp in qps) == 1 and a.messages["naks"].sum() >= 0
+    if "pfc" in case:
+        assert a.summary["run"]["dropped_packets"] == 0
+    if nvl:
+        # NVLink queue pairs: no controller, never paced, no CNP (their chips never mark)
+        assert all(qp.flow.state is None and qp.flow.rate_bps == qp.flow.line_bps and not qp.next_ok
+                   and qp.r_last_cnp is None for qp in nvl)
+    if "nvl36" in case or "hgx" in case or "pxn" in case:
+        assert nvl and roce
+    if "pxn" in case:
+        assert ea.pieces and any(not p.final for p in ea.pieces)
+        assert sum(p.cnps_sent for p in ea.pieces) > 0                       # pieces' receivers sent CNPs
+        assert any(qp.flow.state is not None and qp.r_last_cnp is not None for p in ea.pieces for qp in p.qps)
+
+
+def test_the_ethernet_profile_runs_compiled_on_a_multi_plane_cluster(watch):
+    """The ``ethernet`` profile (dcqcn_cx with its DOCA defaults, go-back-N with ack_every 64, PFC, CNPs
+    in the strict class, ECMP) on a cluster of 2 nodes with 2 NIC planes per GPU, an incast."""
+    sc = {**_planes(traffic={"pattern": "incast", "senders": 10, "receiver": 0, "message_size": "1MiB",
+                             "qps_per_message": 2}, routing={"policy": "ecmp"}), "profile": "ethernet"}
+    a, ea, seen = _check(sc, *watch)
+    assert ea.sim.scenario.congestion_control.name == "dcqcn_cx" and ea.pfc is not None
+    assert ea.receiver.ack_every == 64 and not ea.receiver.selective
+    assert any(len(qp.nics) == 2 for st in ea._rows for qp in st.qps)
+    assert a.messages["cnps"].sum() > 0 and seen["cq.3"] > 0 and seen["dcqcn_cx.rate_check"] > 0
+    assert a.summary["run"]["dropped_packets"] == 0
 
 
 def test_dcqcn_timer_spans_beyond_int64_fall_back(messages):

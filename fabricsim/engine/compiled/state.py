@@ -307,11 +307,11 @@ def _congestion_control(X: State, engine) -> None:
         X.g[C.G_TEL_MAXSTAGE] = cc._max_stage
         X.f[C.F_ETA], X.f[C.F_RTT_GAIN], X.f[C.F_RTT_MAX] = cc._eta, cc._rtt_gain, cc._rtt_max
     # the notification point (Receiver.cnp_interval: the algorithm's cnp_interval_ps) and the strict-priority
-    # class (Switch.strict, one for every switch: switch.strict_priority; an NVLink chip with credit flow
-    # control never carries a control packet: NVLink queue pairs have none)
+    # class (Switch.strict, one for every switch: switch.strict_priority; NVLink chips too, though with credit
+    # flow control they never carry a control packet)
     ci = engine.receiver.cnp_interval
     X.g[C.G_CNP_INT] = -1 if ci is None else ci
-    strict = {tuple(sw.strict) for sw in engine.switches.values() if not isinstance(sw, NvlinkSwitch)}
+    strict = {tuple(sw.strict) for sw in engine.switches.values()}
     if len(strict) > 1:
         raise ValueError("kernel: compiled: switches with different strict-priority classes")
     X.g[C.G_STRICT] = sum(1 << k for k, on in enumerate(strict.pop() if strict else ()) if on)
