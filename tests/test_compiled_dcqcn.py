@@ -14,7 +14,10 @@ state float for float (``DcqcnState`` / ``DcqcnCxState``, the flow's rate and it
 time, the receiver's last CNP) and every port's strict-priority state, and asserts that what it is
 for happened on heap (counted by wrapping the Python model's methods): CNPs sent and received,
 rates cut, the timers fired and rates recovered. The matrix covers both algorithms, lossy and PFC
-switches, ``ddp`` and ``go_back_n``, one ACK per unit and coalesced ACKs. The float arithmetic the
+switches, ``ddp`` and ``go_back_n``, one ACK per unit and coalesced ACKs; ``COMBOS`` runs both
+algorithms with the cluster features (several NIC ports per packet and per flow, NVL36 racks and HGX
+nodes with NVLink beside the NIC planes, PXN; merge of ``dcqcn`` into main), and the ``ethernet``
+profile runs on a multi-plane cluster. The float arithmetic the
 core compiles from fabricsim/cc/dcqcn.py and dcqcn_cx.py is checked against CPython on 10^5 random
 inputs per function.
 """
