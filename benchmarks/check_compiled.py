@@ -25,9 +25,16 @@ nodes of 8, 2 or 4 NIC ports of 200 or 400G, per packet or per flow, a failed pl
 HGX nodes whose NVLink chips run as RoCE switches in a third), 60% of whose HGX clusters then get
 NVLink with credit flow control (striped or adaptive, 600 B to 64 KiB of credit, 1 or 4 KiB units),
 half of those with PXN (pieces of 4, 20 or 64 KiB); the coalescing and telemetry draws apply to
-them as to the leaf-spine cases. The last lines count the cases with each feature and with each
-pair of them. Each runs on both kernels; every table, the summary and the event count must be
-identical, and the compiled run must really be compiled.
+them as to the leaf-spine cases. DCQCN is drawn after those (the cluster draws keep the seeds
+they had before it joined), exclusive of telemetry: in 60% of the cases without the telemetry
+controller (36% of all), ``dcqcn`` or ``dcqcn_cx`` alike, each with its defaults or, in half of
+them, short timers and drawn parameters (CNP spacing, periods, byte counter, steps, clamps, a rate
+at the first CNP), and in 70% of them ECN marking from 2-4 KB queued, so that these small runs send
+CNPs; and last of all ``switch.strict_priority``: ``control`` (ACK and NAK in the strict-priority
+class too) in 20% of all cases, ``none`` in 10%. The last lines count the cases with each feature
+and with each pair of them, and the DCQCN cases by what they ran with. Each runs on both kernels;
+every table, the summary and the event count must be identical, and the compiled run must really be
+compiled.
 
     python3 benchmarks/check_compiled.py --cases 200         # prints one line per case
     python3 benchmarks/check_compiled.py --cases 50 --seed 7
@@ -147,24 +154,72 @@ def scenario(seed: int) -> dict:
                 # PXN (drawn last of all): messages to another node's GPU on another rail relayed through
                 # the sender's peer on that rail, in pieces of 4-64 KiB
                 sc["nic"].update(pxn=True, pxn_chunk=r.choice(["4KiB", "20KiB", "64KiB"]))
+    if r.random() < 0.6 and "congestion_control" not in sc:
+        # DCQCN (drawn after the cluster features, for the same reason; exclusive of telemetry): the paper's
+        # reaction point or
+        # the ConnectX firmware's, with their defaults or short timers so that cuts and recoveries happen
+        # in these short runs
+        short = r.random() < 0.5
+        if r.random() < 0.5:
+            cc = {"algorithm": "dcqcn"}
+            if short:
+                cc.update(cnp_interval=r.choice(["2us", "4us", "50us"]), alpha_timer=r.choice(["5us", "10us", "55us"]),
+                          rate_increase_timer=r.choice(["3us", "5us", "55us"]),
+                          byte_counter=r.choice(["16KB", "64KB", "10MB"]), fast_recovery_steps=r.choice([1, 5]),
+                          clamp_target_rate=r.random() < 0.5, min_rate=r.choice(["100Mbps", "50Gbps"]),
+                          g=r.choice([1 / 256, 1 / 16]), initial_alpha=r.choice([1.0, 0.5]))
+                if r.random() < 0.5:
+                    cc.update(rate_ai=r.choice(["1Gbps", "5Gbps"]), rate_hai=r.choice(["5Gbps", "20Gbps"]))
+        else:
+            cc = {"algorithm": "dcqcn_cx"}
+            if short:
+                cc.update(min_time_between_cnps=r.choice(["2us", "4us"]),
+                          rpg_time_reset=r.choice(["5us", "20us", "300us"]),
+                          rpg_byte_reset=r.choice(["0B", "16KB", "32767B"]),
+                          rpg_ai_rate=r.choice(["5Mbps", "5Gbps"]), rpg_hai_rate=r.choice(["50Mbps", "20Gbps"]),
+                          rpg_threshold=r.choice([1, 3]), dce_tcp_rtt=r.choice(["1us", "2us"]),
+                          rate_reduce_monitor_period=r.choice(["4us", "6us"]), clamp_tgt_rate=r.random() < 0.3,
+                          dce_tcp_g=r.choice([1019, 1000]))
+                if r.random() < 0.3:
+                    cc["rate_to_set_on_first_cnp"] = r.choice(["50Gbps", "150Gbps"])
+                if r.random() < 0.3:
+                    cc["rpg_max_rate"] = "200Gbps"
+        sc["congestion_control"] = cc
+        if r.random() < 0.7:
+            # marking at shallow queues in most of them, so that these small runs send CNPs
+            sc["switch"]["ecn"].update(enabled=True, kmin=r.choice(["2KB", "4KB"]), kmax=r.choice(["8KB", "16KB"]))
+    w = r.random()
+    if w < 0.3:
+        # the strict-priority class (drawn last of all): ACK and NAK in it too, or no strict class at all
+        sc["switch"]["strict_priority"] = "control" if w < 0.2 else "none"
     return sc
 
 
 #: the features the last lines count, alone and in pairs (:func:`features`)
-FEATURES = ("coalescing", "telemetry", "int_alone", "multiport", "nvlink", "pxn")
+FEATURES = ("coalescing", "telemetry", "int_alone", "multiport", "nvlink", "pxn", "dcqcn", "strict_control",
+            "lossless")
 
 
 def features(sc: dict) -> set:
     """The features of :data:`FEATURES` that scenario ``sc`` has: ACK coalescing, the telemetry
     controller, INT without a controller, hosts with several NIC ports (a cluster whose GPUs keep two
-    or more NIC ports, or have NVLink ports beside them), NVLink with credit flow control, PXN."""
+    or more NIC ports, or have NVLink ports beside them), NVLink with credit flow control, PXN, DCQCN
+    (``dcqcn`` or ``dcqcn_cx``), ACK and NAK in the strict-priority class (``strict_priority:
+    control``), PFC (lossless switches)."""
     out = set()
     if "ack_every" in sc["receiver"]:
         out.add("coalescing")
-    if "congestion_control" in sc:
+    alg = sc.get("congestion_control", {}).get("algorithm")
+    if alg == "telemetry":
         out.add("telemetry")
     elif sc["switch"].get("telemetry") == "on":
         out.add("int_alone")
+    if alg in ("dcqcn", "dcqcn_cx"):
+        out.add("dcqcn")
+    if sc["switch"].get("strict_priority") == "control":
+        out.add("strict_control")
+    if "pfc" in sc["switch"]:
+        out.add("lossless")
     topo = sc["topology"]
     if topo["kind"] == "cluster":
         if topo["nic"]["ports"] - len(topo.get("failed", {}).get("planes", [])) >= 2 or topo["domain"] != "none":
@@ -178,8 +233,8 @@ def features(sc: dict) -> set:
 
 def compare(sc: dict, status: list | None = None) -> list[str]:
     """Run ``sc`` on both kernels; the differences found (empty: identical). The heap run's
-    status, its ``summary["run"]``, its NAK count, its PFC pause events and its control packets sent are
-    appended to ``status`` if given."""
+    status, its ``summary["run"]``, its NAK count, its PFC pause events, its control packets sent and the
+    CNPs its senders received are appended to ``status`` if given."""
     import pandas as pd
 
     import fabricsim
@@ -189,7 +244,8 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
     a, b = res["heap"], res["compiled"]
     if status is not None:
         status.extend((a.summary["status"], a.summary["run"], int(a.messages["naks"].sum()),
-                       int(a.links["pfc_pause_events"].sum()), a.summary["conservation"]["control"]["sent_packets"]))
+                       int(a.links["pfc_pause_events"].sum()), a.summary["conservation"]["control"]["sent_packets"],
+                       int(a.messages["cnps"].sum())))
     out = []
     if b.summary["run"]["kernel"].get("ran") != "compiled":
         out.append(f"did not run compiled: {b.summary['run']['kernel']}")
@@ -226,6 +282,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     bad = 0
     tally = {f: 0 for f in FEATURES}
+    dc: dict = {}                            # DCQCN cases by what they ran with
+    strict = {"control": 0, "none": 0}       # cases with ACK/NAK in the strict-priority class too, or no class
     pairs = {(a, b): 0 for i, a in enumerate(FEATURES) for b in FEATURES[i + 1:]}
     for s in range(args.seed, args.seed + args.cases):
         sc = scenario(s)
@@ -238,6 +296,19 @@ def main(argv=None) -> int:
         st: list = []
         diffs = compare(sc, st)
         bad += bool(diffs)
+        if sc["switch"].get("strict_priority") in strict:
+            strict[sc["switch"]["strict_priority"]] += 1
+        alg = sc.get("congestion_control", {}).get("algorithm")
+        if alg in ("dcqcn", "dcqcn_cx"):
+            for k, on in ((alg, True), (f"{alg} with CNPs", st[5] > 0), ("coalesced", "ack_every" in sc["receiver"]),
+                          ("pfc", "pfc" in sc["switch"]), ("go_back_n", sc["receiver"]["model"] == "go_back_n"),
+                          ("strict control", sc["switch"].get("strict_priority") == "control"),
+                          ("strict none", sc["switch"].get("strict_priority") == "none")):
+                dc[k] = dc.get(k, 0) + on
+            dc["cnps"] = dc.get("cnps", 0) + st[5]
+            if st[5]:
+                for f in have - {"dcqcn"}:
+                    dc[f"cnps+{f}"] = dc.get(f"cnps+{f}", 0) + 1
         t = sc["traffic"]
         print(f"{'DIFFERENT' if diffs else 'same     '} case {s}: {sc['routing']['policy']:8s} {t['pattern']:11s} "
               f"rto {sc['receiver'].get('rto_mode', 'fixed'):8s} {sc['receiver']['model']:9s} "
@@ -256,11 +327,23 @@ def main(argv=None) -> int:
               + (f" ack_every {sc['receiver']['ack_every']} sack {sc['receiver']['sack_bitmap']} ctrl {st[4]}"
                  if "ack_every" in sc["receiver"] else "")
               + (" telemetry" + ("" if len(sc["congestion_control"]) == 1 else
-                                 f" {sc['congestion_control']['estimator']}") if "congestion_control" in sc else "")
+                                 f" {sc['congestion_control']['estimator']}")
+                 if sc.get("congestion_control", {}).get("algorithm") == "telemetry" else "")
               + (" int" if sc["switch"].get("telemetry") == "on" else "")
+              + (f" {sc['congestion_control']['algorithm']} cnps {st[5]}"
+                 if "congestion_control" in sc and sc["congestion_control"]["algorithm"] != "telemetry" else "")
+              + (f" strict {sc['switch']['strict_priority']}" if "strict_priority" in sc["switch"] else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
     print("cases with each feature: " + ", ".join(f"{f} {n}" for f, n in tally.items()))
     print("cases with each pair: " + ", ".join(f"{a}+{b} {n}" for (a, b), n in pairs.items()))
+    dcn = dc.get("dcqcn", 0) + dc.get("dcqcn_cx", 0)
+    print(f"DCQCN in {dcn} cases: dcqcn {dc.get('dcqcn', 0)} ({dc.get('dcqcn with CNPs', 0)} with CNPs), dcqcn_cx "
+          f"{dc.get('dcqcn_cx', 0)} ({dc.get('dcqcn_cx with CNPs', 0)} with CNPs), {dc.get('cnps', 0)} CNPs in all; "
+          f"{dc.get('coalesced', 0)} with coalesced ACKs, {dc.get('pfc', 0)} PFC, {dc.get('go_back_n', 0)} go-back-N, "
+          f"{dc.get('strict control', 0)} strict_priority control, {dc.get('strict none', 0)} none")
+    print("DCQCN cases with CNPs, with each other feature: "
+          + ", ".join(f"{f} {dc.get(f'cnps+{f}', 0)}" for f in FEATURES if f != "dcqcn"))
+    print(f"strict_priority control in {strict['control']} cases, none in {strict['none']} (every algorithm)")
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 

@@ -39,6 +39,11 @@ def _incast(lossless: bool, receiver="ddp", cc="none", routing="spray", rto_mode
             "simulation": {"seed": 3, "time_limit": "20ms"}, "outputs": {"link_sample_interval": "off"}}
 
 
+def _strict(sc: dict, classes: str) -> dict:
+    """``sc`` with ``switch.strict_priority: classes``."""
+    return {**sc, "switch": {**sc["switch"], "strict_priority": classes}}
+
+
 def _permutation(routing: str):
     return {"name": "eq_perm", "topology": FABRIC,
             "traffic": {"pattern": "permutation", "locality": "cross_leaf", "message_size": "256KiB"},
@@ -66,7 +71,13 @@ CASES = ([pytest.param(_permutation(p), id=f"routing-{p}") for p in ROUTING.name
          # latest-sent unit it covers), each receiver, lossy and lossless
          + [pytest.param(_incast(lossless, receiver=r, cc="telemetry", ack_every=8),
                          id=f"{'pfc' if lossless else 'lossy'}-telemetry-ack-every-8-{r}")
-            for lossless in (False, True) for r in RECEIVERS.names()])
+            for lossless in (False, True) for r in RECEIVERS.names()]
+         # DCQCN with coalesced ACKs: the ethernet profile's transport with its dcqcn_cx, and dcqcn over lossy
+         # switches with ACK and NAK in the strict-priority class too (lanes)
+         + [pytest.param(_incast(True, receiver="go_back_n", cc="dcqcn_cx", routing="ecmp", ack_every=64),
+                         id="pfc-dcqcn_cx-ack-every-64-go_back_n"),
+            pytest.param(_strict(_incast(False, receiver="go_back_n", cc="dcqcn", ack_every=8), "control"),
+                         id="lossy-dcqcn-ack-every-8-go_back_n-strict-control")])
 
 
 def _run(sc, kernel):

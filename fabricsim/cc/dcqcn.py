@@ -134,12 +134,10 @@ class Dcqcn(CongestionControl):
             return
         if not s.alpha_running and s.alpha_phase is not None:
             # alpha timer was parked while the flow ran at line rate: apply its missed expiries
-            s.alpha *= self._decay ** ((t - s.alpha_phase) // self._k)
+            s.alpha = alpha_catch_up(s.alpha, self._decay, (t - s.alpha_phase) // self._k)
         s.cnps += 1
-        if self.params.clamp_target_rate or s.increased or s.cnps == 1:
-            s.rt = s.rc
-        s.rc = max(s.rc * (1.0 - s.alpha / 2.0), s.min_rate)
-        s.alpha = self._decay * s.alpha + self.params.g
+        s.rc, s.rt, s.alpha = rate_cut(s.rc, s.rt, s.alpha, s.min_rate, self._decay, self.params.g,
+                                       self.params.clamp_target_rate or s.increased or s.cnps == 1)
         s.t_count = 0
         s.bc_count = 0
         s.bytes = 0
@@ -179,7 +177,7 @@ class Dcqcn(CongestionControl):
         s: DcqcnState = flow.state
         if gen != s.alpha_gen or not flow.active:
             return
-        s.alpha *= self._decay
+        s.alpha *= self._decay              # (one IEEE multiplication: the compiled core's too)
         if s.inc_running:
             self.ctx.schedule(t + self._k, self._alpha_timer, (flow, gen))
         else:
@@ -198,23 +196,74 @@ class Dcqcn(CongestionControl):
             self.ctx.schedule(t + self._ti, self._increase_timer, (flow, gen))
 
     def _increase(self, flow: Flow, s: DcqcnState, t: int) -> None:
-        line = float(flow.line_bps)
-        f = self._f
-        if max(s.t_count, s.bc_count) < f:
-            pass                                   # fast recovery (Eq. 3)
-        elif min(s.t_count, s.bc_count) >= f:      # hyper increase
-            s.rt += (min(s.t_count, s.bc_count) - f + 1) * s.rhai
-        else:                                      # additive increase (Eq. 4)
-            s.rt += s.rai
-        if s.rt > line:
-            s.rt = line
-        s.rc = (s.rt + s.rc) / 2.0
-        if s.rc > line:
-            s.rc = line
+        s.rc, s.rt, recovered = rate_increase(s.rc, s.rt, s.t_count, s.bc_count, self._f, s.rai, s.rhai,
+                                              float(flow.line_bps))
         s.increased = True
-        if s.rt >= line and s.rc >= line * (1.0 - RECOVERED_TOLERANCE):
-            s.rc = line
+        if recovered:
             s.inc_running = False      # back at line rate: stop the increase timer
             s.inc_gen += 1
             s.bytes = 0
         flow.rate_bps = s.rc
+
+
+# ---------------------------------------------------------------------- shared arithmetic
+# Plain functions over ints and floats: Dcqcn calls them, and the compiled packet core
+# (fabricsim/engine/compiled/core.py, core.SHARED) compiles them from this source, so both kernels
+# perform the same IEEE operations in the same order (numba is never given fastmath: no
+# reassociation, no fused multiply-add). ``max`` and ``min`` are written out as comparisons with
+# Python's meaning (``max(a, b)`` is ``b`` only if ``b > a``).
+
+
+def alpha_catch_up(alpha: float, decay: float, periods: int) -> float:
+    """alpha after ``periods`` expiries of the alpha timer (``alpha x decay^periods``), applied at
+    once at the next CNP when the timer was parked (module doc). The power is taken of the period
+    count as a double (``decay ** float(n)``: what CPython's ``float ** int`` does, and libm's
+    ``pow`` in both kernels; numba's ``float ** int`` would multiply by squaring instead).
+
+    >>> alpha_catch_up(1.0, 0.5, 3)
+    0.125
+    """
+    return alpha * decay ** float(periods)
+
+
+def rate_cut(rc: float, rt: float, alpha: float, min_rate: float, decay: float, g: float,
+             clamp: bool) -> tuple[float, float, float]:
+    """The reaction to a CNP (paper Eq. 1): ``Rt <- Rc`` if ``clamp``; ``Rc <- max(Rc (1 - alpha/2),
+    min_rate)``; ``alpha <- decay alpha + g`` (``decay = 1 - g``). Returns ``(Rc, Rt, alpha)``.
+
+    >>> rate_cut(100e9, 100e9, 1.0, 1e8, 1 - 1 / 256, 1 / 256, True)
+    (50000000000.0, 100000000000.0, 1.0)
+    """
+    if clamp:
+        rt = rc
+    cut = rc * (1.0 - alpha / 2.0)
+    rc = min_rate if min_rate > cut else cut
+    return rc, rt, decay * alpha + g
+
+
+def rate_increase(rc: float, rt: float, t_count: int, bc_count: int, f: int, rai: float, rhai: float,
+                  line: float) -> tuple[float, float, bool]:
+    """One increase event with the timer and byte counts ``t_count``, ``bc_count``: fast recovery
+    while both are below ``f`` (Eq. 3), hyper increase (``Rt += i R_HAI``, ``i = min - f + 1``) once
+    both have reached it, else additive increase (``Rt += R_AI``, Eq. 4); then ``Rc <- (Rt + Rc)/2``,
+    both capped at ``line``. Returns ``(Rc, Rt, recovered)``: recovered when Rt is at line rate and
+    Rc within ``RECOVERED_TOLERANCE`` of it (Rc is then set to it).
+
+    >>> rate_increase(50e9, 100e9, 1, 0, 5, 1e8, 5e8, 100e9)
+    (75000000000.0, 100000000000.0, False)
+    """
+    lo, hi = (t_count, bc_count) if t_count < bc_count else (bc_count, t_count)
+    if hi < f:
+        pass                                   # fast recovery (Eq. 3)
+    elif lo >= f:                              # hyper increase
+        rt += (lo - f + 1) * rhai
+    else:                                      # additive increase (Eq. 4)
+        rt += rai
+    if rt > line:
+        rt = line
+    rc = (rt + rc) / 2.0
+    if rc > line:
+        rc = line
+    if rt >= line and rc >= line * (1.0 - RECOVERED_TOLERANCE):
+        return line, rt, True
+    return rc, rt, False

@@ -152,7 +152,7 @@ class DcqcnConnectX(CongestionControl):
             s.alpha = self.params.initial_alpha_value
             r = self.params.rate_to_set_on_first_cnp
             if r is not None:
-                s.rc = s.rt = min(float(r), s.max_rate)
+                s.rc = s.rt = first_rate(float(r), s.max_rate)
                 flow.rate_bps = s.rc
                 self._start_increase(flow, s, t)
             return
@@ -187,15 +187,7 @@ class DcqcnConnectX(CongestionControl):
         n = (t - s.t0) // self._p
         if n <= s.alpha_k:
             return
-        g = self._g
-        a = g * s.alpha // 1024
-        if s.alpha_cnp:
-            a = min(a + 1024 - g, 1023)
-        for _ in range(min(n - s.alpha_k - 1, ALPHA_STEPS_MAX)):
-            if a == 0:
-                break
-            a = g * a // 1024
-        s.alpha = a
+        s.alpha = alpha_periods(s.alpha, s.alpha_cnp, self._g, n - s.alpha_k)
         s.alpha_cnp = False
         s.alpha_k = n
 
@@ -209,8 +201,7 @@ class DcqcnConnectX(CongestionControl):
         p = self.params
         if p.clamp_tgt_rate or s.b_stage > 0 or (p.clamp_tgt_rate_after_time_inc and s.t_stage > 0):
             s.rt = s.rc
-        cut = min(s.rc * s.alpha / self._shift, s.rc * (1.0 - self._keep))
-        s.rc = max(s.rc - cut, min(float(p.rpg_min_rate), s.max_rate))
+        s.rc = rate_cut(s.rc, s.alpha, self._shift, self._keep, float(p.rpg_min_rate), s.max_rate)
         s.cuts += 1
         flow.rate_bps = s.rc
         self._start_increase(flow, s, t)
@@ -234,20 +225,91 @@ class DcqcnConnectX(CongestionControl):
             self.ctx.schedule(t + self._ti, self._increase_timer, (flow, gen))
 
     def _increase(self, flow: Flow, s: DcqcnCxState) -> None:
-        f = self._f
-        if min(s.t_stage, s.b_stage) > f:          # hyper increase
-            s.rt += float(self.params.rpg_hai_rate)
-        elif max(s.t_stage, s.b_stage) >= f:       # additive increase
-            s.rt += float(self.params.rpg_ai_rate)
-        top = s.max_rate
-        if s.rt > top:
-            s.rt = top
-        s.rc = (s.rt + s.rc) / 2.0
-        if s.rc > top:
-            s.rc = top
-        if s.rt >= top and s.rc >= top * (1.0 - RECOVERED_TOLERANCE):
-            s.rc = top
+        p = self.params
+        s.rc, s.rt, recovered = rate_increase(s.rc, s.rt, s.t_stage, s.b_stage, self._f, float(p.rpg_ai_rate),
+                                              float(p.rpg_hai_rate), s.max_rate)
+        if recovered:
             s.inc_running = False      # back at the maximum: nothing left to increase
             s.inc_gen += 1
             s.bytes = 0
         flow.rate_bps = s.rc
+
+
+# ---------------------------------------------------------------------- shared arithmetic
+# Plain functions over ints and floats: DcqcnConnectX calls them, and the compiled packet core
+# (fabricsim/engine/compiled/core.py, core.SHARED) compiles them from this source, so both kernels
+# perform the same operations in the same order (numba is never given fastmath). ``min`` and
+# ``max`` are written out as comparisons with Python's meaning (``min(a, b)`` is ``b`` only if
+# ``b < a``).
+
+
+def alpha_periods(alpha: int, cnp: bool, g: int, periods: int) -> int:
+    """The 10-bit alpha after ``periods >= 1`` boundaries of the alpha period: the first with a
+    CNP in it if ``cnp`` (``floor(g' a / 1024) + 1024 - g'``, capped at 1023), the others empty
+    (``floor(g' a / 1024)``; at most ``ALPHA_STEPS_MAX`` of them, after which alpha is 0 anyway).
+
+    >>> alpha_periods(1023, True, 1019, 1), alpha_periods(1023, False, 1019, 3)
+    (1023, 1008)
+    """
+    a = g * alpha // 1024
+    if cnp:
+        a += 1024 - g
+        if a > 1023:
+            a = 1023
+    steps = periods - 1
+    if steps > ALPHA_STEPS_MAX:
+        steps = ALPHA_STEPS_MAX
+    for _ in range(steps):
+        if a == 0:
+            break
+        a = g * a // 1024
+    return a
+
+
+def first_rate(rate: float, max_rate: float) -> float:
+    """Rc (and Rt) at a queue pair's first CNP: ``rate_to_set_on_first_cnp``, at most the maximum rate.
+
+    >>> first_rate(100e9, 400e9)
+    100000000000.0
+    """
+    return max_rate if max_rate < rate else rate
+
+
+def rate_cut(rc: float, alpha: int, shift: int, keep: float, min_rate: float, max_rate: float) -> float:
+    """Rc after a rate cut: ``Rc - min(Rc alpha / 2^rpg_gd, Rc (1 - keep))`` (``shift = 2^rpg_gd``,
+    ``keep = rpg_min_dec_fac / 100``), at least ``min(rpg_min_rate, the maximum rate)``.
+
+    >>> rate_cut(400e9, 1023, 2048, 0.5, 1e6, 400e9)
+    200195312500.0
+    """
+    a = rc * alpha / shift
+    b = rc * (1.0 - keep)
+    r = rc - (b if b < a else a)
+    floor = max_rate if max_rate < min_rate else min_rate
+    return floor if floor > r else r
+
+
+def rate_increase(rc: float, rt: float, t_stage: int, b_stage: int, f: int, ai: float, hai: float,
+                  top: float) -> tuple[float, float, bool]:
+    """One increase event with the timer and byte stages before it: hyper (``Rt += R_HAI``) if both
+    stages exceed ``f``, additive (``Rt += R_AI``) if one has reached it, else fast recovery; then
+    ``Rc <- (Rt + Rc)/2``, both capped at ``top`` (the maximum rate). Returns ``(Rc, Rt,
+    recovered)``: recovered when Rt is at the top and Rc within ``RECOVERED_TOLERANCE`` of it (Rc
+    is then set to it).
+
+    >>> rate_increase(200e9, 400e9, 0, 0, 1, 5e6, 5e7, 400e9)
+    (300000000000.0, 400000000000.0, False)
+    """
+    lo, hi = (t_stage, b_stage) if t_stage < b_stage else (b_stage, t_stage)
+    if lo > f:                                 # hyper increase
+        rt += hai
+    elif hi >= f:                              # additive increase
+        rt += ai
+    if rt > top:
+        rt = top
+    rc = (rt + rc) / 2.0
+    if rc > top:
+        rc = top
+    if rt >= top and rc >= top * (1.0 - RECOVERED_TOLERANCE):
+        return top, rt, True
+    return rc, rt, False

@@ -2,19 +2,20 @@
 
 The design is docs/compiled-core.md; this package is its slice 1 (section 4.2), the queue
 metric of slice 2, slice 4's adaptive timeouts and ACK coalescing, slice 3's go-back-N receiver
-and PFC, and slice 5's congestion-control layer with the ``telemetry`` controller: ECMP, spraying
+and PFC, and slice 5's congestion-control layer with the ``telemetry`` controller and DCQCN: ECMP, spraying
 and adaptive routing (graded queues, refresh, remote grades) over lossy switches with per-port
 drop-tail buffers or lossless PFC switches, ECN (RED, at enqueue or dequeue) and INT, the ``ddp``
 receiver (SACK + RACK) or the ``go_back_n`` receiver (NAK on a gap, the sender's rewind)
 acknowledging every unit or coalescing ACKs (``ack_every > 1``: the delayed-ACK timer, SACK
 bitmaps; a coalesced ACK echoes the INT of the latest-sent unit it covers), fixed or adaptive
 timeouts (RTT estimator, back-off, jitter draws, timeout probes, D-SACK) and ``retry_limit``,
-congestion control ``none`` or ``telemetry`` (windows and pacing), hosts with one or several NIC
-ports (multi-plane NICs split per packet or per flow, the receiver's control packets, coalesced
-ACKs too, spread over its ports as ``PacketEngine.reply_nic`` does), and NVLink domains with credit
-flow control (net/nvlink.py: the GPUs' links, the chips, completion on the last byte), beside NIC
-ports or alone, with PXN's relayed pieces (``nic.pxn``): the whole ``spectrum_x`` profile. Any
-other scenario runs on
+congestion control ``none``, ``telemetry`` (windows and pacing) or ``dcqcn`` / ``dcqcn_cx`` (the
+receiver's CNPs in the strict-priority class, the reaction point's cuts, timers and byte counter,
+pacing), hosts with one or several NIC ports (multi-plane NICs split per packet or per flow, the
+receiver's control packets, coalesced ACKs and CNPs too, spread over its ports as
+``PacketEngine.reply_nic`` does), and NVLink domains with credit flow control (net/nvlink.py: the
+GPUs' links, the chips, completion on the last byte), beside NIC ports or alone, with PXN's relayed
+pieces (``nic.pxn``): the whole ``spectrum_x`` and ``ethernet`` profiles. Any other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 

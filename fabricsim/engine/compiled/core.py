@@ -25,6 +25,8 @@ import types
 import numpy as np
 from numba import literal_unroll, njit
 
+from ...cc import dcqcn as dcqcn_mod
+from ...cc import dcqcn_cx as cx_mod
 from ...cc import telemetry as tel_mod
 from ...flows import identity
 from ...net import nic as nic_mod
@@ -118,6 +120,15 @@ window_and_rate = njit(_nrt=False)(tel_mod.window_and_rate)
 #: :func:`fabricsim.net.nvlink.nvlink_wire_bytes` and :func:`~fabricsim.net.nvlink.nvlink_stripe_psn`, compiled
 nvlink_wire_bytes = njit(_nrt=False)(nvlink_mod.nvlink_wire_bytes)
 nvlink_stripe_psn = njit(_nrt=False)(nvlink_mod.nvlink_stripe_psn)
+# DCQCN's arithmetic (fabricsim/cc/dcqcn.py) and the ConnectX firmware version's (cc/dcqcn_cx.py), compiled
+# from their source: the same IEEE operations in the same order
+dc_alpha_catch_up = njit(_nrt=False)(dcqcn_mod.alpha_catch_up)
+dc_rate_cut = njit(_nrt=False)(dcqcn_mod.rate_cut)
+dc_rate_increase = njit(_nrt=False)(dcqcn_mod.rate_increase)
+cx_alpha_periods = njit(_nrt=False)(cx_mod.alpha_periods)
+cx_first_rate = njit(_nrt=False)(cx_mod.first_rate)
+cx_rate_cut = njit(_nrt=False)(cx_mod.rate_cut)
+cx_rate_increase = njit(_nrt=False)(cx_mod.rate_increase)
 
 
 # ---------------------------------------------------------------- state layout
@@ -199,6 +210,22 @@ SALT_ROUTE, SALT_RTO, SALT_ECN = 0, 1, 2
 (M_SIZE, M_DELIV, M_DROP, M_INJ, M_DUP, M_RX, M_OOO, M_PEAKH, M_RW, M_RWMAX, M_ECN, M_ACKS, M_CTRL_ARR, M_CTRL_DROP, M_DONE, M_Q0, M_QN, M_NAKS, M_NAKS_SENT, M_DISC, M_CNPS, M_NONFINAL, M_PIECE,) = range(len(MSG_FIELDS))
 (H_HOLD, H_PEAK, H_MADE, H_ORDER,) = range(len(HOST_FIELDS))
 (S_KMIN, S_KMAX, S_DEQ, S_NODE,) = range(len(SWITCH_FIELDS))
+# slice 5's DCQCN additions, appended to the rows above:
+# P: lh, lt, lbu: a lossy port's strict-priority lane (PriorityLane: inflight, linked through the packets'
+#    next, and busy_until; Switch.priority); sqh, sqt: a lossless port's strict-priority FIFO (LosslessPort.cq;
+#    cqh, cqt are an NVLink chip port's credit returns)
+PORT_FIELDS = PORT_FIELDS + ("lh", "lt", "lbu", "sqh", "sqt")
+P_LH, P_LT, P_LBU, P_SQH, P_SQT = range(len(PORT_FIELDS) - 5, len(PORT_FIELDS))
+# Q: cc4..cc8: more of the algorithm's integer state (DQ_*, XQ_* below); rlcnp: the receiver's r_last_cnp,
+#    the time of its last CNP (ABSENT = None)
+QP_FIELDS = QP_FIELDS + ("cc4", "cc5", "cc6", "cc7", "cc8", "rlcnp")
+Q_CC4, Q_CC5, Q_CC6, Q_CC7, Q_CC8, Q_RLCNP = range(len(QP_FIELDS) - 6, len(QP_FIELDS))
+# K: lane: the packet crosses the strict-priority lane of its hop (pkt.hop is that port's lane)
+PKT_FIELDS = PKT_FIELDS + ("lane",)
+K_LANE = len(PKT_FIELDS) - 1
+# M: cnps_sent: the CNPs the message's receiver sent (MessageState.cnps_sent)
+MSG_FIELDS = MSG_FIELDS + ("cnps_sent",)
+M_CNPS_SENT = len(MSG_FIELDS) - 1
 # per queue pair, floats (X.QF): the flow's pacing rate and window, then the algorithm's own
 QF_FIELDS = ("rate", "win") + tuple(f"c{i}" for i in range(12))
 QF_RATE, QF_WIN, QF_C0 = 0, 1, 2
@@ -214,9 +241,30 @@ TH_Q, TH_PORT, TH_RH, TH_RT, TH_RN, TH_MH, TH_MT, TH_LTS, TH_LQ = range(len(TH_F
 # a node of those deques (X.TN): (ts, tx or qlen), doubly linked (the queue minimum pops at both ends)
 TN_FIELDS = ("ts", "val", "next", "prev")
 TN_TS, TN_VAL, TN_NEXT, TN_PREV = range(len(TN_FIELDS))
+# dcqcn (cc/dcqcn.py DcqcnState): rc, rt, alpha, rai, rhai, min_rate (floats); t_count, bc_count, bytes,
+# alpha_gen, inc_gen, cnps, alpha_phase (ABSENT = None) and the flags alpha_running, inc_running, increased
+# (CF_*) (ints)
+DF_RC, DF_RT, DF_ALPHA, DF_RAI, DF_RHAI, DF_MIN = range(QF_C0, QF_C0 + 6)
+DQ_T, DQ_BC, DQ_BYTES, DQ_AGEN, DQ_IGEN, DQ_CNPS, DQ_PHASE, DQ_FLAGS = (Q_CC0, Q_CC1, Q_CC2, Q_CC3, Q_CC4, Q_CC5,
+                                                                       Q_CC6, Q_CC7)
+# dcqcn_cx (cc/dcqcn_cx.py DcqcnCxState): rc, rt, max_rate (floats); alpha, t0, alpha_k, t_stage, b_stage,
+# bytes, inc_gen, cuts and the flags first, alpha_cnp, dec_cnp, dec_pending, inc_running (CF_*) (ints)
+XF_RC, XF_RT, XF_MAX = range(QF_C0, QF_C0 + 3)
+XQ_ALPHA, XQ_T0, XQ_K, XQ_TS, XQ_BS, XQ_BYTES, XQ_IGEN, XQ_CUTS, XQ_FLAGS = (Q_CC0, Q_CC1, Q_CC2, Q_CC3, Q_CC4,
+                                                                            Q_CC5, Q_CC6, Q_CC7, Q_CC8)
+# their flag bits; CF_RATEF: flow.rate_bps is the algorithm's float (the int line rate ``start`` set until
+# the algorithm first sets it: only the written-back type depends on it)
+CF_IRUN, CF_RATEF, CF_ARUN, CF_INCR, CF_FIRST, CF_ACNP, CF_DCNP, CF_DPEND = 1, 2, 4, 8, 16, 32, 64, 128
+# their timers (E_CC_TIMER's second argument: generation x 4 + which): the alpha timer (dcqcn), the
+# rate-increase timer (both), the rate-cut check (dcqcn_cx: no generation, dec_pending)
+TM_ALPHA, TM_INC, TM_CHECK = 0, 1, 2
 # float scalars (X.f): the latency histogram's 1 / log(base); telemetry's eta, rtt_gain, window_rtt_max
 F_INV, F_ETA, F_RTT_GAIN, F_RTT_MAX = range(4)
 NF = 4
+# DCQCN (slice 5): dcqcn's g and 1 - g; dcqcn_cx's rpg_min_dec_fac / 100, rpg_min_rate, rpg_ai_rate,
+# rpg_hai_rate and rate_to_set_on_first_cnp as floats
+F_DC_G, F_DC_DECAY, F_CX_KEEP, F_CX_MINR, F_CX_AI, F_CX_HAI, F_CX_FIRST = range(NF, NF + 7)
+NF += 7
 
 #: the model functions compiled into the core from their own modules: numba's disk cache of the
 #: core is keyed on this file only, so :func:`check_cache` discards it when one of these changes
@@ -225,7 +273,9 @@ SHARED = (identity.mix64, identity.packet_draw_fields, ecmp_mod.direction_hash, 
           sender_mod.rtt_estimate, receiver_mod.ack_requested, nic_mod.pacing_gap_ps, tel_mod.hop_utilisation,
           tel_mod.queue_delay_ps, tel_mod.ewma_over_T, tel_mod.unseen_delay, tel_mod.reference_window,
           tel_mod.window_and_rate,
-          nvlink_mod.nvlink_wire_bytes, nvlink_mod.nvlink_stripe_psn)
+          nvlink_mod.nvlink_wire_bytes, nvlink_mod.nvlink_stripe_psn) + (
+          dcqcn_mod.alpha_catch_up, dcqcn_mod.rate_cut, dcqcn_mod.rate_increase, cx_mod.alpha_periods,
+          cx_mod.first_rate, cx_mod.rate_cut, cx_mod.rate_increase)
 
 # ---------------------------------------------------------------- codes
 
@@ -254,6 +304,15 @@ G_COALESCE, G_ACK_EVERY, G_ACK_DELAY, G_SACK_UNITS, G_SACK_BYTES, G_SACK_REACH, 
 G_CC, G_STAMP, G_INT_FIRST, G_INT_HOP, G_MAXHOP, G_TEL_PERHOP, G_TEL_MAXSTAGE = range(65, 72)
 G_TH_N, G_TNFREE, G_TNNFREE, G_HT_BITS = range(72, 76)
 NG = 76
+# DCQCN (slice 5): the receiver's CNP spacing (Receiver.cnp_interval, -1 = None: no CNPs); the packet kinds in
+# the strict-priority class (bit k: kind k, Switch.strict); the algorithm's periods, byte counter and
+# threshold (dcqcn: alpha_timer K, rate_increase_timer, byte_counter, fast_recovery_steps; dcqcn_cx:
+# dce_tcp_rtt, rpg_time_reset, rpg_byte_reset, rpg_threshold), its clamp (clamp_target_rate / clamp_tgt_rate),
+# and dcqcn_cx's dce_tcp_g, rate_reduce_monitor_period, 2^rpg_gd, clamp_tgt_rate_after_time_inc,
+# initial_alpha_value and whether rate_to_set_on_first_cnp is set
+(G_CNP_INT, G_STRICT, G_DC_K, G_DC_TI, G_DC_B, G_DC_F, G_DC_CLAMP, G_CX_G, G_CX_D, G_CX_SHIFT, G_CX_CLAMP_TI,
+ G_CX_A0, G_CX_HAS_FIRST) = range(NG, NG + 13)
+NG += 13
 
 # agenda entry kinds
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
@@ -276,6 +335,7 @@ DATA, ACK, NAK, CNP = 0, 1, 2, 3
 # congestion-control algorithms (coverage.CC: the names compiled so far). A further algorithm is a further
 # code: its state in the generic slots (Q_CC0.., QF_C0..), its branches in the _cc_* hooks below
 CC_NONE, CC_TELEMETRY = 0, 1
+CC_DCQCN, CC_DCQCN_CX = 2, 3
 C_SACK, C_TIMEOUT, C_NAK = 0, 1, 2
 # per-PSN flags (sender: sacked, lost, probed; receiver: held)
 F_SACKED, F_LOST, F_HELD, F_PROBED = 1, 2, 4, 8
@@ -384,6 +444,7 @@ def _pkt(X, qp, dst, wire, payload, seq, t_tx, npk, hop, kind):
     X.K[i, K_INPORT] = -1
     X.K[i, K_SACKS] = -1
     X.K[i, K_TELN] = -1
+    X.K[i, K_LANE] = 0
     return i
 
 
@@ -502,6 +563,7 @@ def _enqueue_arrival(X, port, pkt, at):
     X.K[pkt, K_AT] = at
     X.K[pkt, K_ASEQ] = s
     X.K[pkt, K_HOP] = port
+    X.K[pkt, K_LANE] = 0
     _fifo_append(X.P, port, P_IH, P_IT, X.K, K_NEXT, pkt)
     if X.P[port, P_IH] == pkt:
         push(X, at, s, E_DELIVER, pkt, 0)
@@ -515,6 +577,22 @@ def _advance_inflight(X, port):
     #   order, every key being distinct).
     _fifo_popleft(X.P, port, P_IH, P_IT, X.K, K_NEXT)
     nx = X.P[port, P_IH]
+    if nx < 0:
+        _pop_root(X)
+    else:
+        _sift_root(X, X.g[G_HN], X.K[nx, K_AT], X.K[nx, K_ASEQ], E_DELIVER, nx, 0)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _advance_hop(X, pkt):
+    # = hop = pkt.hop; hop.inflight.popleft(); if hop.inflight: push(hop.inflight[0]), the hop being a port
+    #   or its strict-priority lane (K_LANE: Switch.priority), as _advance_inflight
+    port = X.K[pkt, K_HOP]
+    if not X.K[pkt, K_LANE]:
+        _advance_inflight(X, port)
+        return
+    _fifo_popleft(X.P, port, P_LH, P_LT, X.K, K_NEXT)
+    nx = X.P[port, P_LH]
     if nx < 0:
         _pop_root(X)
     else:
@@ -780,12 +858,18 @@ def _choose(X, sw, t, pkt):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _switch_arrive(X, sw, t, pkt):
-    # = Switch.arrive (lossy, no shared pool; strict-priority kinds never occur: coverage)
+    # = Switch.arrive (lossy, no shared pool: coverage); a packet of a strict-priority kind goes to the
+    #   egress port's lane (its hop may have been a lane too, which has no samples to settle)
     hop = X.K[pkt, K_HOP]
-    _advance_inflight(X, hop)
-    _settle_due(X, hop, t)
+    lane = X.K[pkt, K_LANE]
+    _advance_hop(X, pkt)
+    if not lane:
+        _settle_due(X, hop, t)
     kind = X.K[pkt, K_KIND]
     port = _choose(X, sw, t, pkt)
+    if kind and (X.g[G_STRICT] >> kind) & 1:
+        _priority(X, t, port, pkt)
+        return
     _settle_due(X, port, t)
     wire = X.K[pkt, K_WIRE]
     stamp = X.g[G_STAMP] and kind == DATA
@@ -831,6 +915,48 @@ def _switch_arrive(X, sw, t, pkt):
         _tel_push(X, pkt, bu, X.P[port, P_TXB], q, port)
     _enqueue_arrival(X, port, pkt, bu + X.P[port, P_OFFSET])
 
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _priority(X, t, port, pkt):
+    # = Switch.priority (no shared pool: coverage): serialised after the data packet on the wire (the first
+    #   of the port's arrivals whose last bit has not left by t) or the lane's previous packet, whichever
+    #   is later; the data class's busy_until is pushed back by its serialisation
+    wire = X.K[pkt, K_WIRE]
+    ser = _ser(X, port, wire)
+    start = t
+    bu = X.P[port, P_BUSY]
+    off = X.P[port, P_OFFSET]
+    if bu > t:
+        i = X.P[port, P_IH]
+        while i >= 0:
+            if X.K[i, K_AT] - off > t:
+                start = X.K[i, K_AT] - off
+                break
+            i = X.K[i, K_NEXT]
+    if X.P[port, P_LBU] > start:
+        start = X.P[port, P_LBU]
+    end = start + ser
+    X.P[port, P_LBU] = end
+    newbu = bu + ser if bu > t else end
+    X.P[port, P_BUSY] = newbu
+    if newbu - t > X.P[port, P_PEAK]:
+        X.P[port, P_PEAK] = newbu - t
+    X.P[port, P_TXB] += wire
+    X.P[port, P_TXP] += X.K[pkt, K_NPK]
+    X.P[port, P_CB] += wire
+    X.P[port, P_CP] += 1
+    X.P[port, P_PRIO] += wire
+    # = entry = (end + port.offset, next(seq), port.deliver, pkt); pkt.hop = lane; lane.inflight.append(entry);
+    #   if len(lane.inflight) == 1: push(entry)
+    s = _seq(X)
+    X.K[pkt, K_AT] = end + off
+    X.K[pkt, K_ASEQ] = s
+    X.K[pkt, K_HOP] = port
+    X.K[pkt, K_LANE] = 1
+    _fifo_append(X.P, port, P_LH, P_LT, X.K, K_NEXT, pkt)
+    if X.P[port, P_LH] == pkt:
+        push(X, end + off, s, E_DELIVER, pkt, 0)
+
 # ---------------------------------------------------------------- PFC: net/lossless.py
 
 
@@ -865,13 +991,17 @@ def _signal(X, t, port, pause):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _lstart(X, port, t):
-    # = LosslessPort._start (no strict-priority packet ever queued: coverage)
-    pkt = X.P[port, P_LQH]
-    if pkt >= 0 and not X.P[port, P_PAUSED]:
-        _fifo_popleft(X.P, port, P_LQH, P_LQT, X.K, K_NEXT)
+    # = LosslessPort._start: the strict-priority FIFO first (never paused), then the lossless class
+    pkt = X.P[port, P_SQH]
+    if pkt >= 0:
+        _fifo_popleft(X.P, port, P_SQH, P_SQT, X.K, K_NEXT)
     else:
-        X.P[port, P_SENDING] = 0
-        return
+        pkt = X.P[port, P_LQH]
+        if pkt >= 0 and not X.P[port, P_PAUSED]:
+            _fifo_popleft(X.P, port, P_LQH, P_LQT, X.K, K_NEXT)
+        else:
+            X.P[port, P_SENDING] = 0
+            return
     X.P[port, P_SENDING] = 1
     X.P[port, P_CUR] = pkt
     wire = X.K[pkt, K_WIRE]
@@ -893,8 +1023,8 @@ def _lstart(X, port, t):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _lenqueue(X, port, t, pkt):
-    # = LosslessPort.enqueue(t, pkt, strict=False)
+def _lenqueue(X, port, t, pkt, strict):
+    # = LosslessPort.enqueue(t, pkt, strict)
     wire = X.K[pkt, K_WIRE]
     qb = X.P[port, P_QBYTES] + wire
     X.P[port, P_QBYTES] = qb
@@ -903,7 +1033,10 @@ def _lenqueue(X, port, t, pkt):
     pk = _drain_ps(X, port, qb)
     if pk > X.P[port, P_PEAK]:
         X.P[port, P_PEAK] = pk
-    _fifo_append(X.P, port, P_LQH, P_LQT, X.K, K_NEXT, pkt)
+    if strict:
+        _fifo_append(X.P, port, P_SQH, P_SQT, X.K, K_NEXT, pkt)
+    else:
+        _fifo_append(X.P, port, P_LQH, P_LQT, X.K, K_NEXT, pkt)
     if not X.P[port, P_SENDING]:
         _lstart(X, port, t)
 
@@ -928,11 +1061,16 @@ def _ldone(X, t, port):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _lossless_arrive(X, sw, t, pkt):
-    # = LosslessSwitch.arrive (data, ACK and NAK all in the lossless class: coverage)
+    # = LosslessSwitch.arrive: a packet of a strict-priority kind joins the port's strict FIFO, unaccounted
+    #   to its ingress link (no lanes under PFC: every switch is lossless, so the hop is a port)
     ing = X.K[pkt, K_HOP]
     _advance_inflight(X, ing)
     port = _choose(X, sw, t, pkt)
-    if X.K[pkt, K_KIND] == DATA:
+    kind = X.K[pkt, K_KIND]
+    if (X.g[G_STRICT] >> kind) & 1:
+        _lenqueue(X, port, t, pkt, True)
+        return
+    if kind == DATA:
         if X.g[G_STAMP]:
             X.K[pkt, K_WIRE] += X.g[G_INT_FIRST] if X.K[pkt, K_TELN] < 0 else X.g[G_INT_HOP]
         kmin = X.S[sw, S_KMIN]
@@ -948,7 +1086,7 @@ def _lossless_arrive(X, sw, t, pkt):
     if not X.P[ing, P_XOFF] and b > X.g[G_XOFF]:
         X.P[ing, P_XOFF] = 1
         _signal(X, t, ing, True)
-    _lenqueue(X, port, t, pkt)
+    _lenqueue(X, port, t, pkt, False)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -1591,8 +1729,12 @@ def _on_rto(X, q, t):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _cc_on_send(X, q, t, nbytes):
-    # = nic.on_send(flow, t, payload): none of the compiled algorithms overrides it (CC_NONE, CC_TELEMETRY)
-    pass
+    # = nic.on_send(flow, t, payload): DCQCN's byte counter (CC_NONE and CC_TELEMETRY do not override it)
+    cc = X.g[G_CC]
+    if cc == CC_DCQCN:
+        _dc_on_send(X, q, nbytes)
+    elif cc == CC_DCQCN_CX:
+        _cx_on_send(X, q, nbytes)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -1606,22 +1748,243 @@ def _cc_on_ack(X, q, t, seq, newly, pkt):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _cc_on_cnp(X, q, t):
-    # = self.cc.on_cnp(qp.flow, t): no compiled algorithm sends CNPs yet (cnp_interval_ps None), so none
-    #   arrives; DCQCN's reaction point goes here
-    pass
+    # = self.cc.on_cnp(qp.flow, t): DCQCN's reaction point (only the DCQCN algorithms send CNPs:
+    #   cnp_interval_ps None otherwise)
+    cc = X.g[G_CC]
+    if cc == CC_DCQCN:
+        _dc_on_cnp(X, q, t)
+    elif cc == CC_DCQCN_CX:
+        _cx_on_cnp(X, q, t)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _cc_on_done(X, q, t):
-    # = self._cc_done(flow, t): none of the compiled algorithms overrides on_done
-    pass
+    # = self._cc_done(flow, t): DCQCN stops its timers (telemetry does not override on_done)
+    cc = X.g[G_CC]
+    if cc == CC_DCQCN:
+        # = Dcqcn.on_done
+        X.Q[q, DQ_AGEN] += 1
+        X.Q[q, DQ_IGEN] += 1
+        X.Q[q, DQ_FLAGS] &= ~(CF_ARUN | CF_IRUN)
+    elif cc == CC_DCQCN_CX:
+        # = DcqcnConnectX.on_done
+        X.Q[q, XQ_IGEN] += 1
+        X.Q[q, XQ_FLAGS] &= ~CF_IRUN
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _cc_timer(X, t, q, code):
-    # = an algorithm's timer callback (ctx.schedule(t, fn, (flow, generation))): none of the compiled
-    #   algorithms has timers; DCQCN's alpha and increase timers go here (``code``: which, and its generation)
-    pass
+    # = an algorithm's timer callback (ctx.schedule(t, fn, (flow, generation))): ``code`` is the
+    #   generation x 4 + which timer (TM_*)
+    which = code & 3
+    gen = code >> 2
+    if X.g[G_CC] == CC_DCQCN:
+        if which == TM_ALPHA:
+            _dc_alpha_timer(X, t, q, gen)
+        else:
+            _dc_increase_timer(X, t, q, gen)
+    elif which == TM_CHECK:
+        _cx_rate_check(X, t, q)
+    else:
+        _cx_increase_timer(X, t, q, gen)
+
+# ---------------------------------------------------------------- dcqcn: cc/dcqcn.py
+# Dcqcn's hooks and timers mirrored line for line; the arithmetic is the module's own (dc_*, compiled from
+# its source). A timer is an agenda entry E_CC_TIMER (queue pair, generation x 4 + TM_*), pushed where
+# ctx.schedule is called (the seq drawn there). ``s is None`` never holds: every compiled flow was started.
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _dc_increase(X, q):
+    # = Dcqcn._increase
+    rc, rt, recovered = dc_rate_increase(X.QF[q, DF_RC], X.QF[q, DF_RT], X.Q[q, DQ_T], X.Q[q, DQ_BC],
+                                         X.g[G_DC_F], X.QF[q, DF_RAI], X.QF[q, DF_RHAI], float(X.Q[q, Q_LINE]))
+    X.QF[q, DF_RC] = rc
+    X.QF[q, DF_RT] = rt
+    X.Q[q, DQ_FLAGS] |= CF_INCR
+    if recovered:
+        X.Q[q, DQ_FLAGS] &= ~CF_IRUN        # back at line rate: stop the increase timer
+        X.Q[q, DQ_IGEN] += 1
+        X.Q[q, DQ_BYTES] = 0
+    X.QF[q, QF_RATE] = rc
+    X.Q[q, DQ_FLAGS] |= CF_RATEF
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _dc_on_cnp(X, q, t):
+    # = Dcqcn.on_cnp
+    if not X.Q[q, Q_ACTIVE]:
+        return
+    fl = X.Q[q, DQ_FLAGS]
+    if not fl & CF_ARUN and X.Q[q, DQ_PHASE] != ABSENT:
+        # alpha timer was parked while the flow ran at line rate: apply its missed expiries
+        X.QF[q, DF_ALPHA] = dc_alpha_catch_up(X.QF[q, DF_ALPHA], X.f[F_DC_DECAY],
+                                              (t - X.Q[q, DQ_PHASE]) // X.g[G_DC_K])
+    X.Q[q, DQ_CNPS] += 1
+    rc, rt, alpha = dc_rate_cut(X.QF[q, DF_RC], X.QF[q, DF_RT], X.QF[q, DF_ALPHA], X.QF[q, DF_MIN],
+                                X.f[F_DC_DECAY], X.f[F_DC_G],
+                                X.g[G_DC_CLAMP] != 0 or fl & CF_INCR != 0 or X.Q[q, DQ_CNPS] == 1)
+    X.QF[q, DF_RC] = rc
+    X.QF[q, DF_RT] = rt
+    X.QF[q, DF_ALPHA] = alpha
+    X.Q[q, DQ_T] = 0
+    X.Q[q, DQ_BC] = 0
+    X.Q[q, DQ_BYTES] = 0
+    X.Q[q, DQ_PHASE] = ABSENT
+    X.QF[q, QF_RATE] = rc
+    # restart both timers (older events become stale through the generation counters)
+    X.Q[q, DQ_FLAGS] = (fl & ~CF_INCR) | CF_RATEF | CF_ARUN | CF_IRUN
+    X.Q[q, DQ_AGEN] += 1
+    push(X, t + X.g[G_DC_K], _seq(X), E_CC_TIMER, q, X.Q[q, DQ_AGEN] * 4 + TM_ALPHA)
+    X.Q[q, DQ_IGEN] += 1
+    push(X, t + X.g[G_DC_TI], _seq(X), E_CC_TIMER, q, X.Q[q, DQ_IGEN] * 4 + TM_INC)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _dc_on_send(X, q, nbytes):
+    # = Dcqcn.on_send
+    if not X.Q[q, DQ_FLAGS] & CF_IRUN:         # at line rate nothing can increase
+        return
+    b = X.g[G_DC_B]
+    X.Q[q, DQ_BYTES] += nbytes
+    while X.Q[q, DQ_BYTES] >= b and X.Q[q, DQ_FLAGS] & CF_IRUN:
+        X.Q[q, DQ_BYTES] -= b
+        X.Q[q, DQ_BC] += 1
+        _dc_increase(X, q)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _dc_alpha_timer(X, t, q, gen):
+    # = Dcqcn._alpha_timer
+    if gen != X.Q[q, DQ_AGEN] or not X.Q[q, Q_ACTIVE]:
+        return
+    X.QF[q, DF_ALPHA] *= X.f[F_DC_DECAY]       # (one IEEE multiplication, as Python's)
+    if X.Q[q, DQ_FLAGS] & CF_IRUN:
+        push(X, t + X.g[G_DC_K], _seq(X), E_CC_TIMER, q, gen * 4 + TM_ALPHA)
+    else:
+        # fully recovered: park the timer, remember its phase for the lazy catch-up in on_cnp
+        X.Q[q, DQ_FLAGS] &= ~CF_ARUN
+        X.Q[q, DQ_PHASE] = t
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _dc_increase_timer(X, t, q, gen):
+    # = Dcqcn._increase_timer
+    if gen != X.Q[q, DQ_IGEN] or not X.Q[q, Q_ACTIVE]:
+        return
+    X.Q[q, DQ_T] += 1
+    _dc_increase(X, q)
+    if X.Q[q, DQ_FLAGS] & CF_IRUN:
+        push(X, t + X.g[G_DC_TI], _seq(X), E_CC_TIMER, q, gen * 4 + TM_INC)
+
+# ---------------------------------------------------------------- dcqcn_cx: cc/dcqcn_cx.py
+# DcqcnConnectX's hooks and timers mirrored line for line; the arithmetic is the module's own (cx_*).
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cx_increase(X, q):
+    # = DcqcnConnectX._increase
+    rc, rt, recovered = cx_rate_increase(X.QF[q, XF_RC], X.QF[q, XF_RT], X.Q[q, XQ_TS], X.Q[q, XQ_BS],
+                                         X.g[G_DC_F], X.f[F_CX_AI], X.f[F_CX_HAI], X.QF[q, XF_MAX])
+    X.QF[q, XF_RC] = rc
+    X.QF[q, XF_RT] = rt
+    if recovered:
+        X.Q[q, XQ_FLAGS] &= ~CF_IRUN        # back at the maximum: nothing left to increase
+        X.Q[q, XQ_IGEN] += 1
+        X.Q[q, XQ_BYTES] = 0
+    X.QF[q, QF_RATE] = rc
+    X.Q[q, XQ_FLAGS] |= CF_RATEF
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cx_start_increase(X, q, t):
+    # = DcqcnConnectX._start_increase
+    X.Q[q, XQ_TS] = 0
+    X.Q[q, XQ_BS] = 0
+    X.Q[q, XQ_BYTES] = 0
+    X.Q[q, XQ_IGEN] += 1
+    X.Q[q, XQ_FLAGS] |= CF_IRUN
+    push(X, t + X.g[G_DC_TI], _seq(X), E_CC_TIMER, q, X.Q[q, XQ_IGEN] * 4 + TM_INC)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cx_advance_alpha(X, q, t):
+    # = DcqcnConnectX._advance_alpha
+    n = (t - X.Q[q, XQ_T0]) // X.g[G_DC_K]
+    if n <= X.Q[q, XQ_K]:
+        return
+    X.Q[q, XQ_ALPHA] = cx_alpha_periods(X.Q[q, XQ_ALPHA], X.Q[q, XQ_FLAGS] & CF_ACNP != 0, X.g[G_CX_G],
+                                        n - X.Q[q, XQ_K])
+    X.Q[q, XQ_FLAGS] &= ~CF_ACNP
+    X.Q[q, XQ_K] = n
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cx_on_cnp(X, q, t):
+    # = DcqcnConnectX.on_cnp
+    if not X.Q[q, Q_ACTIVE]:
+        return
+    if X.Q[q, XQ_FLAGS] & CF_FIRST:
+        X.Q[q, XQ_FLAGS] &= ~CF_FIRST
+        X.Q[q, XQ_T0] = t
+        X.Q[q, XQ_ALPHA] = X.g[G_CX_A0]
+        if X.g[G_CX_HAS_FIRST]:
+            r = cx_first_rate(X.f[F_CX_FIRST], X.QF[q, XF_MAX])
+            X.QF[q, XF_RC] = r
+            X.QF[q, XF_RT] = r
+            X.QF[q, QF_RATE] = r
+            X.Q[q, XQ_FLAGS] |= CF_RATEF
+            _cx_start_increase(X, q, t)
+        return
+    _cx_advance_alpha(X, q, t)
+    X.Q[q, XQ_FLAGS] |= CF_ACNP | CF_DCNP
+    if not X.Q[q, XQ_FLAGS] & CF_DPEND:
+        X.Q[q, XQ_FLAGS] |= CF_DPEND
+        d = X.g[G_CX_D]
+        t0 = X.Q[q, XQ_T0]
+        push(X, t0 + ((t - t0) // d + 1) * d, _seq(X), E_CC_TIMER, q, TM_CHECK)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cx_on_send(X, q, nbytes):
+    # = DcqcnConnectX.on_send
+    b = X.g[G_DC_B]
+    if not X.Q[q, XQ_FLAGS] & CF_IRUN or not b:
+        return
+    X.Q[q, XQ_BYTES] += nbytes
+    while X.Q[q, XQ_BYTES] >= b and X.Q[q, XQ_FLAGS] & CF_IRUN:
+        X.Q[q, XQ_BYTES] -= b
+        _cx_increase(X, q)
+        X.Q[q, XQ_BS] += 1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cx_rate_check(X, t, q):
+    # = DcqcnConnectX._rate_check
+    X.Q[q, XQ_FLAGS] &= ~CF_DPEND
+    if not X.Q[q, Q_ACTIVE] or not X.Q[q, XQ_FLAGS] & CF_DCNP:
+        return
+    _cx_advance_alpha(X, q, t)
+    X.Q[q, XQ_FLAGS] &= ~CF_DCNP
+    if X.g[G_DC_CLAMP] or X.Q[q, XQ_BS] > 0 or (X.g[G_CX_CLAMP_TI] and X.Q[q, XQ_TS] > 0):
+        X.QF[q, XF_RT] = X.QF[q, XF_RC]
+    X.QF[q, XF_RC] = cx_rate_cut(X.QF[q, XF_RC], X.Q[q, XQ_ALPHA], X.g[G_CX_SHIFT], X.f[F_CX_KEEP],
+                                 X.f[F_CX_MINR], X.QF[q, XF_MAX])
+    X.Q[q, XQ_CUTS] += 1
+    X.QF[q, QF_RATE] = X.QF[q, XF_RC]
+    X.Q[q, XQ_FLAGS] |= CF_RATEF
+    _cx_start_increase(X, q, t)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _cx_increase_timer(X, t, q, gen):
+    # = DcqcnConnectX._increase_timer
+    if gen != X.Q[q, XQ_IGEN] or not X.Q[q, Q_ACTIVE]:
+        return
+    _cx_increase(X, q)
+    X.Q[q, XQ_TS] += 1
+    if X.Q[q, XQ_FLAGS] & CF_IRUN:
+        push(X, t + X.g[G_DC_TI], _seq(X), E_CC_TIMER, q, gen * 4 + TM_INC)
 
 # ---------------------------------------------------------------- telemetry: cc/telemetry.py
 
@@ -2056,20 +2419,37 @@ def _check_done(X, row):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _send_cnp(X, q, t):
+    # = Receiver.send_now(t, qp, CNP, 0, None) (the ACK state untouched), then reply_nic (_reply_nic: a CNP
+    #   takes the port whose wire frees first like an ACK, and does not turn the rotation, which counts ACKs
+    #   and NAKs only)
+    pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, 0, t, 1, -1, CNP)
+    X.K[pkt, K_SACK] = -1
+    _send_ctrl(X, _reply_nic(X, q, t), t, pkt)
+    X.M[X.Q[q, Q_MSG], M_CNPS_SENT] += 1
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _arrived(X, t, pkt):
     # the start of Receiver.on_packet and on_packet_coalesced: the latency histogram and ECN
-    # (Receiver._marked, cnp_interval None)
+    # (Receiver._marked: with CNPs, G_CNP_INT >= 0, one unless one went out within the interval)
     npk = X.K[pkt, K_NPK]
     X.hist[int(math.log(t - X.K[pkt, K_TTX]) * X.f[F_INV])] += npk
     if X.K[pkt, K_CE]:
         q = X.K[pkt, K_QP]
         X.M[X.Q[q, Q_MSG], M_ECN] += npk
         X.Q[q, Q_RCE] += npk
+        ci = X.g[G_CNP_INT]
+        if ci >= 0:
+            last = X.Q[q, Q_RLCNP]
+            if last == ABSENT or t - last >= ci:
+                X.Q[q, Q_RLCNP] = t
+                _send_cnp(X, q, t)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_packet(X, t, pkt):
-    # = Receiver.on_packet, ack_every 1, no CNPs; on_gap: ddp holds the unit (G_SELECTIVE),
+    # = Receiver.on_packet, ack_every 1 (the ECN count and the CNP in _arrived); on_gap: ddp holds the unit (G_SELECTIVE),
     #   go-back-N discards it (GoBackN.on_gap)
     _arrived(X, t, pkt)
     q = X.K[pkt, K_QP]
@@ -2105,7 +2485,7 @@ def _on_packet(X, t, pkt):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_packet_coalesced(X, t, pkt):
-    # = Receiver.on_packet_coalesced (ack_every > 1), no CNPs; on_gap as in _on_packet
+    # = Receiver.on_packet_coalesced (ack_every > 1; the CNP in _arrived); on_gap as in _on_packet
     _arrived(X, t, pkt)
     q = X.K[pkt, K_QP]
     row = X.Q[q, Q_MSG]
@@ -2157,7 +2537,7 @@ def _on_packet_coalesced(X, t, pkt):
 @njit(cache=True, nogil=True, _nrt=False)
 def _to_host(X, t, pkt):
     # = PacketEngine._to_host (data to the receiver; control counted, then to the sender)
-    _advance_inflight(X, X.K[pkt, K_HOP])
+    _advance_hop(X, pkt)
     if X.K[pkt, K_KIND] == DATA:
         if X.g[G_COALESCE]:
             _on_packet_coalesced(X, t, pkt)
@@ -2459,7 +2839,7 @@ def run(X, until_ps):
             elif code == D_NVRX:
                 _nv_rx(X, t, a)
             else:
-                if code == D_HOST_SETTLE and X.P[X.K[a, K_HOP], P_PH] >= 0:
+                if code == D_HOST_SETTLE and not X.K[a, K_LANE] and X.P[X.K[a, K_HOP], P_PH] >= 0:
                     _settle(X, X.K[a, K_HOP], t)
                 _to_host(X, t, a)
         elif kind == E_TX:

@@ -21,13 +21,18 @@ more) or, with adaptive timeouts, a wait allowance of 2^61 ps or more (``ack_del
 control ``none`` and ``telemetry`` are compiled, the latter with INT stamped by lossy and lossless
 switches (INT without a controller, ``switch.telemetry: on``, too), with or without ACK coalescing
 (a coalesced ACK echoes the INT of the latest-sent unit it covers, a D-SACK its duplicate's), for
-time limits below 2^53 ps (its int-float comparisons); ``dcqcn`` and ``dcqcn_cx`` run on heap
-(``congestion_control: dcqcn (slice 5)``). Hosts with several NIC ports (multi-plane NICs,
-``nic.plane_split`` ``per_packet`` or ``per_flow``) and NVLink domains with credit flow control
+time limits below 2^53 ps (its int-float comparisons); and so are ``dcqcn`` and ``dcqcn_cx`` (the
+receiver's CNPs, the reaction point, the alpha, rate-increase and rate-cut-check timers, the byte
+counter), unless a timer could be set past int64 (the time limit plus the algorithm's longest period
+of 2^62 ps or more) or the byte counter is 2^62 bytes or more. Every ``switch.strict_priority`` is
+compiled: CNPs (and with ``control`` ACKs and NAKs) cross a lossy port's strict-priority lane
+(``Switch.priority``) or a lossless port's strict FIFO. Hosts with several NIC ports (multi-plane
+NICs, ``nic.plane_split`` ``per_packet`` or ``per_flow``) and NVLink domains with credit flow control
 (``nvlink.transport: credit``) are compiled, and so is PXN (``nic.pxn``: a message's pieces relayed
 through a GPU of its domain, each with a message row of its own), with every receiver, timer mode,
-ACK coalescing and congestion control above (an NVLink queue pair has no ACK, timer or controller;
-its chips neither mark nor stamp).
+ACK coalescing and congestion control above (a CNP, like an ACK, leaves by ``reply_nic``'s port; the
+rate a DCQCN controller sets paces its queue pair over all its ports; an NVLink queue pair has no ACK,
+timer or controller, and its chips neither mark nor stamp, so it never sees a CNP).
 """
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ from ...net.sender import ack_wait_ps
 #: routing policies, receiver models and congestion-control algorithms compiled so far
 ROUTING = ("ecmp", "spray", "adaptive")
 RECEIVERS = ("ddp", "go_back_n")
-CC = ("none", "telemetry")
+CC = ("none", "telemetry", "dcqcn", "dcqcn_cx")
 
 
 def uncovered(engine) -> list[str]:
@@ -104,6 +109,14 @@ def uncovered(engine) -> list[str]:
         # converts the int)
         out.append("congestion_control: telemetry with simulation.time_limit of 2^53 ps (2.5 hours) or more "
                    "(slice 7)")
+    elif sc.congestion_control.name in ("dcqcn", "dcqcn_cx"):
+        # its timers are set at t + a period (the cut check of dcqcn_cx at most one monitor period after t),
+        # and its byte count stays below the byte counter plus one unit: both in int64
+        cc = engine.cc
+        periods = (cc._k, cc._ti) if sc.congestion_control.name == "dcqcn" else (cc._p, cc._d, cc._ti)
+        if limit + max(periods) >= 1 << 62 or cc._b >= 1 << 62:
+            out.append(f"congestion_control: {sc.congestion_control.name} with simulation.time_limit plus its "
+                       f"longest timer period, or its byte counter, of 2^62 (ps, bytes) or more (slice 7)")
     if engine.pfc is not None and engine.ports:
         # a lossless queue's drain time (its peak, busy_until) is formed in int64: the bytes a port
         # can hold are at most what reached its switch by the time limit, so the drain time is at
@@ -117,8 +130,6 @@ def uncovered(engine) -> list[str]:
     sws = engine.switches.values()
     if any(getattr(sw, "shared", None) is not None for sw in sws):
         out.append("a shared switch buffer (slice 4)")
-    if any(sw.strict[1] or sw.strict[2] for sw in sws if hasattr(sw, "strict")):
-        out.append("switch.strict_priority with ACK/NAK in the strict class (slice 5)")
     sim = sc.simulation
     # the largest packet: data (with INT, its stack: at most one record per switch) or ACK (a coalesced
     # ACK carries its SACK bitmap; INT echoed by an ACK adds no bytes)

@@ -73,6 +73,8 @@ _FILL[("QN", "next")] = -1
 _FILL.update({("K", f): -1 for f in ("next", "pnext", "hop", "dsack", "inport", "sacks", "teln")})
 _FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph", "pt", "lqh", "lqt", "cur", "nicp",
                                      "chh", "cqh", "cqt", "sch", "sct", "nvn")})
+_FILL.update({("P", f): -1 for f in ("lh", "lt", "sqh", "sqt")})          # strict-priority lanes and FIFOs
+_FILL[("Q", "rlcnp")] = C.ABSENT                                           # r_last_cnp None
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
 _FIELDS_OF = {"S": C.SWITCH_FIELDS, "P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS,
               "D": C.NODE_FIELDS, "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS, "QN": C.QN_FIELDS, "QF": C.QF_FIELDS,
@@ -270,7 +272,7 @@ def build(engine, nic_index: dict) -> State:
 #: routing policy -> its code in the core (coverage.ROUTING lists the same names)
 _ROUTES = {"ecmp": C.ROUTE_ECMP, "spray": C.ROUTE_SPRAY, "adaptive": C.ROUTE_ADAPTIVE}
 #: congestion-control algorithm -> its code in the core (coverage.CC lists the same names)
-CC_CODES = {"none": C.CC_NONE, "telemetry": C.CC_TELEMETRY}
+CC_CODES = {"none": C.CC_NONE, "telemetry": C.CC_TELEMETRY, "dcqcn": C.CC_DCQCN, "dcqcn_cx": C.CC_DCQCN_CX}
 #: log2 of the initial size of telemetry's port-history hash table
 _HT_BITS = 11
 
@@ -304,6 +306,32 @@ def _congestion_control(X: State, engine) -> None:
         X.g[C.G_TEL_PERHOP] = cc._per_hop
         X.g[C.G_TEL_MAXSTAGE] = cc._max_stage
         X.f[C.F_ETA], X.f[C.F_RTT_GAIN], X.f[C.F_RTT_MAX] = cc._eta, cc._rtt_gain, cc._rtt_max
+    # the notification point (Receiver.cnp_interval: the algorithm's cnp_interval_ps) and the strict-priority
+    # class (Switch.strict, one for every switch: switch.strict_priority; NVLink chips too, though with credit
+    # flow control they never carry a control packet)
+    ci = engine.receiver.cnp_interval
+    X.g[C.G_CNP_INT] = -1 if ci is None else ci
+    strict = {tuple(sw.strict) for sw in engine.switches.values()}
+    if len(strict) > 1:
+        raise ValueError("kernel: compiled: switches with different strict-priority classes")
+    X.g[C.G_STRICT] = sum(1 << k for k, on in enumerate(strict.pop() if strict else ()) if on)
+    if code == C.CC_DCQCN:
+        prm = cc.params
+        X.g[C.G_DC_K], X.g[C.G_DC_TI], X.g[C.G_DC_B], X.g[C.G_DC_F] = cc._k, cc._ti, cc._b, cc._f
+        X.g[C.G_DC_CLAMP] = prm.clamp_target_rate
+        X.f[C.F_DC_G], X.f[C.F_DC_DECAY] = prm.g, cc._decay
+    elif code == C.CC_DCQCN_CX:
+        prm = cc.params
+        X.g[C.G_DC_K], X.g[C.G_DC_TI], X.g[C.G_DC_B], X.g[C.G_DC_F] = cc._p, cc._ti, cc._b, cc._f
+        X.g[C.G_DC_CLAMP], X.g[C.G_CX_CLAMP_TI] = prm.clamp_tgt_rate, prm.clamp_tgt_rate_after_time_inc
+        X.g[C.G_CX_G], X.g[C.G_CX_D], X.g[C.G_CX_SHIFT] = cc._g, cc._d, cc._shift
+        X.g[C.G_CX_A0] = prm.initial_alpha_value
+        X.g[C.G_CX_HAS_FIRST] = prm.rate_to_set_on_first_cnp is not None
+        # the floats the class forms from its parameters (float(p.rpg_min_rate), ...)
+        X.f[C.F_CX_KEEP], X.f[C.F_CX_MINR] = cc._keep, float(prm.rpg_min_rate)
+        X.f[C.F_CX_AI], X.f[C.F_CX_HAI] = float(prm.rpg_ai_rate), float(prm.rpg_hai_rate)
+        if prm.rate_to_set_on_first_cnp is not None:
+            X.f[C.F_CX_FIRST] = float(prm.rate_to_set_on_first_cnp)
 
 
 def register_flow(X: State, q: int, flow) -> None:
@@ -324,6 +352,32 @@ def register_flow(X: State, q: int, flow) -> None:
         if s.srtt is not None or s.hop_u or s.ports or s.inc_stage or s.last_update_seq:
             raise ValueError("kernel: compiled: a telemetry flow registered after it measured")
         X.Q[q, C.Q_BRTT] = flow.base_rtt_ps           # (read by _unseen_delay)
+    elif X.g[C.G_CC] == C.CC_DCQCN and flow.state is not None:
+        s = flow.state
+        F = X.QF
+        F[q, C.DF_RC], F[q, C.DF_RT], F[q, C.DF_ALPHA] = s.rc, s.rt, s.alpha
+        F[q, C.DF_RAI], F[q, C.DF_RHAI], F[q, C.DF_MIN] = s.rai, s.rhai, s.min_rate
+        Q = X.Q
+        Q[q, C.DQ_T], Q[q, C.DQ_BC], Q[q, C.DQ_BYTES], Q[q, C.DQ_CNPS] = s.t_count, s.bc_count, s.bytes, s.cnps
+        Q[q, C.DQ_AGEN], Q[q, C.DQ_IGEN] = s.alpha_gen, s.inc_gen
+        Q[q, C.DQ_PHASE] = C.ABSENT if s.alpha_phase is None else s.alpha_phase
+        Q[q, C.DQ_FLAGS] = ((C.CF_ARUN if s.alpha_running else 0) | (C.CF_IRUN if s.inc_running else 0)
+                            | (C.CF_INCR if s.increased else 0))
+        if s.cnps or s.alpha_running or s.inc_running or not isinstance(flow.rate_bps, int):
+            raise ValueError("kernel: compiled: a dcqcn flow registered after it reacted")
+    elif X.g[C.G_CC] == C.CC_DCQCN_CX and flow.state is not None:
+        s = flow.state
+        F = X.QF
+        F[q, C.XF_RC], F[q, C.XF_RT], F[q, C.XF_MAX] = s.rc, s.rt, s.max_rate
+        Q = X.Q
+        Q[q, C.XQ_ALPHA], Q[q, C.XQ_T0], Q[q, C.XQ_K] = s.alpha, s.t0, s.alpha_k
+        Q[q, C.XQ_TS], Q[q, C.XQ_BS], Q[q, C.XQ_BYTES] = s.t_stage, s.b_stage, s.bytes
+        Q[q, C.XQ_IGEN], Q[q, C.XQ_CUTS] = s.inc_gen, s.cuts
+        Q[q, C.XQ_FLAGS] = ((C.CF_FIRST if s.first else 0) | (C.CF_ACNP if s.alpha_cnp else 0)
+                            | (C.CF_DCNP if s.dec_cnp else 0) | (C.CF_DPEND if s.dec_pending else 0)
+                            | (C.CF_IRUN if s.inc_running else 0))
+        if not s.first or s.dec_pending or s.inc_running or not isinstance(flow.rate_bps, int):
+            raise ValueError("kernel: compiled: a dcqcn_cx flow registered after it reacted")
 
 
 def _flow_back(X: State, q: int, flow) -> None:
@@ -341,6 +395,30 @@ def _flow_back(X: State, q: int, flow) -> None:
         nh = int(X.Q[q, C.TQ_NH])
         s.hop_u = X.q_hu[q, :nh].tolist()
         s.hop_ts = [None if v == C.ABSENT else v for v in X.q_hts[q, :nh].tolist()]
+    elif X.g[C.G_CC] == C.CC_DCQCN and flow.state is not None:
+        s = flow.state
+        F, Q = X.QF, X.Q
+        s.rc, s.rt, s.alpha = float(F[q, C.DF_RC]), float(F[q, C.DF_RT]), float(F[q, C.DF_ALPHA])
+        s.t_count, s.bc_count, s.bytes = int(Q[q, C.DQ_T]), int(Q[q, C.DQ_BC]), int(Q[q, C.DQ_BYTES])
+        s.alpha_gen, s.inc_gen, s.cnps = int(Q[q, C.DQ_AGEN]), int(Q[q, C.DQ_IGEN]), int(Q[q, C.DQ_CNPS])
+        ph = int(Q[q, C.DQ_PHASE])
+        s.alpha_phase = None if ph == C.ABSENT else ph
+        fl = int(Q[q, C.DQ_FLAGS])
+        s.alpha_running, s.inc_running, s.increased = bool(fl & C.CF_ARUN), bool(fl & C.CF_IRUN), bool(fl & C.CF_INCR)
+        if fl & C.CF_RATEF:
+            flow.rate_bps = rate                      # the algorithm's float, even at line rate
+    elif X.g[C.G_CC] == C.CC_DCQCN_CX and flow.state is not None:
+        s = flow.state
+        F, Q = X.QF, X.Q
+        s.rc, s.rt = float(F[q, C.XF_RC]), float(F[q, C.XF_RT])
+        s.alpha, s.t0, s.alpha_k = int(Q[q, C.XQ_ALPHA]), int(Q[q, C.XQ_T0]), int(Q[q, C.XQ_K])
+        s.t_stage, s.b_stage, s.bytes = int(Q[q, C.XQ_TS]), int(Q[q, C.XQ_BS]), int(Q[q, C.XQ_BYTES])
+        s.inc_gen, s.cuts = int(Q[q, C.XQ_IGEN]), int(Q[q, C.XQ_CUTS])
+        fl = int(Q[q, C.XQ_FLAGS])
+        s.first, s.alpha_cnp, s.dec_cnp = bool(fl & C.CF_FIRST), bool(fl & C.CF_ACNP), bool(fl & C.CF_DCNP)
+        s.dec_pending, s.inc_running = bool(fl & C.CF_DPEND), bool(fl & C.CF_IRUN)
+        if fl & C.CF_RATEF:
+            flow.rate_bps = rate                      # the algorithm's float, even at line rate
 
 
 def _port_histories_back(X: State, qps) -> None:
@@ -492,6 +570,7 @@ def sync_message(X: State, st, r: int) -> None:
     st.naks_sent = int(X.M[r, C.M_NAKS_SENT])
     st.discarded_bytes = int(X.M[r, C.M_DISC])
     st.cnps = int(X.M[r, C.M_CNPS])
+    st.cnps_sent = int(X.M[r, C.M_CNPS_SENT])
 
 
 def sync_recorder(X: State, rec) -> None:
@@ -610,6 +689,8 @@ def _packet(X: State, i: int, qps, ports) -> Packet:
     hop = int(X.K[i, C.K_HOP])
     pkt = Packet(qps[int(X.K[i, C.K_QP])], int(X.K[i, C.K_DST]), int(X.K[i, C.K_WIRE]), int(X.K[i, C.K_PAY]), int(X.K[i, C.K_SEQ]),
                  int(X.K[i, C.K_TTX]), int(X.K[i, C.K_NPK]), ports[hop] if hop >= 0 else None, kind)
+    if hop >= 0 and X.K[i, C.K_LANE]:
+        pkt.hop = ports[hop].lane           # crossing the port's strict-priority lane (Switch.priority)
     pkt.ce = int(X.K[i, C.K_CE])
     pkt.sack = int(X.K[i, C.K_SACK])
     pkt.t_data = int(X.K[i, C.K_TDATA])
@@ -648,12 +729,25 @@ def write_back(X: State, engine, qps, nics, states, read_t: int = -1) -> None:
             p.inflight.append((int(X.K[i, C.K_AT]), int(X.K[i, C.K_ASEQ]), p.deliver, _packet(X, i, qps, ports)))
             i = int(X.K[i, C.K_NEXT])
         p.pend = deque()              # (settled samples are not needed once the run is over)
+        # the strict-priority lane (Switch.priority)
+        p.lane.inflight = deque()
+        p.lane.busy_until = int(X.P[p.index, C.P_LBU])
+        i = int(X.P[p.index, C.P_LH])
+        while i >= 0:
+            p.lane.inflight.append((int(X.K[i, C.K_AT]), int(X.K[i, C.K_ASEQ]), p.deliver, _packet(X, i, qps, ports)))
+            i = int(X.K[i, C.K_NEXT])
         if isinstance(p, LosslessPort):
-            # the lossless queue, the packet on the wire and the link's ingress accounting
+            # the lossless queue and the strict-priority one, the packet on the wire and the link's ingress
+            # accounting
             p.q = deque()
             i = int(X.P[p.index, C.P_LQH])
             while i >= 0:
                 p.q.append(_lossless_packet(X, i, qps, ports))
+                i = int(X.K[i, C.K_NEXT])
+            p.cq = deque()
+            i = int(X.P[p.index, C.P_SQH])
+            while i >= 0:
+                p.cq.append(_lossless_packet(X, i, qps, ports))
                 i = int(X.K[i, C.K_NEXT])
             c = int(X.P[p.index, C.P_CUR])
             p.cur = _lossless_packet(X, c, qps, ports) if c >= 0 else None
@@ -698,6 +792,8 @@ def write_back(X: State, engine, qps, nics, states, read_t: int = -1) -> None:
             int(X.Q[qi, C.Q_RLAST])
         n = int(X.Q[qi, C.Q_RTELN])
         qp.r_tel = _records(X.RT, qi, n) if n >= 0 else None
+        c = int(X.Q[qi, C.Q_RLCNP])
+        qp.r_last_cnp = None if c == C.ABSENT else c
         qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[qi, C.Q_SENTB]), int(X.Q[qi, C.Q_ACKB])
         qp.flow.active = bool(X.Q[qi, C.Q_ACTIVE])
         qp.next_ok = int(X.Q[qi, C.Q_NOK])
