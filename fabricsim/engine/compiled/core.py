@@ -226,6 +226,16 @@ K_LANE = len(PKT_FIELDS) - 1
 # M: cnps_sent: the CNPs the message's receiver sent (MessageState.cnps_sent)
 MSG_FIELDS = MSG_FIELDS + ("cnps_sent",)
 M_CNPS_SENT = len(MSG_FIELDS) - 1
+# slice 2's routing additions, appended to the rows above:
+# P: pin0, pin1: the flows of each direction (data, control) pinned to the port (Pinned._count); umt, umb,
+#    ud, us: adaptive exact's utilisation marks (Port.util_mark_t, util_mark_bytes) and its util_rate as the
+#    fraction it was formed from, (tx_bytes - util_mark_bytes) / span of the last window (0 / 1 = 0.0)
+PORT_FIELDS = PORT_FIELDS + ("pin0", "pin1", "umt", "umb", "ud", "us")
+P_PIN0, P_PIN1, P_UMT, P_UMB, P_UD, P_US = range(len(PORT_FIELDS) - 6, len(PORT_FIELDS))
+# Q: flh: the queue pair's routing entries (flowlet's table, pinned's pins: the entries keyed by this queue
+#    pair), a list of X.D nodes: psn = port << 25 | switch << 1 | control, val = the flowlet's last packet
+QP_FIELDS = QP_FIELDS + ("flh",)
+Q_FLH = len(QP_FIELDS) - 1
 # per queue pair, floats (X.QF): the flow's pacing rate and window, then the algorithm's own
 QF_FIELDS = ("rate", "win") + tuple(f"c{i}" for i in range(12))
 QF_RATE, QF_WIN, QF_C0 = 0, 1, 2
@@ -265,6 +275,11 @@ NF = 4
 # rpg_hai_rate and rate_to_set_on_first_cnp as floats
 F_DC_G, F_DC_DECAY, F_CX_KEEP, F_CX_MINR, F_CX_AI, F_CX_HAI, F_CX_FIRST = range(NF, NF + 7)
 NF += 7
+
+# routing (slice 2): adaptive exact's util_weight; then the port-quality measure's util_thresholds
+F_EX_W = NF
+NF += 1
+F_UTHR = NF           # (their number G_NUTHR; keep this the last slot: X.f ends with them)
 
 #: the model functions compiled into the core from their own modules: numba's disk cache of the
 #: core is keyed on this file only, so :func:`check_cache` discards it when one of these changes
@@ -314,6 +329,13 @@ NG = 76
  G_CX_A0, G_CX_HAS_FIRST) = range(NG, NG + 13)
 NG += 13
 
+# routing (slice 2): flowlet's gap and its new flowlets (Flowlet.new_flowlets); the port-quality measure's
+# metric (uses the backlog, the utilisation; PortQuality._use_q, _use_u), the utilisation grades (_nu), its
+# window and the number of its thresholds (floats in X.f from F_UTHR on); adaptive exact: utilisation
+# on (metric queue_util) and its window (util_weight is X.f[F_EX_W])
+G_GAP, G_NEWFL, G_USE_Q, G_USE_U, G_NU, G_UWIN, G_NUTHR, G_EX_UTIL, G_EX_WIN = range(NG, NG + 9)
+NG += 9
+
 # agenda entry kinds
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
 # PFC: LosslessPort._done, Pfc._apply_pause, Pfc._apply_resume (the argument: the port)
@@ -341,10 +363,15 @@ C_SACK, C_TIMEOUT, C_NAK = 0, 1, 2
 F_SACKED, F_LOST, F_HELD, F_PROBED = 1, 2, 4, 8
 ABSENT = np.iinfo(np.int64).min
 ROUTE_ECMP, ROUTE_SPRAY, ROUTE_ADAPTIVE = 0, 1, 2
+# slice 2: flowlet (PortQuality's pick per new flowlet), pinned, adaptive with exact: true
+ROUTE_FLOWLET, ROUTE_PINNED, ROUTE_EXACT = 3, 4, 5
 # per-port state of the adaptive port-quality measure (X.PQ columns): the refresh period of the
 # cached local grade and the grade; the remote grade as known upstream and its key; the ring of
 # measurements advertised (head, length; entries in X.RHM / X.RHG / X.RHB)
 PQ_EP, PQ_GR, PQ_RKEY, PQ_RV, PQ_RHH, PQ_RHN = range(6)
+# metric util / queue_util: the utilisation window's start and tx_bytes then, and its grade (_um_t, _um_b, _ug)
+PQ_UMT, PQ_UMB, PQ_UG = range(6, 9)
+NPQ = 9
 #: free packets / list nodes / agenda slots an event may need
 SPACE = 16
 PROGRESS_EVERY = 1 << 16
@@ -740,19 +767,129 @@ def _bisect(thr, port, nthr, q):
     return i
 
 
+_U32 = np.uint64(0xFFFFFFFF)
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _mul128(x, y):
+    """``x * y`` of two uint64 below 2^63 as a 128-bit ``(hi, lo)``."""
+    x0, x1, y0, y1 = x & _U32, x >> np.uint64(32), y & _U32, y >> np.uint64(32)
+    p00, p01, p10 = x0 * y0, x0 * y1, x1 * y0
+    mid = (p00 >> np.uint64(32)) + (p01 & _U32) + (p10 & _U32)
+    return (x1 * y1 + (p01 >> np.uint64(32)) + (p10 >> np.uint64(32)) + (mid >> np.uint64(32)),
+            (p00 & _U32) | (mid << np.uint64(32)))
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _bits128(h, lo):
+    n = 0
+    while h:
+        h >>= _ONE
+        n += 1
+    if n:
+        return n + 64
+    while lo:
+        lo >>= _ONE
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def int_ratio(a1, a2, b1, b2):
+    """``(a1 * a2) / (b1 * b2)`` as CPython divides two ints (int64 operands, ``a1, a2 >= 0``, ``b1,
+    b2 > 0``): the quotient correctly rounded to a double (round half to even), also where the products
+    pass 2^63. Both products below 2^53 are exact doubles, whose IEEE quotient is that rounding (CPython's
+    own fast path); otherwise a binary long division of the 128-bit products gives 55-56 bits of the
+    quotient and a sticky bit, rounded here. tests/test_compiled_route.py checks it against CPython."""
+    if a1 == 0 or a2 == 0:
+        return 0.0
+    lim = np.int64(1) << np.int64(53)
+    if a1 <= lim // a2 and b1 <= lim // b2:
+        return float(a1 * a2) / float(b1 * b2)
+    ah, al = _mul128(np.uint64(a1), np.uint64(a2))
+    bh, bl = _mul128(np.uint64(b1), np.uint64(b2))
+    na = _bits128(ah, al)
+    k = na - _bits128(bh, bl) - 55        # the weight of the quotient's last bit: 2^k
+    extra = 0
+    if k > 0:                             # divide by b * 2^k (below 2^(na - 54): no overflow)
+        sh = np.uint64(k)
+        if k >= 64:
+            bh, bl = bl << (sh - np.uint64(64)), _ZERO
+        else:
+            bh, bl = (bh << sh) | (bl >> (np.uint64(64) - sh)), bl << sh
+    elif k < 0:
+        extra = -k                        # and go on past the units (the remainder stays below b)
+    rh, rl = _ZERO, _ZERO
+    qt = _ZERO
+    for i in range(na + extra):
+        j = na - 1 - i
+        bit = _ZERO
+        if j >= 64:
+            bit = (ah >> np.uint64(j - 64)) & _ONE
+        elif j >= 0:
+            bit = (al >> np.uint64(j)) & _ONE
+        rh = (rh << _ONE) | (rl >> np.uint64(63))
+        rl = (rl << _ONE) | bit
+        qt <<= _ONE
+        if rh > bh or (rh == bh and rl >= bl):
+            borrow = _ONE if rl < bl else _ZERO
+            rl -= bl
+            rh = rh - bh - borrow
+            qt |= _ONE
+    sticky = rh != _ZERO or rl != _ZERO
+    nq = _bits128(_ZERO, qt)
+    drop = np.uint64(nq - 53)
+    m = qt >> drop
+    rem = qt & ((_ONE << drop) - _ONE)
+    half = _ONE << (drop - _ONE)
+    if rem > half or (rem == half and (sticky or (m & _ONE))):
+        m += _ONE
+    return math.ldexp(float(m), k + nq - 53)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _grade(X, p, now, remote):
+    # = PortQuality.grade (the utilisation's (tx_bytes - _um_b) * PS_BITS / (span * rate) as the same
+    #   fraction, (tx_bytes - _um_b) * rd / (span * rn): the same rational, the same correctly rounded double)
+    g = 0
+    if X.g[G_USE_Q]:
+        q = X.P[p, P_BUSY] - now
+        if q > 0:
+            g = _bisect(X.thr_r, p, X.g[G_NTHR], q) if remote else _bisect(X.thr_l, p, X.g[G_NTHR], q)
+    if X.g[G_USE_U]:
+        span = now - X.PQ[p, PQ_UMT]
+        if span >= X.g[G_UWIN]:
+            d = X.P[p, P_TXB] - X.PQ[p, PQ_UMB]
+            ug = 0
+            if d > 0:
+                util = int_ratio(d, X.P[p, P_RD], span, X.P[p, P_RN])
+                while ug < X.g[G_NUTHR] and X.f[F_UTHR + ug] <= util:      # = bisect_right(util_thresholds, util)
+                    ug += 1
+            X.PQ[p, PQ_UG] = ug
+            X.PQ[p, PQ_UMT] = now
+            X.PQ[p, PQ_UMB] = X.P[p, P_TXB]
+        g = g * X.g[G_NU] + X.PQ[p, PQ_UG]
+    return g
+
+
 @njit(cache=True, nogil=True, _nrt=False)
 def _remote_grade(X, r, now, key):
-    # = PortQuality._remote_grade (metric queue)
+    # = PortQuality._remote_grade
     per = X.g[G_RPER]
     cap = X.g[G_RCAP]
     m = now // per
     hh = X.PQ[r, PQ_RHH]
     hn = X.PQ[r, PQ_RHN]
     if hn == 0 or X.RHM[r, (hh + hn - 1) % cap] != m:
-        q = X.P[r, P_BUSY] - now
         j = (hh + hn) % cap
         X.RHM[r, j] = m
-        X.RHG[r, j] = _bisect(X.thr_r, r, X.g[G_NTHR], q) if q > 0 else 0    # = grade(r, now, True)
+        if X.g[G_USE_U]:
+            X.RHG[r, j] = _grade(X, r, now, True)
+        else:
+            q = X.P[r, P_BUSY] - now
+            X.RHG[r, j] = _bisect(X.thr_r, r, X.g[G_NTHR], q) if q > 0 else 0    # = grade(r, now, True)
         X.RHB[r, j] = X.P[r, P_BUSY]
         hn += 1
     k = (now - X.g[G_RDEL]) // per - 1
@@ -766,7 +903,9 @@ def _remote_grade(X, r, now, key):
         g = X.RHG[r, hh]
     elif fm < k:
         q = X.RHB[r, hh] - k * per                          # = PortQuality._drained
-        g = _bisect(X.thr_r, r, X.g[G_NTHR], q) if q > 0 else 0
+        g = _bisect(X.thr_r, r, X.g[G_NTHR], q) if (q > 0 and X.g[G_USE_Q]) else 0
+        if X.g[G_USE_U]:
+            g = g * X.g[G_NU] + X.RHG[r, hh] % X.g[G_NU]
     else:
         g = 0
     X.PQ[r, PQ_RKEY] = key
@@ -781,7 +920,7 @@ def _known_remote(X, r, now, key):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _quality_best(X, sw, dst, off, n, now):
-    # = PortQuality.best (metric queue): fills the group's best list (X.qb[off:]), returns its length
+    # = PortQuality.best: fills the group's best list (X.qb[off:]), returns its length
     e = now // X.g[G_REFRESH]
     if X.qe[sw, dst] == e:
         return X.qn[sw, dst]
@@ -795,6 +934,10 @@ def _quality_best(X, sw, dst, off, n, now):
         p = X.r_ports[c]
         if X.PQ[p, PQ_EP] == e:
             lg = X.PQ[p, PQ_GR]
+        elif X.g[G_USE_U]:
+            lg = _grade(X, p, now, False)
+            X.PQ[p, PQ_EP] = e
+            X.PQ[p, PQ_GR] = lg
         else:
             q = X.P[p, P_BUSY] - now
             lg = _bisect(X.thr_l, p, nthr, q) if q > 0 else 0
@@ -837,6 +980,167 @@ def _quality_pick(X, sw, dst, off, n, pkt, now):
     return X.qb[off + np.int64(_draw(X, X.salt[SALT_ROUTE], pkt, sw) % np.uint64(nb))]
 
 
+_KEY = (1 << 25) - 1       # a routing entry's key bits (X.D psn): switch << 1 | control
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _entry(X, q, key):
+    """The routing entry of queue pair ``q`` with ``key`` (switch << 1 | control), -1 if none."""
+    i = X.Q[q, Q_FLH]
+    while i >= 0 and (X.D[i, D_PSN] & _KEY) != key:
+        i = X.D[i, D_NEXT]
+    return i
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _new_entry(X, q, key, port, t):
+    i = _node(X, (port << 25) | key, t)
+    X.D[i, D_NEXT] = X.Q[q, Q_FLH]
+    X.Q[q, Q_FLH] = i
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _flowlet(X, sw, dst, off, n, pkt, now):
+    # = Flowlet.choose: one entry per queue pair, direction (data, or its control packets on the way back)
+    #   and switch, [port, the flowlet's last packet]
+    q = X.K[pkt, K_QP]
+    key = (sw << 1) | (1 if X.K[pkt, K_KIND] else 0)
+    i = _entry(X, q, key)
+    if i >= 0 and now - X.D[i, D_VAL] <= X.g[G_GAP]:
+        X.D[i, D_VAL] = now
+        return X.D[i, D_PSN] >> 25
+    port = _quality_pick(X, sw, dst, off, n, pkt, now)
+    X.g[G_NEWFL] += 1
+    if i < 0:
+        _new_entry(X, q, key, port, now)
+    else:
+        X.D[i, D_PSN] = (port << 25) | key
+        X.D[i, D_VAL] = now
+    return port
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _pinned(X, sw, off, n, pkt):
+    # = Pinned.pin: the pinned port, or pin the least-pinned candidate (Pinned._least_pinned; ties by
+    #   ecmp_index among the tied ports, with the policy's salt) and count it
+    q = X.K[pkt, K_QP]
+    control = X.K[pkt, K_KIND] != DATA
+    key = (sw << 1) | (1 if control else 0)
+    i = _entry(X, q, key)
+    if i >= 0:
+        return X.D[i, D_PSN] >> 25
+    col = P_PIN1 if control else P_PIN0
+    least = X.P[X.r_ports[off], col]
+    for c in range(off + 1, off + n):
+        v = X.P[X.r_ports[c], col]
+        if v < least:
+            least = v
+    nt = 0
+    for c in range(off, off + n):
+        nt += X.P[X.r_ports[c], col] == least
+    j = 0
+    if nt > 1:
+        j = np.int64(ecmp_pick(X.q_hash[q], X.salt[SALT_ROUTE], np.uint64(X.S[sw, S_NODE]), np.uint64(nt), control))
+    port = -1
+    for c in range(off, off + n):
+        if X.P[X.r_ports[c], col] == least:
+            if j == 0:
+                port = X.r_ports[c]
+                break
+            j -= 1
+    X.P[port, col] += 1
+    _new_entry(X, q, key, port, 0)
+    return port
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _exact_score(X, p, now):
+    # = Adaptive._score (metric queue_util): the queued bits x 1e12 as a double, plus the utilisation term;
+    #   util_rate is kept as the fraction it was formed from (P_UD / P_US), whose double int_ratio gives
+    bu = X.P[p, P_BUSY]
+    rate = X.P[p, P_RATE]
+    q = int_ratio(bu - now, rate, 1, 1) if bu > now else 0.0
+    if now - X.P[p, P_UMT] >= X.g[G_EX_WIN]:
+        X.P[p, P_US] = now - X.P[p, P_UMT]
+        X.P[p, P_UD] = X.P[p, P_TXB] - X.P[p, P_UMB]
+        X.P[p, P_UMT] = now
+        X.P[p, P_UMB] = X.P[p, P_TXB]
+    ur = int_ratio(X.P[p, P_UD], X.P[p, P_RD], X.P[p, P_US], X.P[p, P_RN])
+    return q + X.f[F_EX_W] * ur * X.g[G_EX_WIN] * rate
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _queued_less(X, p, r, now):
+    """``(busy_until - now) * rate`` of port ``p`` below port ``r``'s (each 0 when idle), exactly."""
+    bp = X.P[p, P_BUSY] - now
+    br = X.P[r, P_BUSY] - now
+    if br <= 0:
+        return False
+    if bp <= 0:
+        return True
+    ph, pl = _mul128(np.uint64(bp), np.uint64(X.P[p, P_RATE]))
+    rh, rl = _mul128(np.uint64(br), np.uint64(X.P[r, P_RATE]))
+    return ph < rh or (ph == rh and pl < rl)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _exact(X, sw, off, n, pkt, now):
+    # = Adaptive._choose_exact: the least backlog (metric queue_util: plus the utilisation term), ties
+    #   broken by the packet's draw; one rate over the candidates: the earliest busy_until, idle ports tied
+    nt = 0
+    pick = -1
+    if not X.g[G_EX_UTIL]:
+        rate = X.P[X.r_ports[off], P_RATE]
+        uniform = True
+        for c in range(off + 1, off + n):
+            if X.P[X.r_ports[c], P_RATE] != rate:
+                uniform = False
+        if uniform:
+            # order = sorted(ports, key=busy_until): stable, so (busy_until, position); X.qb[off:] holds it
+            for c in range(off, off + n):
+                p = X.r_ports[c]
+                k = c
+                while k > off and X.P[X.qb[k - 1], P_BUSY] > X.P[p, P_BUSY]:
+                    X.qb[k] = X.qb[k - 1]
+                    k -= 1
+                X.qb[k] = p
+            first = X.P[X.qb[off], P_BUSY]
+            lim = first if first > now else now
+            while nt < n and X.P[X.qb[off + nt], P_BUSY] <= lim:       # = bisect_right(order, lim, key=...)
+                nt += 1
+            if nt == 1:
+                return X.qb[off]
+            return X.qb[off + np.int64(_draw(X, X.salt[SALT_ROUTE], pkt, sw) % np.uint64(nt))]
+        # scores = [(busy_until - now) * rate or 0]; the least, exactly (128-bit products)
+        best = X.r_ports[off]
+        for c in range(off + 1, off + n):
+            if _queued_less(X, X.r_ports[c], best, now):
+                best = X.r_ports[c]
+        for c in range(off, off + n):
+            p = X.r_ports[c]
+            if not _queued_less(X, best, p, now):          # == best
+                if nt == 0:
+                    pick = p
+                X.qb[off + nt] = p
+                nt += 1
+    else:
+        best_s = _exact_score(X, X.r_ports[off], now)
+        for c in range(off + 1, off + n):
+            v = _exact_score(X, X.r_ports[c], now)
+            if v < best_s:
+                best_s = v
+        for c in range(off, off + n):
+            p = X.r_ports[c]
+            if _exact_score(X, p, now) == best_s:          # (no window closes again at the same now)
+                if nt == 0:
+                    pick = p
+                X.qb[off + nt] = p
+                nt += 1
+    if nt == 1:
+        return pick
+    return X.qb[off + np.int64(_draw(X, X.salt[SALT_ROUTE], pkt, sw) % np.uint64(nt))]
+
+
 @njit(cache=True, nogil=True, _nrt=False)
 def _choose(X, sw, t, pkt):
     # = route = self.route.get(pkt.dst) or self.lookup(pkt.dst); route[0] or self.choose(self, route[1], pkt, t)
@@ -853,7 +1157,14 @@ def _choose(X, sw, t, pkt):
     if X.g[G_ROUTE] == ROUTE_SPRAY:
         # = Spray.choose
         return X.r_ports[off + np.int64(_draw(X, X.salt[SALT_ROUTE], pkt, sw) % np.uint64(n))]
-    return _quality_pick(X, sw, dst, off, n, pkt, t)
+    r = X.g[G_ROUTE]
+    if r == ROUTE_ADAPTIVE:
+        return _quality_pick(X, sw, dst, off, n, pkt, t)
+    if r == ROUTE_FLOWLET:
+        return _flowlet(X, sw, dst, off, n, pkt, t)
+    if r == ROUTE_PINNED:
+        return _pinned(X, sw, off, n, pkt)
+    return _exact(X, sw, off, n, pkt, t)
 
 
 @njit(cache=True, nogil=True, _nrt=False)

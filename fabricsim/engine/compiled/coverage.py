@@ -44,7 +44,7 @@ from ...net.port import PS_BITS
 from ...net.sender import ack_wait_ps
 
 #: routing policies, receiver models and congestion-control algorithms compiled so far
-ROUTING = ("ecmp", "spray", "adaptive")
+ROUTING = ("ecmp", "spray", "adaptive", "flowlet", "pinned")
 RECEIVERS = ("ddp", "go_back_n")
 CC = ("none", "telemetry", "dcqcn", "dcqcn_cx")
 
@@ -64,12 +64,6 @@ def uncovered(engine) -> list[str]:
             out.append("numba with Intel SVML (set NUMBA_DISABLE_INTEL_SVML=1)")
     if sc.routing.name not in ROUTING:
         out.append(f"routing: {sc.routing.name} (slice 2)")
-    elif sc.routing.name == "adaptive":
-        rp = sc.routing.params
-        if rp.exact:
-            out.append("routing.exact: true (slice 7)")
-        elif rp.metric != "queue":
-            out.append(f"routing.metric: {rp.metric} (slice 2)")
     if sc.receiver.name not in RECEIVERS:
         out.append(f"receiver: {sc.receiver.name} (slice 3)")
     p = sc.receiver.params

@@ -51,7 +51,7 @@ _ARRAYS = {
     "HO": (_I, len(C.HOST_FIELDS), None),
     "hist": (_I, 0, None), "good": (_I, 0, "good"), "OL": (_I, 2, None),
     # adaptive routing (routing/quality.py): per-port state and grade boundaries, per-group cache
-    "PQ": (_I, 6, None), "RHM": (_I, 0, None), "RHG": (_I, 0, None), "RHB": (_I, 0, None),
+    "PQ": (_I, C.NPQ, None), "RHM": (_I, 0, None), "RHG": (_I, 0, None), "RHB": (_I, 0, None),
     "thr_l": (_I, 0, None), "thr_r": (_I, 0, None), "qe": (_I, 0, None), "qn": (_I, 0, None),
     "qb": (_I, 0, None), "qj": (_I, 0, None), "qro": (_I, 0, None), "qrn": (_I, 0, None),
     # congestion control: per queue pair the flow's rate and window and the algorithm's floats; telemetry's
@@ -75,6 +75,8 @@ _FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph"
                                      "chh", "cqh", "cqt", "sch", "sct", "nvn")})
 _FILL.update({("P", f): -1 for f in ("lh", "lt", "sqh", "sqt")})          # strict-priority lanes and FIFOs
 _FILL[("Q", "rlcnp")] = C.ABSENT                                           # r_last_cnp None
+_FILL[("Q", "flh")] = -1                                                   # no routing entries
+_FILL[("P", "us")] = 1                                                     # util_rate 0 / 1 = 0.0
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
 _FIELDS_OF = {"S": C.SWITCH_FIELDS, "P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS,
               "D": C.NODE_FIELDS, "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS, "QN": C.QN_FIELDS, "QF": C.QF_FIELDS,
@@ -141,11 +143,17 @@ def build(engine, nic_index: dict) -> State:
             cand.extend(p.index for p in tup)
     a["r_off"], a["r_cnt"] = r_off, r_cnt
     a["r_ports"] = np.array(cand or [0], dtype=_I)
-    route = _ROUTES[sim.scenario.routing.name]
+    route = _route_code(sim.scenario.routing)
+    graded = route in (C.ROUTE_ADAPTIVE, C.ROUTE_FLOWLET)        # the port-quality pick (routing/quality.py)
     quality = getattr(engine.routing, "quality", None)
-    a["salt"] = np.array([quality._salt if route == C.ROUTE_ADAPTIVE else engine.routing._salt,
+    a["salt"] = np.array([quality._salt if graded else engine.routing._salt,
                           engine.sender.salt] + [sw.ecn_salt for sw in sws], dtype=np.uint64)
-    _adaptive(a, engine, quality if route == C.ROUTE_ADAPTIVE else None, s_local, r_off, r_cnt, cand)
+    _adaptive(a, engine, quality if graded else None, s_local, r_off, r_cnt, cand)
+    if route == C.ROUTE_EXACT:
+        a["qb"] = np.zeros(max(len(cand), 1), dtype=_I)          # the exact policy's sorted / tied candidates
+    if graded:
+        # the measure's utilisation thresholds (floats) after the other float slots
+        a["f"] = np.concatenate([a["f"], np.array(quality.p.util_thresholds, dtype=np.float64)])
     # ports
     pfc = engine.pfc
     P = a["P"] = _arr("P", len(ports))
@@ -261,16 +269,33 @@ def build(engine, nic_index: dict) -> State:
         gv[C.G_PFC], gv[C.G_XOFF], gv[C.G_XON] = 1, pfc.xoff, pfc.xon
         gv[C.G_PENALTY] = PAUSED_PENALTY_PS
     gv[C.G_ROUTE] = route
-    if route == C.ROUTE_ADAPTIVE:
+    if graded:
         qp_ = quality.p
         gv[C.G_REFRESH], gv[C.G_RPER], gv[C.G_RDEL] = qp_.refresh, qp_.remote_period, qp_.remote_delay
         gv[C.G_NTHR] = len(qp_.queue_thresholds)
         gv[C.G_RCAP] = X.RHM.shape[1]
+        # the metric (PortQuality._use_q, _use_u, _nu) and the utilisation window
+        gv[C.G_USE_Q], gv[C.G_USE_U] = quality._use_q, quality._use_u
+        gv[C.G_NU], gv[C.G_UWIN], gv[C.G_NUTHR] = quality._nu, qp_.util_window, len(qp_.util_thresholds)
+    if route == C.ROUTE_FLOWLET:
+        gv[C.G_GAP] = engine.routing._gap
+    if route == C.ROUTE_EXACT:
+        pol = engine.routing
+        gv[C.G_EX_UTIL], gv[C.G_EX_WIN] = pol._util, pol._win
+        X.f[C.F_EX_W] = pol._w
     return X
 
 
 #: routing policy -> its code in the core (coverage.ROUTING lists the same names)
-_ROUTES = {"ecmp": C.ROUTE_ECMP, "spray": C.ROUTE_SPRAY, "adaptive": C.ROUTE_ADAPTIVE}
+_ROUTES = {"ecmp": C.ROUTE_ECMP, "spray": C.ROUTE_SPRAY, "adaptive": C.ROUTE_ADAPTIVE, "flowlet": C.ROUTE_FLOWLET,
+           "pinned": C.ROUTE_PINNED}
+
+
+def _route_code(routing) -> int:
+    """The core's code of the scenario's routing policy (``adaptive`` with ``exact: true`` its own)."""
+    if routing.name == "adaptive" and routing.params.exact:
+        return C.ROUTE_EXACT
+    return _ROUTES[routing.name]
 #: congestion-control algorithm -> its code in the core (coverage.CC lists the same names)
 CC_CODES = {"none": C.CC_NONE, "telemetry": C.CC_TELEMETRY, "dcqcn": C.CC_DCQCN, "dcqcn_cx": C.CC_DCQCN_CX}
 #: log2 of the initial size of telemetry's port-history hash table
@@ -451,7 +476,7 @@ def _adaptive(a, engine, quality, s_local, r_off, r_cnt, cand):
     P = len(ports)
     if quality is None:
         for k in ("PQ",):
-            a[k] = np.zeros((1, 6), dtype=_I)
+            a[k] = np.zeros((1, C.NPQ), dtype=_I)
         for k in ("RHM", "RHG", "RHB", "thr_l", "thr_r", "qe", "qn"):
             a[k] = np.zeros((1, 1), dtype=_I)
         for k in ("qb", "qj", "qro", "qrn"):
@@ -461,7 +486,7 @@ def _adaptive(a, engine, quality, s_local, r_off, r_cnt, cand):
     nthr = len(prm.queue_thresholds)
     a["thr_l"] = np.array([quality.thresholds_ps(p.rate) for p in ports], dtype=_I).reshape(P, nthr)
     a["thr_r"] = np.array([quality.thresholds_ps(p.rate, True) for p in ports], dtype=_I).reshape(P, nthr)
-    pq = np.zeros((P, 6), dtype=_I)
+    pq = np.zeros((P, C.NPQ), dtype=_I)
     pq[:, C.PQ_EP] = -1
     pq[:, C.PQ_RKEY] = -1
     a["PQ"] = pq
@@ -485,6 +510,38 @@ def _adaptive(a, engine, quality, s_local, r_off, r_cnt, cand):
                     qj[c] = cand[ro] if rn == 1 else -2
                     qro[c], qrn[c] = ro, rn
     a["qj"], a["qro"], a["qrn"] = qj, qro, qrn
+
+
+def _routing_back(X: State, engine, qps) -> None:
+    """The routing policy's own state: flowlet's table and count of new flowlets, pinned's pins and
+    per-port counts (the entries of each queue pair, ``Q_FLH``, keyed as the policies key them), the
+    exact adaptive policy's utilisation marks on the ports."""
+    route = int(X.g[C.G_ROUTE])
+    pol = engine.routing
+    ports = engine.ports
+    if route in (C.ROUTE_FLOWLET, C.ROUTE_PINNED):
+        node = X.S[:, C.S_NODE].tolist()
+        entries = {}
+        for qi, qp in enumerate(qps):
+            i = int(X.Q[qi, C.Q_FLH])
+            while i >= 0:
+                psn = int(X.D[i, C.D_PSN])
+                key = (qp.uid << 25) | ((psn & 1) << 24) | node[(psn & C._KEY) >> 1]
+                entries[key] = (ports[psn >> 25], int(X.D[i, C.D_VAL]))
+                i = int(X.D[i, C.D_NEXT])
+        if route == C.ROUTE_FLOWLET:
+            pol._table = {k: [p, t] for k, (p, t) in entries.items()}
+            pol.new_flowlets = int(X.g[C.G_NEWFL])
+        else:
+            pol._pins = {k: p for k, (p, _t) in entries.items()}
+            pol._count = {(c, p.index): int(X.P[p.index, col]) for p in ports
+                          for c, col in ((False, C.P_PIN0), (True, C.P_PIN1)) if X.P[p.index, col]}
+    elif route == C.ROUTE_EXACT and pol._util:
+        for p in ports:
+            i = p.index
+            p.util_mark_t, p.util_mark_bytes = int(X.P[i, C.P_UMT]), int(X.P[i, C.P_UMB])
+            p.util_rate = float(C.int_ratio(int(X.P[i, C.P_UD]), int(X.P[i, C.P_RD]), int(X.P[i, C.P_US]),
+                                            int(X.P[i, C.P_RN])))
 
 
 def _link_free(nxt, start):
@@ -800,6 +857,7 @@ def write_back(X: State, engine, qps, nics, states, read_t: int = -1) -> None:
         _flow_back(X, qi, qp.flow)
     if X.g[C.G_CC] == C.CC_TELEMETRY:
         _port_histories_back(X, qps)
+    _routing_back(X, engine, qps)
     fold_reorder(X, states)
     qn = X.M[:len(states), C.M_QN].tolist()
     for r, st in enumerate(states):
