@@ -31,7 +31,11 @@ controller (36% of all), ``dcqcn`` or ``dcqcn_cx`` alike, each with its defaults
 them, short timers and drawn parameters (CNP spacing, periods, byte counter, steps, clamps, a rate
 at the first CNP), and in 70% of them ECN marking from 2-4 KB queued, so that these small runs send
 CNPs; and last of all ``switch.strict_priority``: ``control`` (ACK and NAK in the strict-priority
-class too) in 20% of all cases, ``none`` in 10%. The last lines count the cases with each feature
+class too) in 20% of all cases, ``none`` in 10%; and after that slice 2's routing policies replace the
+drawn one in 45% of the cases: ``flowlet`` in 25% (a gap of 300 ns to 10 us, metric ``queue``,
+``util`` or ``queue_util``, the port-quality keys drawn as for adaptive plus a utilisation window and
+thresholds), ``adaptive`` with ``metric: util`` or ``queue_util`` in 10%, ``adaptive`` with ``exact:
+true`` in 5% and ``pinned`` in 5%. The last lines count the cases with each feature
 and with each pair of them, and the DCQCN cases by what they ran with. Each runs on both kernels;
 every table, the summary and the event count must be identical, and the compiled run must really be
 compiled.
@@ -192,12 +196,31 @@ def scenario(seed: int) -> dict:
     if w < 0.3:
         # the strict-priority class (drawn last of all): ACK and NAK in it too, or no strict class at all
         sc["switch"]["strict_priority"] = "control" if w < 0.2 else "none"
+    v = r.random()
+    if v < 0.45:
+        # slice 2's routing policies (drawn last of all): flowlet in 25% of all cases (gaps from a few packets
+        # to htsim's 10 us, each metric), adaptive graded by utilisation in 10%, adaptive exact in 5%, pinned in 5%
+        quality = dict(remote=r.random() < 0.7, refresh=r.choice(["100ns", "1us"]),
+                       remote_period=r.choice(["500ns", "1us"]), remote_delay=r.choice(["500ns", "1us", "3us"]),
+                       queue_ref=r.choice(["64KiB", "2MiB"]), remote_ref=r.choice(["128KiB", "4MiB"]),
+                       util_window=r.choice(["1us", "5us", "30us"]),
+                       util_thresholds=r.choice([[0.15, 0.5], [0.3, 0.6, 0.9]]))
+        if v < 0.25:
+            sc["routing"] = {"policy": "flowlet", "gap": r.choice(["300ns", "1us", "2us", "10us"]),
+                             "metric": r.choice(["queue", "queue", "util", "queue_util"]), **quality}
+        elif v < 0.35:
+            sc["routing"] = {"policy": "adaptive", "metric": r.choice(["util", "queue_util"]), **quality}
+        elif v < 0.40:
+            sc["routing"] = {"policy": "adaptive", "exact": True, "metric": r.choice(["queue", "queue_util"]),
+                             "util_window": quality["util_window"], "util_weight": r.choice([1.0, 0.3])}
+        else:
+            sc["routing"] = {"policy": "pinned"}
     return sc
 
 
 #: the features the last lines count, alone and in pairs (:func:`features`)
 FEATURES = ("coalescing", "telemetry", "int_alone", "multiport", "nvlink", "pxn", "dcqcn", "strict_control",
-            "lossless")
+            "lossless", "flowlet", "util_metric", "exact", "pinned")
 
 
 def features(sc: dict) -> set:
@@ -205,8 +228,16 @@ def features(sc: dict) -> set:
     controller, INT without a controller, hosts with several NIC ports (a cluster whose GPUs keep two
     or more NIC ports, or have NVLink ports beside them), NVLink with credit flow control, PXN, DCQCN
     (``dcqcn`` or ``dcqcn_cx``), ACK and NAK in the strict-priority class (``strict_priority:
-    control``), PFC (lossless switches)."""
+    control``), PFC (lossless switches); and slice 2's routing: ``flowlet``, a utilisation metric
+    (``util`` or ``queue_util``, of adaptive or flowlet), adaptive ``exact: true``, ``pinned``."""
     out = set()
+    rt = sc["routing"]
+    if rt["policy"] in ("flowlet", "pinned"):
+        out.add(rt["policy"])
+    if rt.get("exact"):
+        out.add("exact")
+    elif rt.get("metric", "queue") != "queue":
+        out.add("util_metric")
     if "ack_every" in sc["receiver"]:
         out.add("coalescing")
     alg = sc.get("congestion_control", {}).get("algorithm")
@@ -233,8 +264,8 @@ def features(sc: dict) -> set:
 
 def compare(sc: dict, status: list | None = None) -> list[str]:
     """Run ``sc`` on both kernels; the differences found (empty: identical). The heap run's
-    status, its ``summary["run"]``, its NAK count, its PFC pause events, its control packets sent and the
-    CNPs its senders received are appended to ``status`` if given."""
+    status, its ``summary["run"]``, its NAK count, its PFC pause events, its control packets sent, the
+    CNPs its senders received and its new flowlets (None without flowlet) are appended to ``status`` if given."""
     import pandas as pd
 
     import fabricsim
@@ -245,7 +276,7 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
     if status is not None:
         status.extend((a.summary["status"], a.summary["run"], int(a.messages["naks"].sum()),
                        int(a.links["pfc_pause_events"].sum()), a.summary["conservation"]["control"]["sent_packets"],
-                       int(a.messages["cnps"].sum())))
+                       int(a.messages["cnps"].sum()), a.summary["run"].get("new_flowlets")))
     out = []
     if b.summary["run"]["kernel"].get("ran") != "compiled":
         out.append(f"did not run compiled: {b.summary['run']['kernel']}")
@@ -284,6 +315,7 @@ def main(argv=None) -> int:
     tally = {f: 0 for f in FEATURES}
     dc: dict = {}                            # DCQCN cases by what they ran with
     strict = {"control": 0, "none": 0}       # cases with ACK/NAK in the strict-priority class too, or no class
+    routes: dict = {}                        # slice 2's routing cases by what they ran with
     pairs = {(a, b): 0 for i, a in enumerate(FEATURES) for b in FEATURES[i + 1:]}
     for s in range(args.seed, args.seed + args.cases):
         sc = scenario(s)
@@ -295,6 +327,13 @@ def main(argv=None) -> int:
                 pairs[(a, b)] += 1
         st: list = []
         diffs = compare(sc, st)
+        rt = sc["routing"]
+        for k, on in (("flowlet", rt["policy"] == "flowlet"), ("flowlet with new flowlets", bool(st[6])),
+                      ("util metric", "util_metric" in have), ("exact", "exact" in have),
+                      ("exact queue_util", "exact" in have and rt["metric"] == "queue_util"),
+                      ("pinned", rt["policy"] == "pinned")):
+            routes[k] = routes.get(k, 0) + on
+        routes["new flowlets"] = routes.get("new flowlets", 0) + (st[6] or 0)
         bad += bool(diffs)
         if sc["switch"].get("strict_priority") in strict:
             strict[sc["switch"]["strict_priority"]] += 1
@@ -333,6 +372,11 @@ def main(argv=None) -> int:
               + (f" {sc['congestion_control']['algorithm']} cnps {st[5]}"
                  if "congestion_control" in sc and sc["congestion_control"]["algorithm"] != "telemetry" else "")
               + (f" strict {sc['switch']['strict_priority']}" if "strict_priority" in sc["switch"] else "")
+              + (f" flowlet gap {sc['routing']['gap']} {sc['routing']['metric']} new {st[6]}"
+                 if sc["routing"]["policy"] == "flowlet" else "")
+              + (f" metric {sc['routing']['metric']}" if sc["routing"]["policy"] == "adaptive"
+                 and sc["routing"].get("metric", "queue") != "queue" else "")
+              + (" exact" if sc["routing"].get("exact") else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
     print("cases with each feature: " + ", ".join(f"{f} {n}" for f, n in tally.items()))
     print("cases with each pair: " + ", ".join(f"{a}+{b} {n}" for (a, b), n in pairs.items()))
@@ -344,6 +388,7 @@ def main(argv=None) -> int:
     print("DCQCN cases with CNPs, with each other feature: "
           + ", ".join(f"{f} {dc.get(f'cnps+{f}', 0)}" for f in FEATURES if f != "dcqcn"))
     print(f"strict_priority control in {strict['control']} cases, none in {strict['none']} (every algorithm)")
+    print(f"routing (slice 2): {routes}")
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 
