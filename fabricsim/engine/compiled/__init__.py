@@ -1,9 +1,10 @@
 """``simulation.kernel: compiled``: the packet engine's datapath compiled with numba (issue 15).
 
-The design is docs/compiled-core.md; this package is its slice 1 (section 4.2), the queue
-metric of slice 2, slice 4's adaptive timeouts and ACK coalescing, slice 3's go-back-N receiver
-and PFC, and slice 5's congestion-control layer with the ``telemetry`` controller and DCQCN: ECMP, spraying
-and adaptive routing (graded queues, refresh, remote grades) over lossy switches with per-port
+The design is docs/compiled-core.md; this package is its slice 1 (section 4.2), slice 2
+(routing), slice 4's adaptive timeouts and ACK coalescing, slice 3's go-back-N receiver
+and PFC, and slice 5's congestion-control layer with the ``telemetry`` controller and DCQCN: every routing
+policy (ECMP, spraying, adaptive routing graded by queue and/or utilisation with refresh and remote
+grades or exact, flowlet, pinned) over lossy switches with per-port
 drop-tail buffers or lossless PFC switches, ECN (RED, at enqueue or dequeue) and INT, the ``ddp``
 receiver (SACK + RACK) or the ``go_back_n`` receiver (NAK on a gap, the sender's rewind)
 acknowledging every unit or coalescing ACKs (``ack_every > 1``: the delayed-ACK timer, SACK

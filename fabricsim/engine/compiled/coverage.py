@@ -5,6 +5,12 @@ that the compiled slices do not run yet, one short phrase each, with the slice t
 empty list: the run is compiled. Otherwise it runs on ``heap`` (the same model in Python) and
 says why, so nothing is ever simplified silently.
 
+Every registered routing policy is compiled (:data:`ROUTING`): ``ecmp``, ``spray``, ``adaptive``
+with any ``metric`` (``queue``, ``util``, ``queue_util``) and with ``exact: true``, ``flowlet`` (any
+metric and gap) and ``pinned``, with no bound of their own (the utilisation's int division is
+CPython's, written out for int64 operands: ``core.int_ratio``); a plug-in policy falls back
+(``routing: <name> (slice 2)``).
+
 Two receiver models are compiled, ``ddp`` and ``go_back_n`` (NAK on a gap, the sender's rewind
 on NAK and on timeout), each with one ACK per unit or with ACK coalescing (``receiver.ack_every >
 1``: AckReq units, the delayed-ACK timer, SACK bitmaps, RACK and probes within the bitmap's reach);

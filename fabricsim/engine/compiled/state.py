@@ -467,7 +467,7 @@ def _port_histories_back(X: State, qps) -> None:
 
 
 def _adaptive(a, engine, quality, s_local, r_off, r_cnt, cand):
-    """The arrays of adaptive routing's port-quality measure (``PortQuality``, metric ``queue``):
+    """The arrays of the port-quality measure of ``adaptive`` and ``flowlet`` (``PortQuality``):
     per port the grade boundaries (computed by ``thresholds_ps``, the model's own arithmetic) and
     the measure's state; per candidate of a (switch, destination) route the next switch's ports
     towards the destination (``PortQuality._compile``: -1 none, its one port, or -2 and the
