@@ -31,8 +31,12 @@ controller (36% of all), ``dcqcn`` or ``dcqcn_cx`` alike, each with its defaults
 them, short timers and drawn parameters (CNP spacing, periods, byte counter, steps, clamps, a rate
 at the first CNP), and in 70% of them ECN marking from 2-4 KB queued, so that these small runs send
 CNPs; and last of all ``switch.strict_priority``: ``control`` (ACK and NAK in the strict-priority
-class too) in 20% of all cases, ``none`` in 10%. The last lines count the cases with each feature
-and with each pair of them, and the DCQCN cases by what they ran with. Each runs on both kernels;
+class too) in 20% of all cases, ``none`` in 10%. After that, the ``reorder_buffer`` receiver in 30%
+of the cases (in place of the receiver drawn before; a buffer per host of 1, 2, 4, 12 or 64 KiB, so that
+in about two fifths of them no unit beyond a gap fits), and last of all cells in 30%
+(``simulation.cell_packets`` 2, 3 or 4; at most 3 with 16 KiB switch buffers). The last lines count the
+cases with each feature and with each pair of them, the DCQCN cases by what they ran with, and the
+reorder-buffer cases that overflowed, with each other feature. Each runs on both kernels;
 every table, the summary and the event count must be identical, and the compiled run must really be
 compiled.
 
@@ -192,12 +196,22 @@ def scenario(seed: int) -> dict:
     if w < 0.3:
         # the strict-priority class (drawn last of all): ACK and NAK in it too, or no strict class at all
         sc["switch"]["strict_priority"] = "control" if w < 0.2 else "none"
+    if r.random() < 0.3:
+        # the reorder_buffer receiver (drawn after everything else, for the same reason; in place of the
+        # receiver drawn above): a buffer per receiving host from less than one unit (every unit beyond a
+        # gap overflows) to the default
+        receiver.update(model="reorder_buffer", buffer=r.choice(["1KiB", "2KiB", "4KiB", "12KiB", "64KiB"]))
+    if r.random() < 0.3:
+        # cells (drawn last of all): data units of 2-4 MTU packets (a 16 KiB switch buffer holds at most 3)
+        buf = (sc["topology"]["buffer"] if sc["topology"]["kind"] == "leaf_spine"
+               else sc["topology"]["switch"]["buffer"])["size"]
+        sc["simulation"]["cell_packets"] = r.choice([2, 3] if buf == "16KiB" else [2, 3, 4])
     return sc
 
 
 #: the features the last lines count, alone and in pairs (:func:`features`)
 FEATURES = ("coalescing", "telemetry", "int_alone", "multiport", "nvlink", "pxn", "dcqcn", "strict_control",
-            "lossless")
+            "lossless", "go_back_n", "adaptive_rto", "reorder_buffer", "cells")
 
 
 def features(sc: dict) -> set:
@@ -205,8 +219,16 @@ def features(sc: dict) -> set:
     controller, INT without a controller, hosts with several NIC ports (a cluster whose GPUs keep two
     or more NIC ports, or have NVLink ports beside them), NVLink with credit flow control, PXN, DCQCN
     (``dcqcn`` or ``dcqcn_cx``), ACK and NAK in the strict-priority class (``strict_priority:
-    control``), PFC (lossless switches)."""
+    control``), PFC (lossless switches), the ``go_back_n`` receiver, adaptive timeouts, the
+    ``reorder_buffer`` receiver, cells (``simulation.cell_packets > 1``)."""
     out = set()
+    model = sc["receiver"]["model"]
+    if model in ("go_back_n", "reorder_buffer"):
+        out.add(model)
+    if sc["receiver"].get("rto_mode") == "adaptive":
+        out.add("adaptive_rto")
+    if sc["simulation"].get("cell_packets", 1) > 1:
+        out.add("cells")
     if "ack_every" in sc["receiver"]:
         out.add("coalescing")
     alg = sc.get("congestion_control", {}).get("algorithm")
@@ -233,8 +255,9 @@ def features(sc: dict) -> set:
 
 def compare(sc: dict, status: list | None = None) -> list[str]:
     """Run ``sc`` on both kernels; the differences found (empty: identical). The heap run's
-    status, its ``summary["run"]``, its NAK count, its PFC pause events, its control packets sent and the
-    CNPs its senders received are appended to ``status`` if given."""
+    status, its ``summary["run"]``, its NAK count, its PFC pause events, its control packets sent, the
+    CNPs its senders received and the payload its reorder buffers discarded are appended to ``status``
+    if given."""
     import pandas as pd
 
     import fabricsim
@@ -245,7 +268,7 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
     if status is not None:
         status.extend((a.summary["status"], a.summary["run"], int(a.messages["naks"].sum()),
                        int(a.links["pfc_pause_events"].sum()), a.summary["conservation"]["control"]["sent_packets"],
-                       int(a.messages["cnps"].sum())))
+                       int(a.messages["cnps"].sum()), int(a.messages["reorder_overflow_bytes"].sum())))
     out = []
     if b.summary["run"]["kernel"].get("ran") != "compiled":
         out.append(f"did not run compiled: {b.summary['run']['kernel']}")
@@ -284,6 +307,7 @@ def main(argv=None) -> int:
     tally = {f: 0 for f in FEATURES}
     dc: dict = {}                            # DCQCN cases by what they ran with
     strict = {"control": 0, "none": 0}       # cases with ACK/NAK in the strict-priority class too, or no class
+    rb: dict = {}                            # reorder_buffer cases whose buffer overflowed, with each other feature
     pairs = {(a, b): 0 for i, a in enumerate(FEATURES) for b in FEATURES[i + 1:]}
     for s in range(args.seed, args.seed + args.cases):
         sc = scenario(s)
@@ -309,6 +333,10 @@ def main(argv=None) -> int:
             if st[5]:
                 for f in have - {"dcqcn"}:
                     dc[f"cnps+{f}"] = dc.get(f"cnps+{f}", 0) + 1
+        if st[6]:
+            rb["overflow"] = rb.get("overflow", 0) + 1
+            for f in have - {"reorder_buffer"}:
+                rb[f] = rb.get(f, 0) + 1
         t = sc["traffic"]
         print(f"{'DIFFERENT' if diffs else 'same     '} case {s}: {sc['routing']['policy']:8s} {t['pattern']:11s} "
               f"rto {sc['receiver'].get('rto_mode', 'fixed'):8s} {sc['receiver']['model']:9s} "
@@ -333,6 +361,9 @@ def main(argv=None) -> int:
               + (f" {sc['congestion_control']['algorithm']} cnps {st[5]}"
                  if "congestion_control" in sc and sc["congestion_control"]["algorithm"] != "telemetry" else "")
               + (f" strict {sc['switch']['strict_priority']}" if "strict_priority" in sc["switch"] else "")
+              + (f" buffer {sc['receiver']['buffer']} overflow {st[6]}" if sc["receiver"]["model"] == "reorder_buffer"
+                 else "")
+              + (f" cells {sc['simulation']['cell_packets']}" if "cell_packets" in sc["simulation"] else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
     print("cases with each feature: " + ", ".join(f"{f} {n}" for f, n in tally.items()))
     print("cases with each pair: " + ", ".join(f"{a}+{b} {n}" for (a, b), n in pairs.items()))
@@ -344,6 +375,8 @@ def main(argv=None) -> int:
     print("DCQCN cases with CNPs, with each other feature: "
           + ", ".join(f"{f} {dc.get(f'cnps+{f}', 0)}" for f in FEATURES if f != "dcqcn"))
     print(f"strict_priority control in {strict['control']} cases, none in {strict['none']} (every algorithm)")
+    print(f"reorder_buffer in {tally['reorder_buffer']} cases, {rb.get('overflow', 0)} of them overflowing; those with "
+          "each other feature: " + ", ".join(f"{f} {rb.get(f, 0)}" for f in FEATURES if f != "reorder_buffer"))
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 
