@@ -5,10 +5,13 @@ that the compiled slices do not run yet, one short phrase each, with the slice t
 empty list: the run is compiled. Otherwise it runs on ``heap`` (the same model in Python) and
 says why, so nothing is ever simplified silently.
 
-Two receiver models are compiled, ``ddp`` and ``go_back_n`` (NAK on a gap, the sender's rewind
-on NAK and on timeout), each with one ACK per unit or with ACK coalescing (``receiver.ack_every >
-1``: AckReq units, the delayed-ACK timer, SACK bitmaps, RACK and probes within the bitmap's reach);
-``reorder_buffer`` runs on heap (``receiver: reorder_buffer (slice 3)``). PFC
+Every receiver model is compiled: ``ddp``, ``go_back_n`` (NAK on a gap, the sender's rewind on NAK
+and on timeout) and ``reorder_buffer`` (a unit beyond a gap held only if its host's buffer has room,
+else discarded with a duplicate ACK; unless ``receiver.buffer`` is 2^62 bytes or more, compared in
+int64), each with one ACK per unit or with ACK coalescing (``receiver.ack_every > 1``: AckReq units,
+the delayed-ACK timer, SACK bitmaps, RACK and probes within the bitmap's reach), and with cells
+(``simulation.cell_packets > 1``: units of several MTU packets; a cell's wire bytes times a link's
+``PS_BITS / rate`` denominator must fit in int64, as a packet's do). PFC
 (``switch.pfc.enabled``) is compiled, lossless switches and paused NIC ports alike, unless a
 lossless queue's drain time could leave int64 (the time limit x the fabric's total port rate over
 its slowest port's, of 2^61 ps or more). Both timer modes are compiled (``receiver.rto_mode:
