@@ -35,8 +35,12 @@ class too) in 20% of all cases, ``none`` in 10%; and after that slice 2's routin
 drawn one in 45% of the cases: ``flowlet`` in 25% (a gap of 300 ns to 10 us, metric ``queue``,
 ``util`` or ``queue_util``, the port-quality keys drawn as for adaptive plus a utilisation window and
 thresholds), ``adaptive`` with ``metric: util`` or ``queue_util`` in 10%, ``adaptive`` with ``exact:
-true`` in 5% and ``pinned`` in 5%. The last lines count the cases with each feature
-and with each pair of them, and the DCQCN cases by what they ran with. Each runs on both kernels;
+true`` in 5% and ``pinned`` in 5%. After that, the ``reorder_buffer`` receiver in 30%
+of the cases (in place of the receiver drawn before; a buffer per host of 1, 2, 4, 12 or 64 KiB, so that
+in about two fifths of them no unit beyond a gap fits), and last of all cells in 30%
+(``simulation.cell_packets`` 2, 3 or 4; at most 3 with 16 KiB switch buffers). The last lines count the
+cases with each feature and with each pair of them, the DCQCN cases by what they ran with, and the
+reorder-buffer cases that overflowed, with each other feature. Each runs on both kernels;
 every table, the summary and the event count must be identical, and the compiled run must really be
 compiled.
 
@@ -215,12 +219,23 @@ def scenario(seed: int) -> dict:
                              "util_window": quality["util_window"], "util_weight": r.choice([1.0, 0.3])}
         else:
             sc["routing"] = {"policy": "pinned"}
+    if r.random() < 0.3:
+        # the reorder_buffer receiver (drawn after everything else, for the same reason; in place of the
+        # receiver drawn above): a buffer per receiving host from less than one unit (every unit beyond a
+        # gap overflows) to the default
+        receiver.update(model="reorder_buffer", buffer=r.choice(["1KiB", "2KiB", "4KiB", "12KiB", "64KiB"]))
+    if r.random() < 0.3:
+        # cells (drawn last of all): data units of 2-4 MTU packets (a 16 KiB switch buffer holds at most 3)
+        buf = (sc["topology"]["buffer"] if sc["topology"]["kind"] == "leaf_spine"
+               else sc["topology"]["switch"]["buffer"])["size"]
+        sc["simulation"]["cell_packets"] = r.choice([2, 3] if buf == "16KiB" else [2, 3, 4])
     return sc
 
 
 #: the features the last lines count, alone and in pairs (:func:`features`)
 FEATURES = ("coalescing", "telemetry", "int_alone", "multiport", "nvlink", "pxn", "dcqcn", "strict_control",
-            "lossless", "flowlet", "util_metric", "exact", "pinned")
+            "lossless", "flowlet", "util_metric", "exact", "pinned", "go_back_n", "adaptive_rto",
+            "reorder_buffer", "cells")
 
 
 def features(sc: dict) -> set:
@@ -228,8 +243,10 @@ def features(sc: dict) -> set:
     controller, INT without a controller, hosts with several NIC ports (a cluster whose GPUs keep two
     or more NIC ports, or have NVLink ports beside them), NVLink with credit flow control, PXN, DCQCN
     (``dcqcn`` or ``dcqcn_cx``), ACK and NAK in the strict-priority class (``strict_priority:
-    control``), PFC (lossless switches); and slice 2's routing: ``flowlet``, a utilisation metric
-    (``util`` or ``queue_util``, of adaptive or flowlet), adaptive ``exact: true``, ``pinned``."""
+    control``), PFC (lossless switches); slice 2's routing: ``flowlet``, a utilisation metric
+    (``util`` or ``queue_util``, of adaptive or flowlet), adaptive ``exact: true``, ``pinned``; the
+    ``go_back_n`` receiver, adaptive timeouts, the ``reorder_buffer`` receiver, cells
+    (``simulation.cell_packets > 1``)."""
     out = set()
     rt = sc["routing"]
     if rt["policy"] in ("flowlet", "pinned"):
@@ -238,6 +255,13 @@ def features(sc: dict) -> set:
         out.add("exact")
     elif rt.get("metric", "queue") != "queue":
         out.add("util_metric")
+    model = sc["receiver"]["model"]
+    if model in ("go_back_n", "reorder_buffer"):
+        out.add(model)
+    if sc["receiver"].get("rto_mode") == "adaptive":
+        out.add("adaptive_rto")
+    if sc["simulation"].get("cell_packets", 1) > 1:
+        out.add("cells")
     if "ack_every" in sc["receiver"]:
         out.add("coalescing")
     alg = sc.get("congestion_control", {}).get("algorithm")
@@ -265,7 +289,8 @@ def features(sc: dict) -> set:
 def compare(sc: dict, status: list | None = None) -> list[str]:
     """Run ``sc`` on both kernels; the differences found (empty: identical). The heap run's
     status, its ``summary["run"]``, its NAK count, its PFC pause events, its control packets sent, the
-    CNPs its senders received and its new flowlets (None without flowlet) are appended to ``status`` if given."""
+    CNPs its senders received, its new flowlets (None without flowlet) and the payload its reorder buffers
+    discarded are appended to ``status`` if given."""
     import pandas as pd
 
     import fabricsim
@@ -276,7 +301,8 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
     if status is not None:
         status.extend((a.summary["status"], a.summary["run"], int(a.messages["naks"].sum()),
                        int(a.links["pfc_pause_events"].sum()), a.summary["conservation"]["control"]["sent_packets"],
-                       int(a.messages["cnps"].sum()), a.summary["run"].get("new_flowlets")))
+                       int(a.messages["cnps"].sum()), a.summary["run"].get("new_flowlets"),
+                       int(a.messages["reorder_overflow_bytes"].sum())))
     out = []
     if b.summary["run"]["kernel"].get("ran") != "compiled":
         out.append(f"did not run compiled: {b.summary['run']['kernel']}")
@@ -316,6 +342,7 @@ def main(argv=None) -> int:
     dc: dict = {}                            # DCQCN cases by what they ran with
     strict = {"control": 0, "none": 0}       # cases with ACK/NAK in the strict-priority class too, or no class
     routes: dict = {}                        # slice 2's routing cases by what they ran with
+    rb: dict = {}                            # reorder_buffer cases whose buffer overflowed, with each other feature
     pairs = {(a, b): 0 for i, a in enumerate(FEATURES) for b in FEATURES[i + 1:]}
     for s in range(args.seed, args.seed + args.cases):
         sc = scenario(s)
@@ -348,6 +375,10 @@ def main(argv=None) -> int:
             if st[5]:
                 for f in have - {"dcqcn"}:
                     dc[f"cnps+{f}"] = dc.get(f"cnps+{f}", 0) + 1
+        if st[7]:
+            rb["overflow"] = rb.get("overflow", 0) + 1
+            for f in have - {"reorder_buffer"}:
+                rb[f] = rb.get(f, 0) + 1
         t = sc["traffic"]
         print(f"{'DIFFERENT' if diffs else 'same     '} case {s}: {sc['routing']['policy']:8s} {t['pattern']:11s} "
               f"rto {sc['receiver'].get('rto_mode', 'fixed'):8s} {sc['receiver']['model']:9s} "
@@ -377,6 +408,9 @@ def main(argv=None) -> int:
               + (f" metric {sc['routing']['metric']}" if sc["routing"]["policy"] == "adaptive"
                  and sc["routing"].get("metric", "queue") != "queue" else "")
               + (" exact" if sc["routing"].get("exact") else "")
+              + (f" buffer {sc['receiver']['buffer']} overflow {st[7]}" if sc["receiver"]["model"] == "reorder_buffer"
+                 else "")
+              + (f" cells {sc['simulation']['cell_packets']}" if "cell_packets" in sc["simulation"] else "")
               + (f"  {'; '.join(diffs)}" if diffs else ""), flush=True)
     print("cases with each feature: " + ", ".join(f"{f} {n}" for f, n in tally.items()))
     print("cases with each pair: " + ", ".join(f"{a}+{b} {n}" for (a, b), n in pairs.items()))
@@ -389,6 +423,8 @@ def main(argv=None) -> int:
           + ", ".join(f"{f} {dc.get(f'cnps+{f}', 0)}" for f in FEATURES if f != "dcqcn"))
     print(f"strict_priority control in {strict['control']} cases, none in {strict['none']} (every algorithm)")
     print(f"routing (slice 2): {routes}")
+    print(f"reorder_buffer in {tally['reorder_buffer']} cases, {rb.get('overflow', 0)} of them overflowing; those with "
+          "each other feature: " + ", ".join(f"{f} {rb.get(f, 0)}" for f in FEATURES if f != "reorder_buffer"))
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 

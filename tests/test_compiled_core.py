@@ -746,12 +746,12 @@ def test_serialisation_and_backlog_of_any_rate_equal_the_ports_big_int_arithmeti
 
 
 def test_outside_the_slice_the_run_says_why_and_runs_on_heap():
-    sc = _small(simulation={"time_limit": "1000000s"}, receiver={"model": "reorder_buffer"},
+    sc = _small(simulation={"time_limit": "1000000s"}, receiver={"model": "reorder_buffer", "buffer": 2**62},
                 outputs={"link_sample_interval": "off"})
     b = _run(sc, "compiled")
     info = b.summary["run"]["kernel"]
     assert info["ran"] == "heap" and b.summary["kernel"] == "heap"
-    assert "simulation.time_limit x the units" in info["fallback"] and "receiver: reorder_buffer" in info["fallback"]
+    assert "simulation.time_limit x the units" in info["fallback"] and "receiver.buffer of 2^62 bytes" in info["fallback"]
     assert info["fallback"] in b.summary["warnings"]
     a = _run(sc, "heap")
     pd.testing.assert_frame_equal(a.messages, b.messages)

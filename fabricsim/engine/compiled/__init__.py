@@ -6,7 +6,8 @@ and PFC, and slice 5's congestion-control layer with the ``telemetry`` controlle
 policy (ECMP, spraying, adaptive routing graded by queue and/or utilisation with refresh and remote
 grades or exact, flowlet, pinned) over lossy switches with per-port
 drop-tail buffers or lossless PFC switches, ECN (RED, at enqueue or dequeue) and INT, the ``ddp``
-receiver (SACK + RACK) or the ``go_back_n`` receiver (NAK on a gap, the sender's rewind)
+receiver (SACK + RACK), the ``go_back_n`` receiver (NAK on a gap, the sender's rewind) or the
+``reorder_buffer`` receiver (a bounded buffer per host, overflow discarded), in packets or cells,
 acknowledging every unit or coalescing ACKs (``ack_every > 1``: the delayed-ACK timer, SACK
 bitmaps; a coalesced ACK echoes the INT of the latest-sent unit it covers), fixed or adaptive
 timeouts (RTT estimator, back-off, jitter draws, timeout probes, D-SACK) and ``retry_limit``,

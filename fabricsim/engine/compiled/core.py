@@ -236,6 +236,10 @@ P_PIN0, P_PIN1, P_UMT, P_UMB, P_UD, P_US = range(len(PORT_FIELDS) - 6, len(PORT_
 #    pair), a list of X.D nodes: psn = port << 25 | switch << 1 | control, val = the flowlet's last packet
 QP_FIELDS = QP_FIELDS + ("flh",)
 Q_FLH = len(QP_FIELDS) - 1
+# the reorder_buffer receiver's and cells' additions (slices 3 and 4), appended:
+# M: overflow: payload the reorder buffer discarded for want of room (MessageState.overflow_bytes)
+MSG_FIELDS = MSG_FIELDS + ("overflow",)
+M_OVERFLOW = len(MSG_FIELDS) - 1
 # per queue pair, floats (X.QF): the flow's pacing rate and window, then the algorithm's own
 QF_FIELDS = ("rate", "win") + tuple(f"c{i}" for i in range(12))
 QF_RATE, QF_WIN, QF_C0 = 0, 1, 2
@@ -328,6 +332,12 @@ NG = 76
 (G_CNP_INT, G_STRICT, G_DC_K, G_DC_TI, G_DC_B, G_DC_F, G_DC_CLAMP, G_CX_G, G_CX_D, G_CX_SHIFT, G_CX_CLAMP_TI,
  G_CX_A0, G_CX_HAS_FIRST) = range(NG, NG + 13)
 NG += 13
+# the reorder_buffer receiver (ReorderBuffer.capacity: the bytes a receiving host may hold beyond its queue
+# pairs' gaps; -1 = another receiver model, which holds without bound or discards) and the PSNs a data
+# unit spans at most (PacketEngine.cell: simulation.cell_packets; PSNs stay MTU packets, so the units of a
+# queue pair start every cell PSNs)
+G_RBUF, G_CELL = range(NG, NG + 2)
+NG += 2
 
 # routing (slice 2): flowlet's gap and its new flowlets (Flowlet.new_flowlets); the port-quality measure's
 # metric (uses the backlog, the utilisation; PortQuality._use_q, _use_u), the utilisation grades (_nu), its
@@ -1724,7 +1734,7 @@ def _advance(X, q, t, cum):
                 X.a_flag[base + psn] = f & ~F_LOST
             else:
                 newly += _payload(X, q, psn)
-            psn += 1
+            psn += X.g[G_CELL]
         X.Q[q, Q_UNA] = cum
         X.Q[q, Q_TMO] = 0
         X.Q[q, Q_RTO_AT] = t + _rto(X, q)
@@ -1752,8 +1762,8 @@ def _widen(X, q):
 @njit(cache=True, nogil=True, _nrt=False)
 def _sack_bitmap(X, q, pkt):
     # = Sender._on_ack's coalesced branch: every unit of the ACK's SACK bitmap (held beyond its
-    #   cumulative PSN) acknowledged selectively (cell 1: bit i is PSN seq + i; the order of the
-    #   bits does not matter: sets and a sum); returns the bytes newly acknowledged
+    #   cumulative PSN) acknowledged selectively (bit i is the unit at PSN seq + i x cell; the order of
+    #   the bits does not matter: sets and a sum); returns the bytes newly acknowledged
     newly = 0
     r = X.K[pkt, K_SACKS]
     if r < 0:
@@ -1761,13 +1771,14 @@ def _sack_bitmap(X, q, pkt):
     first = X.K[pkt, K_SEQ]
     una = X.Q[q, Q_UNA]
     base = X.Q[q, Q_BASE]
+    cell = X.g[G_CELL]
     for w in range(X.BM.shape[1] - 1):
         v = X.BM[r, 1 + w]
         if v == 0:
             continue
         for b in range(64):
             if (v >> b) & 1:
-                psn = first + 64 * w + b
+                psn = first + (64 * w + b) * cell
                 a = base + psn
                 if psn >= una and not X.a_flag[a] & F_SACKED:
                     X.a_flag[a] |= F_SACKED
@@ -2600,8 +2611,9 @@ def _ack(X, q, t, dup):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _ack_one(X, q, t, dup):
-    # = Receiver.ack's own ACK (cell 1), then reply_nic (one port: r_port): the bitmap of the units
-    #   held within sack_bitmap of the cumulative PSN (Q_RN of them held in all, each flagged F_HELD),
+    # = Receiver.ack's own ACK, then reply_nic (_reply_nic): the bitmap of the units held within
+    #   sack_bitmap units of the cumulative PSN (bit i: the unit at PSN cum + i x cell; Q_RN of them
+    #   held in all, each flagged F_HELD),
     #   the latest send time since the last ACK and that unit's INT (r_tack, r_tel), or the duplicate's
     cum = X.Q[q, Q_RCUM]
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK] + X.g[G_SACK_BYTES], 0, cum, t, 1, -1, ACK)
@@ -2610,18 +2622,19 @@ def _ack_one(X, q, t, dup):
     n = X.Q[q, Q_RN]
     if n:
         base = X.Q[q, Q_BASE]
-        lim = cum + X.g[G_SACK_UNITS]
+        cell = X.g[G_CELL]
+        lim = cum + X.g[G_SACK_UNITS] * cell
         if lim > X.Q[q, Q_NPSN]:
             lim = X.Q[q, Q_NPSN]          # (held units are below npsn)
-        p = cum
+        p = cum                           # (a unit's first PSN: the prefix ends at one, or at npsn)
         while p < lim and n:
             if X.a_flag[base + p] & F_HELD:
                 if bm < 0:
                     bm = _bitmap(X)
-                i = p - cum
+                i = (p - cum) // cell
                 X.BM[bm, 1 + (i >> 6)] |= np.int64(1) << (i & 63)
                 n -= 1
-            p += 1
+            p += cell
     X.K[pkt, K_SACKS] = bm
     if dup >= 0:
         X.K[pkt, K_DSACK] = X.K[dup, K_SEQ]
@@ -2685,7 +2698,7 @@ def _join_held(X, t, q, row, cum):
         X.M[row, M_RW] += w
         if w > X.M[row, M_RWMAX]:
             X.M[row, M_RWMAX] = w
-        cum += 1
+        cum += X.g[G_CELL]
     return cum if cum <= npsn else npsn
 
 
@@ -2700,15 +2713,39 @@ def _hold(X, t, q, row, pkt):
     X.Q[q, Q_RHOLD] += p
     if X.Q[q, Q_RHOLD] > X.M[row, M_PEAKH]:
         X.M[row, M_PEAKH] = X.Q[q, Q_RHOLD]
-    h = X.Q[q, Q_DST]
-    if not X.HO[h, H_MADE]:
-        X.HO[h, H_MADE] = 1
-        X.HO[X.g[G_HN_MADE], H_ORDER] = h
-        X.g[G_HN_MADE] += 1
+    h = _host_rx(X, X.Q[q, Q_DST])
     X.HO[h, H_HOLD] += p
     if X.HO[h, H_HOLD] > X.HO[h, H_PEAK]:
         X.HO[h, H_PEAK] = X.HO[h, H_HOLD]
     _accept(X, t, pkt, row)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _host_rx(X, h):
+    # = self.hosts.get(h) or self.host(h): the host's receive state, made (in this order for the
+    #   write-back) the first time it is needed
+    if not X.HO[h, H_MADE]:
+        X.HO[h, H_MADE] = 1
+        X.HO[X.g[G_HN_MADE], H_ORDER] = h
+        X.g[G_HN_MADE] += 1
+    return h
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _rb_on_gap(X, t, q, row, pkt):
+    # = ReorderBuffer.on_gap: True to hold the unit; False if the receiving host's reorder buffer has no
+    #   room for it: discarded (overflow_bytes) with a duplicate ACK of the prefix, which acknowledges
+    #   nothing new (self.send: the per-unit format with no trigger, or with ACK coalescing a coalesced ACK)
+    h = _host_rx(X, X.Q[q, Q_DST])
+    p = X.K[pkt, K_PAY]
+    if X.HO[h, H_HOLD] + p > X.g[G_RBUF]:
+        X.M[row, M_OVERFLOW] += p
+        if X.g[G_COALESCE]:
+            _ack(X, q, t, -1)
+        else:
+            _send_ack(X, q, t, X.Q[q, Q_RCUM], -1)
+        return False
+    return True
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -2761,7 +2798,8 @@ def _arrived(X, t, pkt):
 @njit(cache=True, nogil=True, _nrt=False)
 def _on_packet(X, t, pkt):
     # = Receiver.on_packet, ack_every 1 (the ECN count and the CNP in _arrived); on_gap: ddp holds the unit (G_SELECTIVE),
-    #   go-back-N discards it (GoBackN.on_gap)
+    #   go-back-N discards it (GoBackN.on_gap), the reorder buffer holds it if its host has room (G_RBUF,
+    #   ReorderBuffer.on_gap)
     _arrived(X, t, pkt)
     q = X.K[pkt, K_QP]
     row = X.Q[q, Q_MSG]
@@ -2788,7 +2826,7 @@ def _on_packet(X, t, pkt):
         _send_ack(X, q, t, cum, pkt)          # (r_unacked >= ack_every = 1)
     elif not X.g[G_SELECTIVE]:
         _discard(X, t, q, row, pkt)
-    else:
+    elif X.g[G_RBUF] < 0 or _rb_on_gap(X, t, q, row, pkt):
         _hold(X, t, q, row, pkt)
         _send_ack(X, q, t, cum, pkt)
     _check_done(X, row)
@@ -2819,6 +2857,9 @@ def _on_packet_coalesced(X, t, pkt):
     elif not X.g[G_SELECTIVE]:
         _discard(X, t, q, row, pkt)
         _check_done(X, row)
+        return
+    elif X.g[G_RBUF] >= 0 and not _rb_on_gap(X, t, q, row, pkt):
+        _check_done(X, row)               # (a full reorder buffer: discarded, its duplicate ACK sent)
         return
     else:
         _hold(X, t, q, row, pkt)

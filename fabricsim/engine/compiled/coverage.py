@@ -11,10 +11,13 @@ metric and gap) and ``pinned``, with no bound of their own (the utilisation's in
 CPython's, written out for int64 operands: ``core.int_ratio``); a plug-in policy falls back
 (``routing: <name> (slice 2)``).
 
-Two receiver models are compiled, ``ddp`` and ``go_back_n`` (NAK on a gap, the sender's rewind
-on NAK and on timeout), each with one ACK per unit or with ACK coalescing (``receiver.ack_every >
-1``: AckReq units, the delayed-ACK timer, SACK bitmaps, RACK and probes within the bitmap's reach);
-``reorder_buffer`` runs on heap (``receiver: reorder_buffer (slice 3)``). PFC
+Every receiver model is compiled: ``ddp``, ``go_back_n`` (NAK on a gap, the sender's rewind on NAK
+and on timeout) and ``reorder_buffer`` (a unit beyond a gap held only if its host's buffer has room,
+else discarded with a duplicate ACK; unless ``receiver.buffer`` is 2^62 bytes or more, compared in
+int64), each with one ACK per unit or with ACK coalescing (``receiver.ack_every > 1``: AckReq units,
+the delayed-ACK timer, SACK bitmaps, RACK and probes within the bitmap's reach), and with cells
+(``simulation.cell_packets > 1``: units of several MTU packets; a cell's wire bytes times a link's
+``PS_BITS / rate`` denominator must fit in int64, as a packet's do). PFC
 (``switch.pfc.enabled``) is compiled, lossless switches and paused NIC ports alike, unless a
 lossless queue's drain time could leave int64 (the time limit x the fabric's total port rate over
 its slowest port's, of 2^61 ps or more). Both timer modes are compiled (``receiver.rto_mode:
@@ -51,7 +54,7 @@ from ...net.sender import ack_wait_ps
 
 #: routing policies, receiver models and congestion-control algorithms compiled so far
 ROUTING = ("ecmp", "spray", "adaptive", "flowlet", "pinned")
-RECEIVERS = ("ddp", "go_back_n")
+RECEIVERS = ("ddp", "go_back_n", "reorder_buffer")
 CC = ("none", "telemetry", "dcqcn", "dcqcn_cx")
 
 
@@ -73,6 +76,9 @@ def uncovered(engine) -> list[str]:
     if sc.receiver.name not in RECEIVERS:
         out.append(f"receiver: {sc.receiver.name} (slice 3)")
     p = sc.receiver.params
+    if sc.receiver.name == "reorder_buffer" and p.buffer >= 1 << 62:
+        # a host's held bytes plus a unit are compared with it in int64
+        out.append("receiver.buffer of 2^62 bytes or more with receiver: reorder_buffer (slice 7)")
     if p.rto_mode == "adaptive" and (p.rto_max >= 1 << 62 or (p.rto_max - 1) * engine.sender.rto_jit >= 1 << 63):
         # the jittered timeout r * jitter * u is formed as mul_shr(r * jitter, u) with r < rto_max
         # (net/sender.py adaptive_rto_ps): r * jitter must fit in int64 (rto_max below 35 s at jitter 4)
@@ -125,22 +131,22 @@ def uncovered(engine) -> list[str]:
         if limit * (sum(rates) // min(rates) + 1) >= 1 << 61:
             out.append("switch.pfc with simulation.time_limit x (total port rate / slowest port rate) of 2^61 ps "
                        "or more (slice 7)")
-    if engine.cell != 1:
-        out.append("simulation.cell_packets > 1 (slice 4)")
     sws = engine.switches.values()
     if any(getattr(sw, "shared", None) is not None for sw in sws):
         out.append("a shared switch buffer (slice 4)")
     sim = sc.simulation
-    # the largest packet: data (with INT, its stack: at most one record per switch) or ACK (a coalesced
-    # ACK carries its SACK bitmap; INT echoed by an ACK adds no bytes)
+    # the largest packet: data (a cell of cell_packets MTU packets with their headers; with INT, its stack:
+    # at most one record per switch) or ACK (a coalesced ACK carries its SACK bitmap; INT echoed by an ACK
+    # adds no bytes)
     stamps = [sw for sw in sws if getattr(sw, "stamp", False)]
     grown = max(sw.int_first for sw in stamps) + (len(sws) - 1) * max(sw.int_hop for sw in stamps) if stamps else 0
-    wire = max(sim.mtu + sim.header + grown, p.ack_size + (-(-p.sack_bitmap // 8) if coalesced else 0))
+    wire = max(engine.cell * (sim.mtu + sim.header) + grown,
+               p.ack_size + (-(-p.sack_bitmap // 8) if coalesced else 0))
     if wire * max((rate_fraction(q.rate)[1] for q in engine.ports), default=1) >= 1 << 63:
         # wire * rd (= wire * ps per byte when the rate divides PS_BITS) in int64: packets up to
         # 1,152,921 B at any rate
-        out.append("a packet (simulation.mtu + header and its INT, or receiver.ack_size) whose size times a link's "
-                   "PS_BITS / rate numerator reaches 2^63 (slice 7)")
+        out.append("a packet (cell_packets x (simulation.mtu + header) and its INT, or receiver.ack_size) whose size "
+                   "times a link's PS_BITS / rate numerator reaches 2^63 (slice 7)")
     if any(not q.ps_per_byte and (_fraction_too_fine(q.rate) or q.rate > PS_BITS) for q in engine.ports):
         out.append("a link rate that does not divide 8e12 bit-ps per byte and whose reduced fraction needs "
                    "62 bits or more, or above 8 Tbit/s (slice 7)")

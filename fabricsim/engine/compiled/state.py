@@ -259,11 +259,15 @@ def build(engine, nic_index: dict) -> State:
     gv[C.G_RTO_K], gv[C.G_RTO_JIT] = snd.rto_k, snd.rto_jit
     gv[C.G_SELECTIVE] = snd.selective       # ddp (hold, SACK + RACK) or go-back-N (discard, NAK, rewind)
     # ACK coalescing (the receiver's AckReq spacing, delayed-ACK timer and SACK bitmap; the sender's
-    # RACK and probes within the bitmap's reach; cell_packets 1: coverage)
+    # RACK and probes within the bitmap's reach, sack_bitmap units of cell PSNs each)
     gv[C.G_COALESCE] = rcv.coalesce
     gv[C.G_ACK_EVERY], gv[C.G_ACK_DELAY] = rcv.ack_every, rcv.ack_delay
     gv[C.G_SACK_UNITS], gv[C.G_SACK_BYTES] = rcv.sack_units, rcv.sack_bytes if rcv.coalesce else 0
     gv[C.G_SACK_REACH] = snd.sack_reach
+    # the reorder buffer's bytes per receiving host (ReorderBuffer.capacity; -1: another receiver model) and
+    # the PSNs of a unit (cells: simulation.cell_packets)
+    gv[C.G_RBUF] = rcv.capacity if sim.scenario.receiver.name == "reorder_buffer" else -1
+    gv[C.G_CELL] = engine.cell
     gv[C.G_BIN] = rec.goodput_bin_ps
     if pfc is not None:
         gv[C.G_PFC], gv[C.G_XOFF], gv[C.G_XON] = 1, pfc.xoff, pfc.xon
@@ -628,6 +632,7 @@ def sync_message(X: State, st, r: int) -> None:
     st.discarded_bytes = int(X.M[r, C.M_DISC])
     st.cnps = int(X.M[r, C.M_CNPS])
     st.cnps_sent = int(X.M[r, C.M_CNPS_SENT])
+    st.overflow_bytes = int(X.M[r, C.M_OVERFLOW])
 
 
 def sync_recorder(X: State, rec) -> None:
