@@ -226,6 +226,14 @@ K_LANE = len(PKT_FIELDS) - 1
 # M: cnps_sent: the CNPs the message's receiver sent (MessageState.cnps_sent)
 MSG_FIELDS = MSG_FIELDS + ("cnps_sent",)
 M_CNPS_SENT = len(MSG_FIELDS) - 1
+# slice 4's persistent connections, appended: Q heir: the queue pair's next message's on its connection
+#    (QueuePair.heir, -1 = None: Sender._estimator's chain to the connection's RTT estimator);
+#    M onsent: the message's send-completion hook is armed (MessageState.on_sent set by PacketEngine._start:
+#    its last new byte fires it once, E_SENT)
+QP_FIELDS = QP_FIELDS + ("heir",)
+Q_HEIR = len(QP_FIELDS) - 1
+MSG_FIELDS = MSG_FIELDS + ("onsent",)
+M_ONSENT = len(MSG_FIELDS) - 1
 # per queue pair, floats (X.QF): the flow's pacing rate and window, then the algorithm's own
 QF_FIELDS = ("rate", "win") + tuple(f"c{i}" for i in range(12))
 QF_RATE, QF_WIN, QF_C0 = 0, 1, 2
@@ -323,6 +331,9 @@ E_ACK_TIMER = 8
 # a congestion-control timer (ctx.schedule of an algorithm): the argument the queue pair, the second a
 # code of the algorithm's (which timer, and its generation: DCQCN's alpha and rate-increase timers)
 E_CC_TIMER = 9
+# PacketEngine._next_on_connection (persistent connections: the message row whose last new byte left at
+# the entry's time, scheduled by _conn_sent from the NIC's send-completion hook)
+E_SENT = 10
 # port delivery: to a switch, to a host, to a host after settling dequeue-time samples, to a lossless switch,
 # to an NVLink chip (NvlinkSwitch.arrive), to a GPU from its NVLink chip (NvlinkRx.arrive)
 D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH, D_NVSW, D_NVRX = 0, 1, 2, 3, 4, 5
@@ -330,6 +341,7 @@ D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH, D_NVSW, D_NVRX = 0, 1, 2, 3, 4, 5
 R_DRAINED, R_TIME_LIMIT, R_PY, R_PROGRESS, R_SPACE, R_ERROR = 0, 1, 2, 3, 4, 5
 # what R_PY hands to Python (X.g[G_PY_KIND])
 P_NONE, P_RELEASE, P_SAMPLE, P_DONE, P_FAIL = 0, 1, 2, 3, 4
+P_SENT = 5
 # packet kinds (net/packet.py), rtx causes (columns of MessageState.rtx_bytes)
 DATA, ACK, NAK, CNP = 0, 1, 2, 3
 # congestion-control algorithms (coverage.CC: the names compiled so far). A further algorithm is a further
@@ -1241,14 +1253,30 @@ def _send_ctrl(X, nic, t, pkt):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _estimator(X, q):
+    # = Sender._estimator: the queue pair holding q's RTT estimator, its connection's latest message's
+    #   (the heir chain, compressed as it is walked)
+    last = q
+    while X.Q[last, Q_HEIR] >= 0:
+        last = X.Q[last, Q_HEIR]
+    while X.Q[q, Q_HEIR] >= 0 and X.Q[q, Q_HEIR] != last:
+        nxt = X.Q[q, Q_HEIR]
+        X.Q[q, Q_HEIR] = last
+        q = nxt
+    return last
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _rto(X, q):
-    # = Sender.rto. Adaptive: a queue pair is its own estimator (no persistent connections, so no
-    #   heir: coverage); with ACK coalescing the wait allowance (ack_wait_ps at the queue pair's
-    #   line rate, worked out when it was registered) until its last unit is out; the idle round
-    #   trip is passed always (adaptive_rto_ps reads it only before the first sample)
+    # = Sender.rto. Adaptive: the estimator is the queue pair's own, or on a persistent connection its
+    #   latest message's (the heir chain, _estimator); with ACK coalescing the wait allowance
+    #   (ack_wait_ps at the queue pair's line rate, worked out when it was registered) until its last
+    #   unit is out; the idle round trip (the queue pair's own flow's) is passed always
+    #   (adaptive_rto_ps reads it only before the first sample)
     if X.g[G_RTO_ADAPTIVE]:
+        est = q if X.Q[q, Q_HEIR] < 0 else _estimator(X, q)
         wait = X.Q[q, Q_WAIT] if X.g[G_COALESCE] and X.Q[q, Q_HIGH] < X.Q[q, Q_NPSN] else 0
-        return adaptive_rto_ps(X.g[G_RTO_MIN], X.Q[q, Q_BRTT], X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR], X.g[G_RTO_K],
+        return adaptive_rto_ps(X.g[G_RTO_MIN], X.Q[q, Q_BRTT], X.Q[est, Q_SRTT], X.Q[est, Q_RTTVAR], X.g[G_RTO_K],
                                wait, X.Q[q, Q_TMO], X.g[G_RTO_JIT], X.Q[q, Q_U], X.g[G_RTO_MAX])
     return X.g[G_RTO_LOW] if X.Q[q, Q_OL] <= X.g[G_RTO_LOW_UNITS] else X.g[G_RTO_HIGH]
 
@@ -1271,8 +1299,16 @@ def _arm(X, q, t):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _on_sent(X, row, done):
+    # = st.on_sent(st, done), PacketEngine._conn_sent: the hook disarmed (on_sent = None) and
+    #   _next_on_connection scheduled at ``done`` (its seq drawn here, as kernel.schedule draws it)
+    X.M[row, M_ONSENT] = 0
+    push(X, done, _seq(X), E_SENT, row, 0)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _nic_tx(X, nic, t, token):
-    # = Nic.tx (no on_sent: coverage)
+    # = Nic.tx
     X.N[nic, N_CALLS] += 1
     if token != X.N[nic, N_TOKEN]:
         return
@@ -1354,6 +1390,8 @@ def _nic_tx(X, nic, t, token):
         ser = _ser(X, port, wire)
         done = t + ser
         X.P[port, P_BUSY] = done
+        if X.M[row, M_ONSENT] and X.M[row, M_INJ] == X.M[row, M_SIZE]:
+            _on_sent(X, row, done)      # its last new byte: the connection's next message may start
         X.P[port, P_TXB] += wire
         X.P[port, P_TXP] += npk
         if ser > X.P[port, P_PEAK]:
@@ -1544,8 +1582,9 @@ def _on_ack(X, q, t, pkt):
                         _widen(X, q)
                         X.Q[q, Q_REOT] = t
     if X.g[G_RTO_ADAPTIVE] and td > 0:
-        # = Sender._rtt_sample (no heir: the queue pair's own estimator)
-        X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR] = rtt_estimate(X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR], t - td)
+        # = Sender._rtt_sample (on a persistent connection the estimator is its latest message's)
+        est = q if X.Q[q, Q_HEIR] < 0 else _estimator(X, q)
+        X.Q[est, Q_SRTT], X.Q[est, Q_RTTVAR] = rtt_estimate(X.Q[est, Q_SRTT], X.Q[est, Q_RTTVAR], t - td)
     X.Q[q, Q_OUTB] -= newly
     if newly:
         X.Q[q, Q_TMO] = 0
@@ -1625,6 +1664,13 @@ def _stop_message(X, row):
         X.Q[q, Q_ACTIVE] = 0
         _rtx_clear(X, q)
         X.Q[q, Q_SEQ] = X.Q[q, Q_NPSN]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def stop_message(X, row):
+    """= ``PacketEngine._stop`` called from Python (a connection's later messages flushed when a queue
+    pair of an earlier one gave up): the queue pairs of message row ``row`` stopped."""
+    _stop_message(X, row)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -2630,7 +2676,7 @@ def _credit_time(X, nic, t):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _nv_tx(X, nic, t, token):
-    # = NvlinkNic.tx (no on_sent: persistent connections fall back)
+    # = NvlinkNic.tx
     X.N[nic, N_CALLS] += 1
     if token != X.N[nic, N_TOKEN]:
         return
@@ -2690,10 +2736,13 @@ def _nv_tx(X, nic, t, token):
         else:
             X.QN[slot, QN_CNT] += 1
             last = psn + X.Q[q, Q_NN] >= X.Q[q, Q_NPSN]
-        X.M[X.Q[q, Q_MSG], M_INJ] += payload
+        row = X.Q[q, Q_MSG]
+        X.M[row, M_INJ] += payload
         pkt = _pkt(X, q, X.Q[q, Q_DST], wire, payload, psn, t, npk, port, DATA)
         done = t + _ser(X, port, wire)
         X.P[port, P_BUSY] = done
+        if X.M[row, M_ONSENT] and X.M[row, M_INJ] == X.M[row, M_SIZE]:
+            _on_sent(X, row, done)      # its last unit: the connection's next message may start
         X.P[port, P_TXB] += wire
         X.P[port, P_TXP] += npk
         if done - t > X.P[port, P_PEAK]:
@@ -2864,6 +2913,9 @@ def run(X, until_ps):
             g[G_PY_A] = a
         elif kind == E_SAMPLE:
             g[G_PY_KIND] = P_SAMPLE
+            g[G_PY_A] = a
+        elif kind == E_SENT:
+            g[G_PY_KIND] = P_SENT
             g[G_PY_A] = a
         else:
             g[G_ERR] = kind

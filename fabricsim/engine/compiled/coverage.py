@@ -144,8 +144,6 @@ def uncovered(engine) -> list[str]:
     if any(not q.ps_per_byte and (_fraction_too_fine(q.rate) or q.rate > PS_BITS) for q in engine.ports):
         out.append("a link rate that does not divide 8e12 bit-ps per byte and whose reduced fraction needs "
                    "62 bits or more, or above 8 Tbit/s (slice 7)")
-    if len(table) and bool(np.any(np.asarray(table.conn) >= 0)):
-        out.append("persistent connections (slice 4: the NIC's send-completion hook)")
     return out
 
 

@@ -75,6 +75,7 @@ _FILL.update({("P", f): -1 for f in ("peer_sw", "sw", "buffer", "ih", "it", "ph"
                                      "chh", "cqh", "cqt", "sch", "sct", "nvn")})
 _FILL.update({("P", f): -1 for f in ("lh", "lt", "sqh", "sqt")})          # strict-priority lanes and FIFOs
 _FILL[("Q", "rlcnp")] = C.ABSENT                                           # r_last_cnp None
+_FILL[("Q", "heir")] = -1                                                 # QueuePair.heir None
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
 _FIELDS_OF = {"S": C.SWITCH_FIELDS, "P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS,
               "D": C.NODE_FIELDS, "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS, "QN": C.QN_FIELDS, "QF": C.QF_FIELDS,
@@ -794,6 +795,8 @@ def write_back(X: State, engine, qps, nics, states, read_t: int = -1) -> None:
         qp.r_tel = _records(X.RT, qi, n) if n >= 0 else None
         c = int(X.Q[qi, C.Q_RLCNP])
         qp.r_last_cnp = None if c == C.ABSENT else c
+        h = int(X.Q[qi, C.Q_HEIR])
+        qp.heir = qps[h] if h >= 0 else None
         qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[qi, C.Q_SENTB]), int(X.Q[qi, C.Q_ACKB])
         qp.flow.active = bool(X.Q[qi, C.Q_ACTIVE])
         qp.next_ok = int(X.Q[qi, C.Q_NOK])
