@@ -31,6 +31,7 @@ from ...cc import telemetry as tel_mod
 from ...flows import identity
 from ...net import nic as nic_mod
 from ...net import nvlink as nvlink_mod
+from ...net import port as port_mod
 from ...net import sender as sender_mod
 from ...net import switch as switch_mod
 from ...receiver import base as receiver_mod
@@ -129,6 +130,8 @@ cx_alpha_periods = njit(_nrt=False)(cx_mod.alpha_periods)
 cx_first_rate = njit(_nrt=False)(cx_mod.first_rate)
 cx_rate_cut = njit(_nrt=False)(cx_mod.rate_cut)
 cx_rate_increase = njit(_nrt=False)(cx_mod.rate_increase)
+#: :func:`fabricsim.net.port.pool_admits` (a shared switch buffer's admission), compiled
+pool_admits = njit(_nrt=False)(port_mod.pool_admits)
 
 
 # ---------------------------------------------------------------- state layout
@@ -234,6 +237,18 @@ QP_FIELDS = QP_FIELDS + ("heir",)
 Q_HEIR = len(QP_FIELDS) - 1
 MSG_FIELDS = MSG_FIELDS + ("onsent",)
 M_ONSENT = len(MSG_FIELDS) - 1
+# slice 4's shared switch buffers (net/port.py SharedBuffer), appended: S pool: the switch's pool (0 none, 1 a
+#    plain shared pool, 2 with the dynamic threshold), psize, pres: its size and reserve (bytes); pl: L, the least
+#    common multiple of its ports' rd (PS_BITS / rate = rd / rn), so that a port's rate / PS_BITS is w / L with
+#    the integer weight w = rn x L / rd; pn, pr, pt: the running sums N = sum (busy_until - pt) x w and R =
+#    sum w over its pooled ports (in_pool) as of pt, its last query, so that used(t) = (N - (t - pt) R) // L,
+#    which is (s - t r) // PS_BITS exactly without Python's big integers; pb, phn: its heap of pooled ports
+#    (lazy keys, SharedBuffer.heap) in rows pb .. pb + phn - 1 of P's columns phk (key), phi (port)
+#    P inpool: in the pool's sums (Port.in_pool); pw: the weight w; pidx: Port.pool_idx
+SWITCH_FIELDS = SWITCH_FIELDS + ("pool", "psize", "pres", "pl", "pn", "pr", "pt", "pb", "phn")
+S_POOL, S_PSIZE, S_PRES, S_PL, S_PN, S_PR, S_PT, S_PB, S_PHN = range(len(SWITCH_FIELDS) - 9, len(SWITCH_FIELDS))
+PORT_FIELDS = PORT_FIELDS + ("inpool", "pw", "pidx", "phk", "phi")
+P_INPOOL, P_PW, P_PIDX, P_PHK, P_PHI = range(len(PORT_FIELDS) - 5, len(PORT_FIELDS))
 # per queue pair, floats (X.QF): the flow's pacing rate and window, then the algorithm's own
 QF_FIELDS = ("rate", "win") + tuple(f"c{i}" for i in range(12))
 QF_RATE, QF_WIN, QF_C0 = 0, 1, 2
@@ -273,6 +288,9 @@ NF = 4
 # rpg_hai_rate and rate_to_set_on_first_cnp as floats
 F_DC_G, F_DC_DECAY, F_CX_KEEP, F_CX_MINR, F_CX_AI, F_CX_HAI, F_CX_FIRST = range(NF, NF + 7)
 NF += 7
+# shared switch buffers (slice 4): the dynamic threshold's alpha (switch.buffer.alpha: every switch's)
+F_POOL_ALPHA = NF
+NF += 1
 
 #: the model functions compiled into the core from their own modules: numba's disk cache of the
 #: core is keyed on this file only, so :func:`check_cache` discards it when one of these changes
@@ -283,7 +301,7 @@ SHARED = (identity.mix64, identity.packet_draw_fields, ecmp_mod.direction_hash, 
           tel_mod.window_and_rate,
           nvlink_mod.nvlink_wire_bytes, nvlink_mod.nvlink_stripe_psn) + (
           dcqcn_mod.alpha_catch_up, dcqcn_mod.rate_cut, dcqcn_mod.rate_increase, cx_mod.alpha_periods,
-          cx_mod.first_rate, cx_mod.rate_cut, cx_mod.rate_increase)
+          cx_mod.first_rate, cx_mod.rate_cut, cx_mod.rate_increase) + (port_mod.pool_admits,)
 
 # ---------------------------------------------------------------- codes
 
@@ -869,9 +887,91 @@ def _choose(X, sw, t, pkt):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _ph_push(X, sw, key, port):
+    # = heappush(pool.heap, (key, port.pool_idx)) (the order among equal keys changes nothing: a query
+    #   takes every entry due)
+    b = X.S[sw, S_PB]
+    i = X.S[sw, S_PHN]
+    X.S[sw, S_PHN] = i + 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if X.P[b + p, P_PHK] <= key:
+            break
+        X.P[b + i, P_PHK] = X.P[b + p, P_PHK]
+        X.P[b + i, P_PHI] = X.P[b + p, P_PHI]
+        i = p
+    X.P[b + i, P_PHK] = key
+    X.P[b + i, P_PHI] = port
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _ph_pop(X, sw):
+    # = heappop(pool.heap): the port of the root entry
+    b = X.S[sw, S_PB]
+    top = X.P[b, P_PHI]
+    n = X.S[sw, S_PHN] - 1
+    X.S[sw, S_PHN] = n
+    if n:
+        key = X.P[b + n, P_PHK]
+        port = X.P[b + n, P_PHI]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and X.P[b + c + 1, P_PHK] < X.P[b + c, P_PHK]:
+                c += 1
+            if key <= X.P[b + c, P_PHK]:
+                break
+            X.P[b + i, P_PHK] = X.P[b + c, P_PHK]
+            X.P[b + i, P_PHI] = X.P[b + c, P_PHI]
+            i = c
+        X.P[b + i, P_PHK] = key
+        X.P[b + i, P_PHI] = port
+    return top
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _pool_used(X, sw, t):
+    # = SharedBuffer.used: the ports whose entries are due leave the sums if idle, else are filed again
+    #   at their busy_until; then (s - t r) // PS_BITS as (N - (t - pt) R) // L (every pooled port's
+    #   busy_until is above pt, so every term of N stays a backlog: no overflow, coverage)
+    T = X.S[sw, S_PT]
+    b = X.S[sw, S_PB]
+    while X.S[sw, S_PHN] and X.P[b, P_PHK] <= t:
+        i = _ph_pop(X, sw)
+        bu = X.P[i, P_BUSY]
+        if bu <= t:
+            X.P[i, P_INPOOL] = 0
+            X.S[sw, S_PN] -= (bu - T) * X.P[i, P_PW]
+            X.S[sw, S_PR] -= X.P[i, P_PW]
+        else:
+            _ph_push(X, sw, bu, i)
+    r = X.S[sw, S_PR]
+    n = X.S[sw, S_PN] - (t - T) * r
+    X.S[sw, S_PN] = n
+    X.S[sw, S_PT] = t
+    return n // X.S[sw, S_PL] if r else 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _pool_set(X, sw, port, bu):
+    # = SharedBuffer.set_busy_until(port, t, bu), after _pool_used(t) (so pt = t)
+    w = X.P[port, P_PW]
+    if X.P[port, P_INPOOL]:
+        X.S[sw, S_PN] += (bu - X.P[port, P_BUSY]) * w
+    else:
+        X.P[port, P_INPOOL] = 1
+        X.S[sw, S_PN] += (bu - X.S[sw, S_PT]) * w
+        X.S[sw, S_PR] += w
+        _ph_push(X, sw, bu, port)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _switch_arrive(X, sw, t, pkt):
-    # = Switch.arrive (lossy, no shared pool: coverage); a packet of a strict-priority kind goes to the
-    #   egress port's lane (its hop may have been a lane too, which has no samples to settle)
+    # = Switch.arrive (lossy; its shared pool, if any: _pool_used, pool_admits, _pool_set); a packet of a
+    #   strict-priority kind goes to the egress port's lane (its hop may have been a lane too, which has
+    #   no samples to settle)
     hop = X.K[pkt, K_HOP]
     lane = X.K[pkt, K_LANE]
     _advance_hop(X, pkt)
@@ -896,6 +996,11 @@ def _switch_arrive(X, sw, t, pkt):
         if X.P[port, P_BUFFER] >= 0 and q + wire > X.P[port, P_BUFFER]:
             _drop(X, port, pkt)
             return
+    pool = X.S[sw, S_POOL]
+    if pool and not pool_admits(q, wire, _pool_used(X, sw, t), X.S[sw, S_PSIZE], pool == 2, X.f[F_POOL_ALPHA],
+                                X.S[sw, S_PRES]):
+        _drop(X, port, pkt)
+        return
     X.K[pkt, K_WIRE] = wire
     kmin = X.S[sw, S_KMIN]
     at_dequeue = X.S[sw, S_DEQ]
@@ -904,6 +1009,8 @@ def _switch_arrive(X, sw, t, pkt):
         X.P[port, P_ECN] += 1
     start = bu
     bu += _ser(X, port, wire)
+    if pool:
+        _pool_set(X, sw, port, bu)
     X.P[port, P_BUSY] = bu
     if bu - t > X.P[port, P_PEAK]:
         X.P[port, P_PEAK] = bu - t
@@ -930,7 +1037,7 @@ def _switch_arrive(X, sw, t, pkt):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _priority(X, t, port, pkt):
-    # = Switch.priority (no shared pool: coverage): serialised after the data packet on the wire (the first
+    # = Switch.priority (the switch's shared pool, if any, told of the new busy_until): serialised after the data packet on the wire (the first
     #   of the port's arrivals whose last bit has not left by t) or the lane's previous packet, whichever
     #   is later; the data class's busy_until is pushed back by its serialisation
     wire = X.K[pkt, K_WIRE]
@@ -950,6 +1057,10 @@ def _priority(X, t, port, pkt):
     end = start + ser
     X.P[port, P_LBU] = end
     newbu = bu + ser if bu > t else end
+    sw = X.P[port, P_SW]
+    if X.S[sw, S_POOL]:
+        _pool_used(X, sw, t)
+        _pool_set(X, sw, port, newbu)
     X.P[port, P_BUSY] = newbu
     if newbu - t > X.P[port, P_PEAK]:
         X.P[port, P_PEAK] = newbu - t

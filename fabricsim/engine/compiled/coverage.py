@@ -128,8 +128,9 @@ def uncovered(engine) -> list[str]:
     if engine.cell != 1:
         out.append("simulation.cell_packets > 1 (slice 4)")
     sws = engine.switches.values()
-    if any(getattr(sw, "shared", None) is not None for sw in sws):
-        out.append("a shared switch buffer (slice 4)")
+    if any(_pool_too_big(engine, sw, limit) for sw in sws if getattr(sw, "shared", None) is not None):
+        out.append("a shared switch buffer whose bytes (at most what reaches the switch by simulation.time_limit) "
+                   "times the common denominator of its ports' rates reach 2^62, or with its size 2^52 (slice 7)")
     sim = sc.simulation
     # the largest packet: data (with INT, its stack: at most one record per switch) or ACK (a coalesced
     # ACK carries its SACK bitmap; INT echoed by an ACK adds no bytes)
@@ -145,6 +146,22 @@ def uncovered(engine) -> list[str]:
         out.append("a link rate that does not divide 8e12 bit-ps per byte and whose reduced fraction needs "
                    "62 bits or more, or above 8 Tbit/s (slice 7)")
     return out
+
+
+def _pool_too_big(engine, sw, limit: int) -> bool:
+    """True if the compiled core's exact arithmetic of ``sw``'s shared buffer could leave int64
+    (core.py ``_pool_used``): its running sum is ``L`` (the least common multiple of the pooled
+    ports' ``rd``) times the bytes queued in the switch, which are at most the bytes that reach it
+    by the time limit (its input links' rates); the dynamic threshold compares those bytes and the
+    pool's size with a float, exactly below 2^53."""
+    pool = sw.shared
+    inrate = sum(p.rate for p in engine.ports if p.peer == sw.id)
+    held = limit * inrate // PS_BITS + 1
+    L = 1
+    for p in pool.ports:
+        rd = rate_fraction(p.rate)[1]
+        L = L * rd // math.gcd(L, rd)
+    return L * (held + 1) >= 1 << 62 or held + pool.size >= 1 << 52
 
 
 def rate_fraction(rate_bps: int) -> tuple[int, int]:
