@@ -192,12 +192,66 @@ def scenario(seed: int) -> dict:
     if w < 0.3:
         # the strict-priority class (drawn last of all): ACK and NAK in it too, or no strict class at all
         sc["switch"]["strict_priority"] = "control" if w < 0.2 else "none"
+    # slice 4 (drawn after every other draw, so a seed's other draws are those it drew before they joined):
+    # persistent connections in 40% of the cases, a shared switch buffer in 40%
+    if r.random() < 0.4:
+        hosts = sc["topology"]["leaves"] * sc["topology"]["hosts_per_leaf"] if sc["topology"]["kind"] == "leaf_spine" \
+            else 24
+        sc["traffic"] = _connection_traffic(r, seed, hosts)
+    v = r.random()
+    if v < 0.4:
+        # a plain shared pool (the topology's buffer, mode shared) or the dynamic threshold over a pool of
+        # the topology's size or its own; an unbounded buffer gets a size, so that the pool exists
+        where = sc["topology"] if sc["topology"]["kind"] == "leaf_spine" else sc["topology"]["switch"]
+        buf = where["buffer"] = dict(where["buffer"])
+        if buf["size"] == "unbounded":
+            buf["size"] = r.choice(["64KiB", "256KiB"])
+        if v < 0.2:
+            buf["mode"] = "shared"
+        else:
+            if r.random() < 0.5:
+                buf["mode"] = "shared"
+            sc["switch"]["buffer"] = {"admission": "dynamic", "alpha": r.choice([0.25, 1.0, 4.0]),
+                                      "reserve": r.choice(["0B", "4KB", "20KB"])}
+            if r.random() < 0.5:
+                sc["switch"]["buffer"]["size"] = r.choice(["64KiB", "160KiB", "1MiB"])
     return sc
+
+
+def _connection_traffic(r: random.Random, seed: int, hosts: int) -> dict:
+    """A message list (written to a temporary file, a function of ``seed``) of 2-6 pairs of hosts with
+    2-6 messages each, mostly on persistent connections (conn 0 or 1, 15% fresh queue pairs), posted
+    at 0, 2 or 10 us, a third of them after the source's previous message (and a gap): messages wait
+    behind the one sending on their connection, complete deferred behind an earlier one, or are
+    flushed when a queue pair gives up."""
+    import os
+    import tempfile
+    rows = ["id,src,dst,size_bytes,start_ps,gap_ps,deps,conn"]
+    mid = 0
+    last: dict = {}
+    for _ in range(r.randint(2, 6)):
+        s = r.randrange(hosts)
+        d = r.randrange(hosts - 1)
+        d += d >= s
+        conn = r.choice([0, 0, 1])
+        for _k in range(r.randint(2, 6)):
+            dep = last.get(s) if r.random() < 0.3 else None
+            rows.append(f"{mid},{s},{d},{r.choice([1000, 4096, 17408, 65536])},{r.choice([0, 0, 2_000_000, 10_000_000])},"
+                        f"{r.choice([0, 500_000]) if dep is not None else 0},{'' if dep is None else dep},"
+                        f"{conn if r.random() < 0.85 else -1}")
+            last[s] = mid
+            mid += 1
+    where = os.path.join(tempfile.gettempdir(), "fabricsim_check_compiled")
+    os.makedirs(where, exist_ok=True)
+    path = os.path.join(where, f"conn_{seed}.csv")
+    with open(path, "w") as fh:
+        fh.write("\n".join(rows) + "\n")
+    return {"pattern": "csv", "path": path, "qps_per_connection": r.randint(1, 3), "qps_per_message": r.randint(1, 2)}
 
 
 #: the features the last lines count, alone and in pairs (:func:`features`)
 FEATURES = ("coalescing", "telemetry", "int_alone", "multiport", "nvlink", "pxn", "dcqcn", "strict_control",
-            "lossless")
+            "lossless", "connections", "shared_buffer")
 
 
 def features(sc: dict) -> set:
@@ -205,8 +259,15 @@ def features(sc: dict) -> set:
     controller, INT without a controller, hosts with several NIC ports (a cluster whose GPUs keep two
     or more NIC ports, or have NVLink ports beside them), NVLink with credit flow control, PXN, DCQCN
     (``dcqcn`` or ``dcqcn_cx``), ACK and NAK in the strict-priority class (``strict_priority:
-    control``), PFC (lossless switches)."""
+    control``), PFC (lossless switches), persistent connections, a shared switch buffer (a plain pool or
+    the dynamic threshold; under PFC a lossless switch has none)."""
     out = set()
+    if sc["traffic"]["pattern"] == "csv":
+        out.add("connections")
+    buf = (sc["topology"] if sc["topology"]["kind"] == "leaf_spine" else sc["topology"]["switch"])["buffer"]
+    if (buf.get("mode") == "shared" or sc["switch"].get("buffer", {}).get("admission") == "dynamic") \
+            and "pfc" not in sc["switch"]:
+        out.add("shared_buffer")
     if "ack_every" in sc["receiver"]:
         out.add("coalescing")
     alg = sc.get("congestion_control", {}).get("algorithm")
@@ -263,6 +324,43 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
     return out
 
 
+def _count_slice4() -> dict:
+    """Counters of the slice-4 features firing, by wrapping the Python methods both kernels call
+    (the connections' lifecycle) or heap alone calls (a shared pool's admission)."""
+    from fabricsim.engine.packet import PacketEngine
+    from fabricsim.flows.replay import Connections
+    from fabricsim.net import port as port_mod
+    n = {k: 0 for k in ("handed", "waited", "deferred", "flushed", "refused", "pool_full", "threshold")}
+    nxt, post, done, admits = (PacketEngine._next_on_connection, Connections.post, Connections.done,
+                               port_mod.SharedBuffer.admits)
+
+    def next_on_connection(self, t, st):
+        n["handed"] += st.on_sent is not False
+        return nxt(self, t, st)
+
+    def post_(self, row):
+        how = post(self, row)
+        n["waited"] += how == "wait"
+        n["refused"] += how == "error"
+        return how
+
+    def done_(self, row, failed=False):
+        out = done(self, row, failed)
+        n["deferred"] += not out[1]
+        n["flushed"] += len(out[2])
+        return out
+
+    def admits_(self, q, wire, used):
+        ok = admits(self, q, wire, used)
+        if not ok:
+            n["pool_full" if used + wire > self.size else "threshold"] += 1
+        return ok
+    PacketEngine._next_on_connection = next_on_connection
+    Connections.post, Connections.done = post_, done_
+    port_mod.SharedBuffer.admits = admits_      # (not pool_admits: the compiled core compiles that one)
+    return n
+
+
 def _comparable(summary: dict) -> dict:
     out = {}
     for k, v in summary.items():
@@ -279,6 +377,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1, help="first case's seed (cases use seed, seed+1, ...)")
     args = ap.parse_args(argv)
+    fired = _count_slice4()
     t0 = time.perf_counter()
     bad = 0
     tally = {f: 0 for f in FEATURES}
@@ -344,6 +443,12 @@ def main(argv=None) -> int:
     print("DCQCN cases with CNPs, with each other feature: "
           + ", ".join(f"{f} {dc.get(f'cnps+{f}', 0)}" for f in FEATURES if f != "dcqcn"))
     print(f"strict_priority control in {strict['control']} cases, none in {strict['none']} (every algorithm)")
+    print("connections (both kernels' runs, counted in the engine's Python lifecycle): "
+          f"{fired['handed']} messages handed their connection on when their last byte left, {fired['waited']} "
+          f"waited behind one sending, {fired['deferred']} completed deferred behind an earlier one, "
+          f"{fired['flushed']} flushed after a queue pair gave up, {fired['refused']} posted to a connection in "
+          f"error; shared buffers (heap runs): {fired['pool_full']} packets refused by a full pool, "
+          f"{fired['threshold']} by the dynamic threshold")
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 
