@@ -326,11 +326,14 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
 
 def _count_slice4() -> dict:
     """Counters of the slice-4 features firing, by wrapping the Python methods both kernels call
-    (the connections' lifecycle) or heap alone calls (a shared pool's admission)."""
+    (the connections' lifecycle) or heap alone calls (a shared pool's admission, the estimator of a
+    queue pair with an heir)."""
     from fabricsim.engine.packet import PacketEngine
     from fabricsim.flows.replay import Connections
     from fabricsim.net import port as port_mod
-    n = {k: 0 for k in ("handed", "waited", "deferred", "flushed", "refused", "pool_full", "threshold")}
+    from fabricsim.net.sender import Sender
+    n = {k: 0 for k in ("handed", "waited", "deferred", "flushed", "refused", "pool_full", "threshold", "heir")}
+    est = Sender._estimator
     nxt, post, done, admits = (PacketEngine._next_on_connection, Connections.post, Connections.done,
                                port_mod.SharedBuffer.admits)
 
@@ -355,6 +358,10 @@ def _count_slice4() -> dict:
         if not ok:
             n["pool_full" if used + wire > self.size else "threshold"] += 1
         return ok
+    def estimator(qp):
+        n["heir"] += 1
+        return est(qp)
+    Sender._estimator = staticmethod(estimator)
     PacketEngine._next_on_connection = next_on_connection
     Connections.post, Connections.done = post_, done_
     port_mod.SharedBuffer.admits = admits_      # (not pool_admits: the compiled core compiles that one)
@@ -447,7 +454,7 @@ def main(argv=None) -> int:
           f"{fired['handed']} messages handed their connection on when their last byte left, {fired['waited']} "
           f"waited behind one sending, {fired['deferred']} completed deferred behind an earlier one, "
           f"{fired['flushed']} flushed after a queue pair gave up, {fired['refused']} posted to a connection in "
-          f"error; shared buffers (heap runs): {fired['pool_full']} packets refused by a full pool, "
+          f"error, {fired['heir']} RTT estimators found through the heir chain (heap runs); shared buffers (heap runs): {fired['pool_full']} packets refused by a full pool, "
           f"{fired['threshold']} by the dynamic threshold")
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
