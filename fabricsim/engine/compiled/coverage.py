@@ -13,8 +13,8 @@ on NAK and on timeout), each with one ACK per unit or with ACK coalescing (``rec
 lossless queue's drain time could leave int64 (the time limit x the fabric's total port rate over
 its slowest port's, of 2^61 ps or more). Both timer modes are compiled (``receiver.rto_mode:
 fixed`` and ``adaptive``), with either compiled receiver, with or without coalescing. What stays
-outside is stated by the reasons it comes with: persistent connections (the estimator's ``heir``
-chain), an ``rto_max`` whose jittered product would leave int64 (docs/compiled-core.md 3.1), and
+outside is stated by the reasons it comes with: an ``rto_max`` whose jittered product would leave
+int64 (docs/compiled-core.md 3.1), and
 with coalescing a delayed-ACK timer past int64 (the time limit plus ``ack_delay`` of 2^62 ps or
 more) or, with adaptive timeouts, a wait allowance of 2^61 ps or more (``ack_delay`` plus
 ``ack_every`` units at a host's line rate, added to the timeout's base in int64). Congestion
@@ -32,7 +32,13 @@ NICs, ``nic.plane_split`` ``per_packet`` or ``per_flow``) and NVLink domains wit
 through a GPU of its domain, each with a message row of its own), with every receiver, timer mode,
 ACK coalescing and congestion control above (a CNP, like an ACK, leaves by ``reply_nic``'s port; the
 rate a DCQCN controller sets paces its queue pair over all its ports; an NVLink queue pair has no ACK,
-timer or controller, and its chips neither mark nor stamp, so it never sees a CNP).
+timer or controller, and its chips neither mark nor stamp, so it never sees a CNP). Persistent
+connections (``conn >= 0``: the NIC's send-completion hook, the RTT estimator's ``heir`` chain, the
+connection lifecycle in Python) are compiled with all of the above, and so are shared switch buffers
+on lossy switches (a plain pool or ``switch.buffer.admission: dynamic``), unless the bytes that can
+reach a switch by the time limit, times the least common multiple of its ports' ``rd``, reach 2^62,
+or with the pool's size 2^52 (its exact running sums in int64, the dynamic threshold's float
+comparison). ``simulation.cell_packets > 1`` runs on heap (slice 4).
 """
 from __future__ import annotations
 
