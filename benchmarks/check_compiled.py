@@ -31,8 +31,13 @@ controller (36% of all), ``dcqcn`` or ``dcqcn_cx`` alike, each with its defaults
 them, short timers and drawn parameters (CNP spacing, periods, byte counter, steps, clamps, a rate
 at the first CNP), and in 70% of them ECN marking from 2-4 KB queued, so that these small runs send
 CNPs; and last of all ``switch.strict_priority``: ``control`` (ACK and NAK in the strict-priority
-class too) in 20% of all cases, ``none`` in 10%. The last lines count the cases with each feature
-and with each pair of them, and the DCQCN cases by what they ran with. Each runs on both kernels;
+class too) in 20% of all cases, ``none`` in 10%. After all of those (slice 4): persistent connections
+in 40% of the cases (the traffic becomes a message list of 2-6 pairs of hosts with 2-6 messages each,
+mostly on connections 0 and 1, some after the source's previous message, written to a temporary file
+named by the seed) and a shared switch buffer in 40% (a plain pool, or the dynamic threshold with
+``alpha`` 0.25-4, a ``reserve`` and in half of them a pool size of its own). The last lines count
+the cases with each feature and with each pair of them, the DCQCN cases by what they ran with, and
+how often the connections' lifecycle and the pools' refusals fired. Each runs on both kernels;
 every table, the summary and the event count must be identical, and the compiled run must really be
 compiled.
 

@@ -1502,7 +1502,7 @@ def _nic_tx(X, nic, t, token):
         done = t + ser
         X.P[port, P_BUSY] = done
         if X.M[row, M_ONSENT] and X.M[row, M_INJ] == X.M[row, M_SIZE]:
-            _on_sent(X, row, t)      # its last new byte: the connection's next message may start
+            _on_sent(X, row, done)      # its last new byte: the connection's next message may start
         X.P[port, P_TXB] += wire
         X.P[port, P_TXP] += npk
         if ser > X.P[port, P_PEAK]:
