@@ -74,6 +74,9 @@ def _pool(**over):
 
 
 def _over(sc, over):
+    if "traffic" in over and over["traffic"] is None:     # every host to every other, 64 KiB
+        over = {**over, "traffic": {"pattern": "all_to_all", "message_size": "64KiB"}}
+        sc["traffic"] = {}
     for k, v in over.items():
         sc[k] = {**sc.get(k, {}), **v} if isinstance(v, dict) else v
     return sc
@@ -131,6 +134,16 @@ CASES = {
                                                                             "kmax": "16KB"}},
                                                             congestion_control={"algorithm": "dcqcn"}),
                                           ("threshold", "cnps")),
+    # every host to every other: ACKs, NAKs and CNPs cross the strict-priority lanes of ports whose pool
+    # also holds data, near its threshold
+    "pool-all-to-all-lanes": (lambda tmp: _pool(traffic=None,
+                                                topology={**FABRIC, "buffer": {"mode": "shared", "size": "48KiB"}},
+                                                switch={"buffer": {"admission": "dynamic", "alpha": 1.0},
+                                                        "strict_priority": "control",
+                                                        "ecn": {"enabled": True, "kmin": "4KB", "kmax": "16KB"}},
+                                                congestion_control={"algorithm": "dcqcn"}, routing={"policy": "spray"},
+                                                receiver={"model": "go_back_n"}),
+                              ("threshold", "lanes_pooled", "cnps")),
     "pool-dynamic-telemetry-int": (lambda tmp: _pool(switch=_DYN, congestion_control={"algorithm": "telemetry"},
                                                      receiver={"ack_every": 4}), ("threshold",)),
     "pool-gbn-adaptive-routing": (lambda tmp: _pool(switch=_DYN, routing={"policy": "adaptive"},
@@ -165,7 +178,9 @@ class Counts:
         from fabricsim.flows.replay import Connections
         from fabricsim.net.port import SharedBuffer
         from fabricsim.net.sender import Sender
+        from fabricsim.net.switch import Switch
         self.n: dict = {}
+        prio = Switch.priority
         nxt, post, done, admits = (PacketEngine._next_on_connection, Connections.post, Connections.done,
                                    SharedBuffer.admits)
         fail, est, sent = PacketEngine.fail_qp, Sender._estimator, PacketEngine._conn_sent
@@ -208,6 +223,10 @@ class Counts:
         def conn_sent(eng, st, t):
             inc("nv_sent", bool(st.qps) and bool(st.qps[0].nics[0].nvlink))
             return sent(eng, st, t)
+        def priority(sw, t, port, pkt):
+            inc("lanes_pooled", sw.shared is not None)
+            return prio(sw, t, port, pkt)
+        monkeypatch.setattr(Switch, "priority", priority)
         monkeypatch.setattr(PacketEngine, "_next_on_connection", next_on_connection)
         monkeypatch.setattr(PacketEngine, "fail_qp", fail_qp)
         monkeypatch.setattr(PacketEngine, "_conn_sent", conn_sent)
