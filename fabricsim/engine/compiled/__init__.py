@@ -15,7 +15,9 @@ pacing), hosts with one or several NIC ports (multi-plane NICs split per packet 
 receiver's control packets, coalesced ACKs and CNPs too, spread over its ports as
 ``PacketEngine.reply_nic`` does), and NVLink domains with credit flow control (net/nvlink.py: the
 GPUs' links, the chips, completion on the last byte), beside NIC ports or alone, with PXN's relayed
-pieces (``nic.pxn``): the whole ``spectrum_x`` and ``ethernet`` profiles. Any other scenario runs on
+pieces (``nic.pxn``): the whole ``spectrum_x`` and ``ethernet`` profiles; messages on persistent
+connections (the NIC's send-completion hook, the RTT estimator's ``heir`` chain; the connection's
+lifecycle is the engine's own) and shared switch buffers (a plain pool or the dynamic threshold). Any other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 
@@ -134,7 +136,8 @@ class CompiledKernel:
 
     def schedule(self, time_ps: int, fn, arg=None) -> None:
         """The engine's lifecycle entries: releases and the link sampler (nothing else is
-        scheduled from Python in the compiled slice)."""
+        scheduled from Python in the compiled slice: a connection's ``_next_on_connection`` is
+        scheduled by the core's send-completion hook, ``E_SENT``)."""
         if fn == self._release:
             kind, a = C.E_RELEASE, arg.row
         elif fn == self._sample:
