@@ -38,9 +38,14 @@ thresholds), ``adaptive`` with ``metric: util`` or ``queue_util`` in 10%, ``adap
 true`` in 5% and ``pinned`` in 5%. After that, the ``reorder_buffer`` receiver in 30%
 of the cases (in place of the receiver drawn before; a buffer per host of 1, 2, 4, 12 or 64 KiB, so that
 in about two fifths of them no unit beyond a gap fits), and last of all cells in 30%
-(``simulation.cell_packets`` 2, 3 or 4; at most 3 with 16 KiB switch buffers). The last lines count the
-cases with each feature and with each pair of them, the DCQCN cases by what they ran with, and the
-reorder-buffer cases that overflowed, with each other feature. Each runs on both kernels;
+(``simulation.cell_packets`` 2, 3 or 4; at most 3 with 16 KiB switch buffers). After all of those (slice 4): persistent connections
+in 40% of the cases (the traffic becomes a message list of 2-6 pairs of hosts with 2-6 messages each,
+mostly on connections 0 and 1, some after the source's previous message, written to a temporary file
+named by the seed) and a shared switch buffer in 40% (a plain pool, or the dynamic threshold with
+``alpha`` 0.25-4, a ``reserve`` and in half of them a pool size of its own). The last lines count
+the cases with each feature and with each pair of them, the DCQCN cases by what they ran with, the
+reorder-buffer cases that overflowed, with each other feature, and how often the connections'
+lifecycle and the pools' refusals fired. Each runs on both kernels;
 every table, the summary and the event count must be identical, and the compiled run must really be
 compiled.
 
@@ -229,13 +234,67 @@ def scenario(seed: int) -> dict:
         buf = (sc["topology"]["buffer"] if sc["topology"]["kind"] == "leaf_spine"
                else sc["topology"]["switch"]["buffer"])["size"]
         sc["simulation"]["cell_packets"] = r.choice([2, 3] if buf == "16KiB" else [2, 3, 4])
+    # slice 4 (drawn after every other draw, so a seed's other draws are those it drew before they joined):
+    # persistent connections in 40% of the cases, a shared switch buffer in 40%
+    if r.random() < 0.4:
+        hosts = sc["topology"]["leaves"] * sc["topology"]["hosts_per_leaf"] if sc["topology"]["kind"] == "leaf_spine" \
+            else 24
+        sc["traffic"] = _connection_traffic(r, seed, hosts)
+    v = r.random()
+    if v < 0.4:
+        # a plain shared pool (the topology's buffer, mode shared) or the dynamic threshold over a pool of
+        # the topology's size or its own; an unbounded buffer gets a size, so that the pool exists
+        where = sc["topology"] if sc["topology"]["kind"] == "leaf_spine" else sc["topology"]["switch"]
+        buf = where["buffer"] = dict(where["buffer"])
+        if buf["size"] == "unbounded":
+            buf["size"] = r.choice(["64KiB", "256KiB"])
+        if v < 0.2:
+            buf["mode"] = "shared"
+        else:
+            if r.random() < 0.5:
+                buf["mode"] = "shared"
+            sc["switch"]["buffer"] = {"admission": "dynamic", "alpha": r.choice([0.25, 1.0, 4.0]),
+                                      "reserve": r.choice(["0B", "4KB", "20KB"])}
+            if r.random() < 0.5:
+                sc["switch"]["buffer"]["size"] = r.choice(["64KiB", "160KiB", "1MiB"])
     return sc
+
+
+def _connection_traffic(r: random.Random, seed: int, hosts: int) -> dict:
+    """A message list (written to a temporary file, a function of ``seed``) of 2-6 pairs of hosts with
+    2-6 messages each, mostly on persistent connections (conn 0 or 1, 15% fresh queue pairs), posted
+    at 0, 2 or 10 us, a third of them after the source's previous message (and a gap): messages wait
+    behind the one sending on their connection, complete deferred behind an earlier one, or are
+    flushed when a queue pair gives up."""
+    import os
+    import tempfile
+    rows = ["id,src,dst,size_bytes,start_ps,gap_ps,deps,conn"]
+    mid = 0
+    last: dict = {}
+    for _ in range(r.randint(2, 6)):
+        s = r.randrange(hosts)
+        d = r.randrange(hosts - 1)
+        d += d >= s
+        conn = r.choice([0, 0, 1])
+        for _k in range(r.randint(2, 6)):
+            dep = last.get(s) if r.random() < 0.3 else None
+            rows.append(f"{mid},{s},{d},{r.choice([1000, 4096, 17408, 65536])},{r.choice([0, 0, 2_000_000, 10_000_000])},"
+                        f"{r.choice([0, 500_000]) if dep is not None else 0},{'' if dep is None else dep},"
+                        f"{conn if r.random() < 0.85 else -1}")
+            last[s] = mid
+            mid += 1
+    where = os.path.join(tempfile.gettempdir(), "fabricsim_check_compiled")
+    os.makedirs(where, exist_ok=True)
+    path = os.path.join(where, f"conn_{seed}.csv")
+    with open(path, "w") as fh:
+        fh.write("\n".join(rows) + "\n")
+    return {"pattern": "csv", "path": path, "qps_per_connection": r.randint(1, 3), "qps_per_message": r.randint(1, 2)}
 
 
 #: the features the last lines count, alone and in pairs (:func:`features`)
 FEATURES = ("coalescing", "telemetry", "int_alone", "multiport", "nvlink", "pxn", "dcqcn", "strict_control",
             "lossless", "flowlet", "util_metric", "exact", "pinned", "go_back_n", "adaptive_rto",
-            "reorder_buffer", "cells")
+            "reorder_buffer", "cells", "connections", "shared_buffer")
 
 
 def features(sc: dict) -> set:
@@ -246,7 +305,8 @@ def features(sc: dict) -> set:
     control``), PFC (lossless switches); slice 2's routing: ``flowlet``, a utilisation metric
     (``util`` or ``queue_util``, of adaptive or flowlet), adaptive ``exact: true``, ``pinned``; the
     ``go_back_n`` receiver, adaptive timeouts, the ``reorder_buffer`` receiver, cells
-    (``simulation.cell_packets > 1``)."""
+    (``simulation.cell_packets > 1``), persistent connections, a shared switch buffer (a plain pool or
+    the dynamic threshold; under PFC a lossless switch has none)."""
     out = set()
     rt = sc["routing"]
     if rt["policy"] in ("flowlet", "pinned"):
@@ -262,6 +322,12 @@ def features(sc: dict) -> set:
         out.add("adaptive_rto")
     if sc["simulation"].get("cell_packets", 1) > 1:
         out.add("cells")
+    if sc["traffic"]["pattern"] == "csv":
+        out.add("connections")
+    buf = (sc["topology"] if sc["topology"]["kind"] == "leaf_spine" else sc["topology"]["switch"])["buffer"]
+    if (buf.get("mode") == "shared" or sc["switch"].get("buffer", {}).get("admission") == "dynamic") \
+            and "pfc" not in sc["switch"]:
+        out.add("shared_buffer")
     if "ack_every" in sc["receiver"]:
         out.add("coalescing")
     alg = sc.get("congestion_control", {}).get("algorithm")
@@ -320,6 +386,50 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
     return out
 
 
+def _count_slice4() -> dict:
+    """Counters of the slice-4 features firing, by wrapping the Python methods both kernels call
+    (the connections' lifecycle) or heap alone calls (a shared pool's admission, the estimator of a
+    queue pair with an heir)."""
+    from fabricsim.engine.packet import PacketEngine
+    from fabricsim.flows.replay import Connections
+    from fabricsim.net import port as port_mod
+    from fabricsim.net.sender import Sender
+    n = {k: 0 for k in ("handed", "waited", "deferred", "flushed", "refused", "pool_full", "threshold", "heir")}
+    est = Sender._estimator
+    nxt, post, done, admits = (PacketEngine._next_on_connection, Connections.post, Connections.done,
+                               port_mod.SharedBuffer.admits)
+
+    def next_on_connection(self, t, st):
+        n["handed"] += st.on_sent is not False
+        return nxt(self, t, st)
+
+    def post_(self, row):
+        how = post(self, row)
+        n["waited"] += how == "wait"
+        n["refused"] += how == "error"
+        return how
+
+    def done_(self, row, failed=False):
+        out = done(self, row, failed)
+        n["deferred"] += not out[1]
+        n["flushed"] += len(out[2])
+        return out
+
+    def admits_(self, q, wire, used):
+        ok = admits(self, q, wire, used)
+        if not ok:
+            n["pool_full" if used + wire > self.size else "threshold"] += 1
+        return ok
+    def estimator(qp):
+        n["heir"] += 1
+        return est(qp)
+    Sender._estimator = staticmethod(estimator)
+    PacketEngine._next_on_connection = next_on_connection
+    Connections.post, Connections.done = post_, done_
+    port_mod.SharedBuffer.admits = admits_      # (not pool_admits: the compiled core compiles that one)
+    return n
+
+
 def _comparable(summary: dict) -> dict:
     out = {}
     for k, v in summary.items():
@@ -336,6 +446,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1, help="first case's seed (cases use seed, seed+1, ...)")
     args = ap.parse_args(argv)
+    fired = _count_slice4()
     t0 = time.perf_counter()
     bad = 0
     tally = {f: 0 for f in FEATURES}
@@ -425,6 +536,12 @@ def main(argv=None) -> int:
     print(f"routing (slice 2): {routes}")
     print(f"reorder_buffer in {tally['reorder_buffer']} cases, {rb.get('overflow', 0)} of them overflowing; those with "
           "each other feature: " + ", ".join(f"{f} {rb.get(f, 0)}" for f in FEATURES if f != "reorder_buffer"))
+    print("connections (both kernels' runs, counted in the engine's Python lifecycle): "
+          f"{fired['handed']} messages handed their connection on when their last byte left, {fired['waited']} "
+          f"waited behind one sending, {fired['deferred']} completed deferred behind an earlier one, "
+          f"{fired['flushed']} flushed after a queue pair gave up, {fired['refused']} posted to a connection in "
+          f"error, {fired['heir']} RTT estimators found through the heir chain (heap runs); shared buffers (heap runs): {fired['pool_full']} packets refused by a full pool, "
+          f"{fired['threshold']} by the dynamic threshold")
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 

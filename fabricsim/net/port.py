@@ -171,8 +171,22 @@ class SharedBuffer:
 
     def admits(self, q: int, wire: int, used: int) -> bool:
         """May a packet of ``wire`` bytes join a port queue of ``q`` bytes, with ``used`` in the pool?"""
-        if used + wire > self.size:
-            return False
-        if self.alpha is None or q + wire <= self.reserve:
-            return True
-        return q + wire <= self.alpha * (self.size - used)
+        alpha = self.alpha
+        return pool_admits(q, wire, used, self.size, alpha is not None, alpha or 0.0, self.reserve)
+
+
+def pool_admits(q: int, wire: int, used: int, size: int, dynamic: bool, alpha: float, reserve: int) -> bool:
+    """:meth:`SharedBuffer.admits` as a plain function (the compiled core runs it from this source):
+    the pool of ``size`` bytes must hold the packet (``used + wire <= size``) and, with the dynamic
+    threshold (``dynamic``), the port's queue must stay under ``alpha`` times the free pool unless it
+    stays within ``reserve``. ``alpha * (size - used)`` is a float; ``q + wire`` is compared with it
+    exactly (both kernels, below 2^53: coverage).
+
+    >>> pool_admits(4000, 2000, 4000, 10_000, True, 1.0, 0), pool_admits(4000, 2001, 4000, 10_000, True, 1.0, 0)
+    (True, False)
+    """
+    if used + wire > size:
+        return False
+    if not dynamic or q + wire <= reserve:
+        return True
+    return q + wire <= alpha * (size - used)

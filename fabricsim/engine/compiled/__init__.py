@@ -17,7 +17,9 @@ pacing), hosts with one or several NIC ports (multi-plane NICs split per packet 
 receiver's control packets, coalesced ACKs and CNPs too, spread over its ports as
 ``PacketEngine.reply_nic`` does), and NVLink domains with credit flow control (net/nvlink.py: the
 GPUs' links, the chips, completion on the last byte), beside NIC ports or alone, with PXN's relayed
-pieces (``nic.pxn``): the whole ``spectrum_x`` and ``ethernet`` profiles. Any other scenario runs on
+pieces (``nic.pxn``): the whole ``spectrum_x`` and ``ethernet`` profiles; messages on persistent
+connections (the NIC's send-completion hook, the RTT estimator's ``heir`` chain; the connection's
+lifecycle is the engine's own) and shared switch buffers (a plain pool or the dynamic threshold). Any other scenario runs on
 ``kernel: heap`` and the run says why (:mod:`.coverage`). Results are bit-identical to ``heap``
 (tests/test_kernel_equivalence.py).
 
@@ -88,6 +90,13 @@ class CompiledKernel:
         self.states: list = list(engine._rows)
         self._piece_row: dict = {}          # id(piece MessageState) -> its row
         engine._settle_ports = self._freeze
+        # persistent connections: a flushed message's queue pairs stop in the compiled state, and a
+        # message ending outside a completion of its own (one deferred behind an earlier message
+        # on its connection, or flushed) ends with its counters as they stand
+        engine._stop = self._stop_qps
+        self._finish_py = engine._finish
+        engine._finish = self._finish_hook
+        self._conn_last: dict = {}          # queue-pair uid of a connection -> the row of its latest queue pair
         self._release = engine.release
         self._sample = engine._sample_links
         self._nics = dict(engine.nics)
@@ -110,7 +119,7 @@ class CompiledKernel:
         i = numba.int64
         self._fn = {}
         for fn, args in ((C.run, (i,)), (C.nic_add, (i, i)), (C.push, (i, i, i, i, i)), (C.settle_all, (i,)),
-                         (C.tel_rehash, ())):
+                         (C.tel_rehash, ()), (C.stop_message, (i,))):
             sig = (x, *args)
             fn.compile(sig)
             self._fn[fn.__name__] = fn.overloads[sig].entry_point
@@ -129,7 +138,8 @@ class CompiledKernel:
 
     def schedule(self, time_ps: int, fn, arg=None) -> None:
         """The engine's lifecycle entries: releases and the link sampler (nothing else is
-        scheduled from Python in the compiled slice)."""
+        scheduled from Python in the compiled slice: a connection's ``_next_on_connection`` is
+        scheduled by the core's send-completion hook, ``E_SENT``)."""
         if fn == self._release:
             kind, a = C.E_RELEASE, arg.row
         elif fn == self._sample:
@@ -168,6 +178,9 @@ class CompiledKernel:
         X = self.X
         if X.M[row, C.M_QN] == 0:
             X.M[row, C.M_Q0] = q
+            # the send-completion hook (a message on a persistent connection: PacketEngine._start
+            # set it before creating the queue pairs)
+            X.M[row, C.M_ONSENT] = 1 if st.on_sent else 0
         elif X.M[row, C.M_Q0] + X.M[row, C.M_QN] != q:
             raise SimulationError("kernel: compiled: a message's queue pairs were not created together")
         X.M[row, C.M_QN] += 1
@@ -190,6 +203,15 @@ class CompiledKernel:
             X.Q[q, C.Q_DONE] = 1
         else:
             self._reply_ports(qp, q)
+        if not qp.nics[0].nvlink and self.engine._conn_qp.get(qp.uid) is qp:
+            # a persistent connection's queue pair (PacketEngine._start): it takes over the RTT
+            # estimator of the connection's previous one (its heir from now on), whose state is
+            # the compiled row's, not the Python object's
+            prev = self._conn_last.get(qp.uid)
+            if prev is not None:
+                qp.srtt, qp.rttvar = int(X.Q[prev, C.Q_SRTT]), int(X.Q[prev, C.Q_RTTVAR])
+                X.Q[prev, C.Q_HEIR] = q
+            self._conn_last[qp.uid] = q
         if X.g[C.G_RTO_ADAPTIVE]:
             # the idle round trip, read before the first RTT sample (heap works it out at the
             # first send's timer: the same pure function of the two hosts, memoised per pair)
@@ -219,6 +241,31 @@ class CompiledKernel:
             X.M[r, C.M_PIECE] = 1
             X.M[r, C.M_NONFINAL] = not st.final
         return r
+
+    def _msg_row(self, st):
+        """The message row of ``st`` (a message or a registered PXN piece), or None."""
+        return st.row if st.row is not None else self._piece_row.get(id(st))
+
+    def _stop_qps(self, st) -> None:
+        """``PacketEngine._stop`` while compiled: ``st``'s queue pairs stopped in the compiled state
+        (its own queue pairs only, as ``st.qps``: a relayed message's pieces run on)."""
+        r = self._msg_row(st)
+        if r is not None and self.X.M[r, C.M_QN]:
+            self._fn["stop_message"](self.X, r)
+
+    def _finish_hook(self, st, t) -> None:
+        """``PacketEngine._finish`` while compiled: a message on a persistent connection may end
+        after its own completion (deferred behind an earlier message) or without one (flushed), so
+        its counters are copied from the compiled state first, as they stand at ``t``; its row is
+        done from now on (``st.done``)."""
+        r = self._msg_row(st)
+        if r is not None and st.msg.conn >= 0:
+            X = self.X
+            if X.M[r, C.M_QN]:
+                S.fold_reorder(X, self.states)
+                S.sync_message(X, st, r)
+            X.M[r, C.M_DONE] = 1
+        self._finish_py(st, t)
 
     def _freeze(self, t) -> None:
         """``PacketEngine._settle_ports`` while compiled: the switch ports' dequeue-time samples
@@ -315,6 +362,8 @@ class CompiledKernel:
                 S.sync_recorder(X, eng.recorder)
                 if kind == C.P_RELEASE:
                     eng.release(t, rows[a])
+                elif kind == C.P_SENT:
+                    eng._next_on_connection(t, self.states[a])
                 elif kind == C.P_SAMPLE:
                     S.write_ports(X, eng.ports, counters=False)
                     self._read_t = t
@@ -329,6 +378,11 @@ class CompiledKernel:
                         eng.fail_qp(qp, t, "retry_exceeded")
                     else:
                         eng.message_done(st, t)
+                        if not st.done:
+                            # deferred behind an earlier message on its connection: as on heap, the
+                            # receiver reports its completion again at each later arrival, and a
+                            # queue pair of it that gives up still fails it (PacketEngine.fail_qp)
+                            self.X.M[r, C.M_DONE] = 0
                 if self._stop:
                     self._stop = False
                     self.X.g[C.G_NOW] = self._stopped_at

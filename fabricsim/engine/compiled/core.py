@@ -8,10 +8,12 @@ equal after every event. Model arithmetic longer than one expression is not rewr
 model's own function compiled from its source (:data:`ecmp_pick`, :data:`packet_draw_fields`,
 :data:`red_below`; see :func:`_rebind`).
 
-The message lifecycle is Python's: an agenda entry of kind ``E_RELEASE`` or ``E_SAMPLE``, and a
-datapath event that ends in a message completion (``P_DONE``) or a queue pair's failure
-(``P_FAIL``), return to the Python driver (:class:`fabricsim.engine.compiled.CompiledKernel`),
-which runs the unchanged :class:`~fabricsim.engine.packet.PacketEngine` method and resumes.
+The message lifecycle is Python's: an agenda entry of kind ``E_RELEASE``, ``E_SAMPLE`` or
+``E_SENT`` (a message on a persistent connection has put its last new byte on the wire: the NIC's
+send-completion hook), and a datapath event that ends in a message completion (``P_DONE``) or a
+queue pair's failure (``P_FAIL``), return to the Python driver
+(:class:`fabricsim.engine.compiled.CompiledKernel`), which runs the unchanged
+:class:`~fabricsim.engine.packet.PacketEngine` method and resumes.
 
 Hash arithmetic is uint64 throughout (numba types ``uint64 op int64`` as int64, whose ``>>``
 sign-extends: docs/compiled-core.md 3.3); times and byte counts are int64, which floors ``//``
@@ -31,6 +33,7 @@ from ...cc import telemetry as tel_mod
 from ...flows import identity
 from ...net import nic as nic_mod
 from ...net import nvlink as nvlink_mod
+from ...net import port as port_mod
 from ...net import sender as sender_mod
 from ...net import switch as switch_mod
 from ...receiver import base as receiver_mod
@@ -129,6 +132,8 @@ cx_alpha_periods = njit(_nrt=False)(cx_mod.alpha_periods)
 cx_first_rate = njit(_nrt=False)(cx_mod.first_rate)
 cx_rate_cut = njit(_nrt=False)(cx_mod.rate_cut)
 cx_rate_increase = njit(_nrt=False)(cx_mod.rate_increase)
+#: :func:`fabricsim.net.port.pool_admits` (a shared switch buffer's admission), compiled
+pool_admits = njit(_nrt=False)(port_mod.pool_admits)
 
 
 # ---------------------------------------------------------------- state layout
@@ -240,6 +245,26 @@ Q_FLH = len(QP_FIELDS) - 1
 # M: overflow: payload the reorder buffer discarded for want of room (MessageState.overflow_bytes)
 MSG_FIELDS = MSG_FIELDS + ("overflow",)
 M_OVERFLOW = len(MSG_FIELDS) - 1
+# slice 4's persistent connections, appended: Q heir: the queue pair's next message's on its connection
+#    (QueuePair.heir, -1 = None: Sender._estimator's chain to the connection's RTT estimator);
+#    M onsent: the message's send-completion hook is armed (MessageState.on_sent set by PacketEngine._start:
+#    its last new byte fires it once, E_SENT)
+QP_FIELDS = QP_FIELDS + ("heir",)
+Q_HEIR = len(QP_FIELDS) - 1
+MSG_FIELDS = MSG_FIELDS + ("onsent",)
+M_ONSENT = len(MSG_FIELDS) - 1
+# slice 4's shared switch buffers (net/port.py SharedBuffer), appended: S pool: the switch's pool (0 none, 1 a
+#    plain shared pool, 2 with the dynamic threshold), psize, pres: its size and reserve (bytes); pl: L, the least
+#    common multiple of its ports' rd (PS_BITS / rate = rd / rn), so that a port's rate / PS_BITS is w / L with
+#    the integer weight w = rn x L / rd; pn, pr, pt: the running sums N = sum (busy_until - pt) x w and R =
+#    sum w over its pooled ports (in_pool) as of pt, its last query, so that used(t) = (N - (t - pt) R) // L,
+#    which is (s - t r) // PS_BITS exactly without Python's big integers; pb, phn: its heap of pooled ports
+#    (lazy keys, SharedBuffer.heap) in rows pb .. pb + phn - 1 of P's columns phk (key), phi (port)
+#    P inpool: in the pool's sums (Port.in_pool); pw: the weight w; pidx: Port.pool_idx
+SWITCH_FIELDS = SWITCH_FIELDS + ("pool", "psize", "pres", "pl", "pn", "pr", "pt", "pb", "phn")
+S_POOL, S_PSIZE, S_PRES, S_PL, S_PN, S_PR, S_PT, S_PB, S_PHN = range(len(SWITCH_FIELDS) - 9, len(SWITCH_FIELDS))
+PORT_FIELDS = PORT_FIELDS + ("inpool", "pw", "pidx", "phk", "phi")
+P_INPOOL, P_PW, P_PIDX, P_PHK, P_PHI = range(len(PORT_FIELDS) - 5, len(PORT_FIELDS))
 # per queue pair, floats (X.QF): the flow's pacing rate and window, then the algorithm's own
 QF_FIELDS = ("rate", "win") + tuple(f"c{i}" for i in range(12))
 QF_RATE, QF_WIN, QF_C0 = 0, 1, 2
@@ -279,6 +304,9 @@ NF = 4
 # rpg_hai_rate and rate_to_set_on_first_cnp as floats
 F_DC_G, F_DC_DECAY, F_CX_KEEP, F_CX_MINR, F_CX_AI, F_CX_HAI, F_CX_FIRST = range(NF, NF + 7)
 NF += 7
+# shared switch buffers (slice 4): the dynamic threshold's alpha (switch.buffer.alpha: every switch's)
+F_POOL_ALPHA = NF
+NF += 1
 
 # routing (slice 2): adaptive exact's util_weight; then the port-quality measure's util_thresholds
 F_EX_W = NF
@@ -294,7 +322,7 @@ SHARED = (identity.mix64, identity.packet_draw_fields, ecmp_mod.direction_hash, 
           tel_mod.window_and_rate,
           nvlink_mod.nvlink_wire_bytes, nvlink_mod.nvlink_stripe_psn) + (
           dcqcn_mod.alpha_catch_up, dcqcn_mod.rate_cut, dcqcn_mod.rate_increase, cx_mod.alpha_periods,
-          cx_mod.first_rate, cx_mod.rate_cut, cx_mod.rate_increase)
+          cx_mod.first_rate, cx_mod.rate_cut, cx_mod.rate_increase) + (port_mod.pool_admits,)
 
 # ---------------------------------------------------------------- codes
 
@@ -355,6 +383,9 @@ E_ACK_TIMER = 8
 # a congestion-control timer (ctx.schedule of an algorithm): the argument the queue pair, the second a
 # code of the algorithm's (which timer, and its generation: DCQCN's alpha and rate-increase timers)
 E_CC_TIMER = 9
+# PacketEngine._next_on_connection (persistent connections: the message row whose last new byte left at
+# the entry's time, scheduled by _conn_sent from the NIC's send-completion hook)
+E_SENT = 10
 # port delivery: to a switch, to a host, to a host after settling dequeue-time samples, to a lossless switch,
 # to an NVLink chip (NvlinkSwitch.arrive), to a GPU from its NVLink chip (NvlinkRx.arrive)
 D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH, D_NVSW, D_NVRX = 0, 1, 2, 3, 4, 5
@@ -362,6 +393,7 @@ D_SWITCH, D_HOST, D_HOST_SETTLE, D_LSWITCH, D_NVSW, D_NVRX = 0, 1, 2, 3, 4, 5
 R_DRAINED, R_TIME_LIMIT, R_PY, R_PROGRESS, R_SPACE, R_ERROR = 0, 1, 2, 3, 4, 5
 # what R_PY hands to Python (X.g[G_PY_KIND])
 P_NONE, P_RELEASE, P_SAMPLE, P_DONE, P_FAIL = 0, 1, 2, 3, 4
+P_SENT = 5
 # packet kinds (net/packet.py), rtx causes (columns of MessageState.rtx_bytes)
 DATA, ACK, NAK, CNP = 0, 1, 2, 3
 # congestion-control algorithms (coverage.CC: the names compiled so far). A further algorithm is a further
@@ -1178,9 +1210,91 @@ def _choose(X, sw, t, pkt):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _ph_push(X, sw, key, port):
+    # = heappush(pool.heap, (key, port.pool_idx)) (the order among equal keys changes nothing: a query
+    #   takes every entry due)
+    b = X.S[sw, S_PB]
+    i = X.S[sw, S_PHN]
+    X.S[sw, S_PHN] = i + 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if X.P[b + p, P_PHK] <= key:
+            break
+        X.P[b + i, P_PHK] = X.P[b + p, P_PHK]
+        X.P[b + i, P_PHI] = X.P[b + p, P_PHI]
+        i = p
+    X.P[b + i, P_PHK] = key
+    X.P[b + i, P_PHI] = port
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _ph_pop(X, sw):
+    # = heappop(pool.heap): the port of the root entry
+    b = X.S[sw, S_PB]
+    top = X.P[b, P_PHI]
+    n = X.S[sw, S_PHN] - 1
+    X.S[sw, S_PHN] = n
+    if n:
+        key = X.P[b + n, P_PHK]
+        port = X.P[b + n, P_PHI]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and X.P[b + c + 1, P_PHK] < X.P[b + c, P_PHK]:
+                c += 1
+            if key <= X.P[b + c, P_PHK]:
+                break
+            X.P[b + i, P_PHK] = X.P[b + c, P_PHK]
+            X.P[b + i, P_PHI] = X.P[b + c, P_PHI]
+            i = c
+        X.P[b + i, P_PHK] = key
+        X.P[b + i, P_PHI] = port
+    return top
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _pool_used(X, sw, t):
+    # = SharedBuffer.used: the ports whose entries are due leave the sums if idle, else are filed again
+    #   at their busy_until; then (s - t r) // PS_BITS as (N - (t - pt) R) // L (every pooled port's
+    #   busy_until is above pt, so every term of N stays a backlog: no overflow, coverage)
+    T = X.S[sw, S_PT]
+    b = X.S[sw, S_PB]
+    while X.S[sw, S_PHN] and X.P[b, P_PHK] <= t:
+        i = _ph_pop(X, sw)
+        bu = X.P[i, P_BUSY]
+        if bu <= t:
+            X.P[i, P_INPOOL] = 0
+            X.S[sw, S_PN] -= (bu - T) * X.P[i, P_PW]
+            X.S[sw, S_PR] -= X.P[i, P_PW]
+        else:
+            _ph_push(X, sw, bu, i)
+    r = X.S[sw, S_PR]
+    n = X.S[sw, S_PN] - (t - T) * r
+    X.S[sw, S_PN] = n
+    X.S[sw, S_PT] = t
+    return n // X.S[sw, S_PL] if r else 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _pool_set(X, sw, port, bu):
+    # = SharedBuffer.set_busy_until(port, t, bu), after _pool_used(t) (so pt = t)
+    w = X.P[port, P_PW]
+    if X.P[port, P_INPOOL]:
+        X.S[sw, S_PN] += (bu - X.P[port, P_BUSY]) * w
+    else:
+        X.P[port, P_INPOOL] = 1
+        X.S[sw, S_PN] += (bu - X.S[sw, S_PT]) * w
+        X.S[sw, S_PR] += w
+        _ph_push(X, sw, bu, port)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _switch_arrive(X, sw, t, pkt):
-    # = Switch.arrive (lossy, no shared pool: coverage); a packet of a strict-priority kind goes to the
-    #   egress port's lane (its hop may have been a lane too, which has no samples to settle)
+    # = Switch.arrive (lossy; its shared pool, if any: _pool_used, pool_admits, _pool_set); a packet of a
+    #   strict-priority kind goes to the egress port's lane (its hop may have been a lane too, which has
+    #   no samples to settle)
     hop = X.K[pkt, K_HOP]
     lane = X.K[pkt, K_LANE]
     _advance_hop(X, pkt)
@@ -1205,6 +1319,11 @@ def _switch_arrive(X, sw, t, pkt):
         if X.P[port, P_BUFFER] >= 0 and q + wire > X.P[port, P_BUFFER]:
             _drop(X, port, pkt)
             return
+    pool = X.S[sw, S_POOL]
+    if pool and not pool_admits(q, wire, _pool_used(X, sw, t), X.S[sw, S_PSIZE], pool == 2, X.f[F_POOL_ALPHA],
+                                X.S[sw, S_PRES]):
+        _drop(X, port, pkt)
+        return
     X.K[pkt, K_WIRE] = wire
     kmin = X.S[sw, S_KMIN]
     at_dequeue = X.S[sw, S_DEQ]
@@ -1213,6 +1332,8 @@ def _switch_arrive(X, sw, t, pkt):
         X.P[port, P_ECN] += 1
     start = bu
     bu += _ser(X, port, wire)
+    if pool:
+        _pool_set(X, sw, port, bu)
     X.P[port, P_BUSY] = bu
     if bu - t > X.P[port, P_PEAK]:
         X.P[port, P_PEAK] = bu - t
@@ -1239,7 +1360,7 @@ def _switch_arrive(X, sw, t, pkt):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _priority(X, t, port, pkt):
-    # = Switch.priority (no shared pool: coverage): serialised after the data packet on the wire (the first
+    # = Switch.priority (the switch's shared pool, if any, told of the new busy_until): serialised after the data packet on the wire (the first
     #   of the port's arrivals whose last bit has not left by t) or the lane's previous packet, whichever
     #   is later; the data class's busy_until is pushed back by its serialisation
     wire = X.K[pkt, K_WIRE]
@@ -1259,6 +1380,10 @@ def _priority(X, t, port, pkt):
     end = start + ser
     X.P[port, P_LBU] = end
     newbu = bu + ser if bu > t else end
+    sw = X.P[port, P_SW]
+    if X.S[sw, S_POOL]:
+        _pool_used(X, sw, t)
+        _pool_set(X, sw, port, newbu)
     X.P[port, P_BUSY] = newbu
     if newbu - t > X.P[port, P_PEAK]:
         X.P[port, P_PEAK] = newbu - t
@@ -1562,14 +1687,30 @@ def _send_ctrl(X, nic, t, pkt):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _estimator(X, q):
+    # = Sender._estimator: the queue pair holding q's RTT estimator, its connection's latest message's
+    #   (the heir chain, compressed as it is walked)
+    last = q
+    while X.Q[last, Q_HEIR] >= 0:
+        last = X.Q[last, Q_HEIR]
+    while X.Q[q, Q_HEIR] >= 0 and X.Q[q, Q_HEIR] != last:
+        nxt = X.Q[q, Q_HEIR]
+        X.Q[q, Q_HEIR] = last
+        q = nxt
+    return last
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _rto(X, q):
-    # = Sender.rto. Adaptive: a queue pair is its own estimator (no persistent connections, so no
-    #   heir: coverage); with ACK coalescing the wait allowance (ack_wait_ps at the queue pair's
-    #   line rate, worked out when it was registered) until its last unit is out; the idle round
-    #   trip is passed always (adaptive_rto_ps reads it only before the first sample)
+    # = Sender.rto. Adaptive: the estimator is the queue pair's own, or on a persistent connection its
+    #   latest message's (the heir chain, _estimator); with ACK coalescing the wait allowance
+    #   (ack_wait_ps at the queue pair's line rate, worked out when it was registered) until its last
+    #   unit is out; the idle round trip (the queue pair's own flow's) is passed always
+    #   (adaptive_rto_ps reads it only before the first sample)
     if X.g[G_RTO_ADAPTIVE]:
+        est = q if X.Q[q, Q_HEIR] < 0 else _estimator(X, q)
         wait = X.Q[q, Q_WAIT] if X.g[G_COALESCE] and X.Q[q, Q_HIGH] < X.Q[q, Q_NPSN] else 0
-        return adaptive_rto_ps(X.g[G_RTO_MIN], X.Q[q, Q_BRTT], X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR], X.g[G_RTO_K],
+        return adaptive_rto_ps(X.g[G_RTO_MIN], X.Q[q, Q_BRTT], X.Q[est, Q_SRTT], X.Q[est, Q_RTTVAR], X.g[G_RTO_K],
                                wait, X.Q[q, Q_TMO], X.g[G_RTO_JIT], X.Q[q, Q_U], X.g[G_RTO_MAX])
     return X.g[G_RTO_LOW] if X.Q[q, Q_OL] <= X.g[G_RTO_LOW_UNITS] else X.g[G_RTO_HIGH]
 
@@ -1592,8 +1733,16 @@ def _arm(X, q, t):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
+def _on_sent(X, row, done):
+    # = st.on_sent(st, done), PacketEngine._conn_sent: the hook disarmed (on_sent = None) and
+    #   _next_on_connection scheduled at ``done`` (its seq drawn here, as kernel.schedule draws it)
+    X.M[row, M_ONSENT] = 0
+    push(X, done, _seq(X), E_SENT, row, 0)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _nic_tx(X, nic, t, token):
-    # = Nic.tx (no on_sent: coverage)
+    # = Nic.tx
     X.N[nic, N_CALLS] += 1
     if token != X.N[nic, N_TOKEN]:
         return
@@ -1675,6 +1824,8 @@ def _nic_tx(X, nic, t, token):
         ser = _ser(X, port, wire)
         done = t + ser
         X.P[port, P_BUSY] = done
+        if X.M[row, M_ONSENT] and X.M[row, M_INJ] == X.M[row, M_SIZE]:
+            _on_sent(X, row, done)      # its last new byte: the connection's next message may start
         X.P[port, P_TXB] += wire
         X.P[port, P_TXP] += npk
         if ser > X.P[port, P_PEAK]:
@@ -1866,8 +2017,9 @@ def _on_ack(X, q, t, pkt):
                         _widen(X, q)
                         X.Q[q, Q_REOT] = t
     if X.g[G_RTO_ADAPTIVE] and td > 0:
-        # = Sender._rtt_sample (no heir: the queue pair's own estimator)
-        X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR] = rtt_estimate(X.Q[q, Q_SRTT], X.Q[q, Q_RTTVAR], t - td)
+        # = Sender._rtt_sample (on a persistent connection the estimator is its latest message's)
+        est = q if X.Q[q, Q_HEIR] < 0 else _estimator(X, q)
+        X.Q[est, Q_SRTT], X.Q[est, Q_RTTVAR] = rtt_estimate(X.Q[est, Q_SRTT], X.Q[est, Q_RTTVAR], t - td)
     X.Q[q, Q_OUTB] -= newly
     if newly:
         X.Q[q, Q_TMO] = 0
@@ -1947,6 +2099,13 @@ def _stop_message(X, row):
         X.Q[q, Q_ACTIVE] = 0
         _rtx_clear(X, q)
         X.Q[q, Q_SEQ] = X.Q[q, Q_NPSN]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def stop_message(X, row):
+    """= ``PacketEngine._stop`` called from Python (a connection's later messages flushed when a queue
+    pair of an earlier one gave up): the queue pairs of message row ``row`` stopped."""
+    _stop_message(X, row)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -2982,7 +3141,7 @@ def _credit_time(X, nic, t):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _nv_tx(X, nic, t, token):
-    # = NvlinkNic.tx (no on_sent: persistent connections fall back)
+    # = NvlinkNic.tx
     X.N[nic, N_CALLS] += 1
     if token != X.N[nic, N_TOKEN]:
         return
@@ -3042,10 +3201,13 @@ def _nv_tx(X, nic, t, token):
         else:
             X.QN[slot, QN_CNT] += 1
             last = psn + X.Q[q, Q_NN] >= X.Q[q, Q_NPSN]
-        X.M[X.Q[q, Q_MSG], M_INJ] += payload
+        row = X.Q[q, Q_MSG]
+        X.M[row, M_INJ] += payload
         pkt = _pkt(X, q, X.Q[q, Q_DST], wire, payload, psn, t, npk, port, DATA)
         done = t + _ser(X, port, wire)
         X.P[port, P_BUSY] = done
+        if X.M[row, M_ONSENT] and X.M[row, M_INJ] == X.M[row, M_SIZE]:
+            _on_sent(X, row, done)      # its last unit: the connection's next message may start
         X.P[port, P_TXB] += wire
         X.P[port, P_TXP] += npk
         if done - t > X.P[port, P_PEAK]:
@@ -3216,6 +3378,9 @@ def run(X, until_ps):
             g[G_PY_A] = a
         elif kind == E_SAMPLE:
             g[G_PY_KIND] = P_SAMPLE
+            g[G_PY_A] = a
+        elif kind == E_SENT:
+            g[G_PY_KIND] = P_SENT
             g[G_PY_A] = a
         else:
             g[G_ERR] = kind

@@ -22,8 +22,8 @@ the delayed-ACK timer, SACK bitmaps, RACK and probes within the bitmap's reach),
 lossless queue's drain time could leave int64 (the time limit x the fabric's total port rate over
 its slowest port's, of 2^61 ps or more). Both timer modes are compiled (``receiver.rto_mode:
 fixed`` and ``adaptive``), with either compiled receiver, with or without coalescing. What stays
-outside is stated by the reasons it comes with: persistent connections (the estimator's ``heir``
-chain), an ``rto_max`` whose jittered product would leave int64 (docs/compiled-core.md 3.1), and
+outside is stated by the reasons it comes with: an ``rto_max`` whose jittered product would leave
+int64 (docs/compiled-core.md 3.1), and
 with coalescing a delayed-ACK timer past int64 (the time limit plus ``ack_delay`` of 2^62 ps or
 more) or, with adaptive timeouts, a wait allowance of 2^61 ps or more (``ack_delay`` plus
 ``ack_every`` units at a host's line rate, added to the timeout's base in int64). Congestion
@@ -41,7 +41,13 @@ NICs, ``nic.plane_split`` ``per_packet`` or ``per_flow``) and NVLink domains wit
 through a GPU of its domain, each with a message row of its own), with every receiver, timer mode,
 ACK coalescing and congestion control above (a CNP, like an ACK, leaves by ``reply_nic``'s port; the
 rate a DCQCN controller sets paces its queue pair over all its ports; an NVLink queue pair has no ACK,
-timer or controller, and its chips neither mark nor stamp, so it never sees a CNP).
+timer or controller, and its chips neither mark nor stamp, so it never sees a CNP). Persistent
+connections (``conn >= 0``: the NIC's send-completion hook, the RTT estimator's ``heir`` chain, the
+connection lifecycle in Python) are compiled with all of the above, and so are shared switch buffers
+on lossy switches (a plain pool or ``switch.buffer.admission: dynamic``), unless the bytes that can
+reach a switch by the time limit, times the least common multiple of its ports' ``rd``, reach 2^62,
+or with the pool's size 2^52 (its exact running sums in int64, the dynamic threshold's float
+comparison). ``simulation.cell_packets > 1`` runs on heap (slice 4).
 """
 from __future__ import annotations
 
@@ -132,8 +138,9 @@ def uncovered(engine) -> list[str]:
             out.append("switch.pfc with simulation.time_limit x (total port rate / slowest port rate) of 2^61 ps "
                        "or more (slice 7)")
     sws = engine.switches.values()
-    if any(getattr(sw, "shared", None) is not None for sw in sws):
-        out.append("a shared switch buffer (slice 4)")
+    if any(_pool_too_big(engine, sw, limit) for sw in sws if getattr(sw, "shared", None) is not None):
+        out.append("a shared switch buffer whose bytes (at most what reaches the switch by simulation.time_limit) "
+                   "times the common denominator of its ports' rates reach 2^62, or with its size 2^52 (slice 7)")
     sim = sc.simulation
     # the largest packet: data (a cell of cell_packets MTU packets with their headers; with INT, its stack:
     # at most one record per switch) or ACK (a coalesced ACK carries its SACK bitmap; INT echoed by an ACK
@@ -150,9 +157,23 @@ def uncovered(engine) -> list[str]:
     if any(not q.ps_per_byte and (_fraction_too_fine(q.rate) or q.rate > PS_BITS) for q in engine.ports):
         out.append("a link rate that does not divide 8e12 bit-ps per byte and whose reduced fraction needs "
                    "62 bits or more, or above 8 Tbit/s (slice 7)")
-    if len(table) and bool(np.any(np.asarray(table.conn) >= 0)):
-        out.append("persistent connections (slice 4: the NIC's send-completion hook)")
     return out
+
+
+def _pool_too_big(engine, sw, limit: int) -> bool:
+    """True if the compiled core's exact arithmetic of ``sw``'s shared buffer could leave int64
+    (core.py ``_pool_used``): its running sum is ``L`` (the least common multiple of the pooled
+    ports' ``rd``) times the bytes queued in the switch, which are at most the bytes that reach it
+    by the time limit (its input links' rates); the dynamic threshold compares those bytes and the
+    pool's size with a float, exactly below 2^53."""
+    pool = sw.shared
+    inrate = sum(p.rate for p in engine.ports if p.peer == sw.id)
+    held = limit * inrate // PS_BITS + 1
+    L = 1
+    for p in pool.ports:
+        rd = rate_fraction(p.rate)[1]
+        L = L * rd // math.gcd(L, rd)
+    return L * (held + 1) >= 1 << 62 or held + pool.size >= 1 << 52
 
 
 def rate_fraction(rate_bps: int) -> tuple[int, int]:

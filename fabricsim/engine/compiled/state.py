@@ -14,6 +14,7 @@ Indices are int64 with -1 for None.
 """
 from __future__ import annotations
 
+import math
 from collections import deque, namedtuple
 
 import numpy as np
@@ -77,6 +78,7 @@ _FILL.update({("P", f): -1 for f in ("lh", "lt", "sqh", "sqt")})          # stri
 _FILL[("Q", "rlcnp")] = C.ABSENT                                           # r_last_cnp None
 _FILL[("Q", "flh")] = -1                                                   # no routing entries
 _FILL[("P", "us")] = 1                                                     # util_rate 0 / 1 = 0.0
+_FILL[("Q", "heir")] = -1                                                 # QueuePair.heir None
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
 _FIELDS_OF = {"S": C.SWITCH_FIELDS, "P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS,
               "D": C.NODE_FIELDS, "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS, "QN": C.QN_FIELDS, "QF": C.QF_FIELDS,
@@ -125,8 +127,9 @@ def build(engine, nic_index: dict) -> State:
     sws = list(engine.switches.values())
     s_local = {sw.id: i for i, sw in enumerate(sws)}
     n_nodes = max(g.nodes) + 1
-    a["S"] = np.array([(-1 if sw.kmin is None else sw.kmin, sw.kmax, sw.at_dequeue, sw.id) for sw in sws],
-                      dtype=_I).reshape(len(sws), len(C.SWITCH_FIELDS))
+    a["S"] = _arr("S", len(sws))
+    a["S"][:, [C.S_KMIN, C.S_KMAX, C.S_DEQ, C.S_NODE]] = np.array(
+        [(-1 if sw.kmin is None else sw.kmin, sw.kmax, sw.at_dequeue, sw.id) for sw in sws], dtype=_I).reshape(len(sws), 4)
     a["s_pmax"] = np.array([sw.pmax for sw in sws], dtype=np.float64)
     ports = engine.ports
     r_off = np.zeros((len(sws), n_nodes), dtype=_I)
@@ -182,6 +185,7 @@ def build(engine, nic_index: dict) -> State:
         if pfc is not None:
             # Pfc.signal's delay: the pause frame's flight and the transmitter's response (the model's own)
             P[i, col["pfcd"]] = p.delay + pfc.response_ps(p)
+    _shared_pools(a, sws)
     # NIC ports, host by host
     nics = [nic for h in sim.topology.hosts for nic in engine.nics[h]]
     for i, nic in enumerate(nics):
@@ -710,6 +714,57 @@ def _write_nvlink(X: State, ports, counters: bool, read_t: int = -1) -> None:
             p.credit_stalls = int(P[i, C.P_STALLS])
 
 
+def _shared_pools(a: dict, sws) -> None:
+    """The switches' shared buffers (net/port.py SharedBuffer; empty when the run starts) as columns of
+    ``S`` and ``P`` (core.py, ``S_POOL``..): the running sums in units of ``1 / L`` byte (``L`` the least
+    common multiple of the pooled ports' ``rd``), each port's weight ``w = rn x L / rd``, the heap's
+    rows."""
+    S, P = a["S"], a["P"]
+    base = 0
+    alpha = None
+    for i, sw in enumerate(sws):
+        pool = getattr(sw, "shared", None)
+        if pool is None:
+            continue
+        if pool.heap or pool.r or pool.s:
+            raise ValueError("kernel: compiled: a shared buffer that is not empty before the run")
+        if pool.alpha is not None:
+            if alpha is not None and alpha != pool.alpha:
+                raise ValueError("kernel: compiled: shared buffers with different alphas")
+            alpha = pool.alpha
+        fr = [(int(P[p.index, C.P_RN]), int(P[p.index, C.P_RD])) for p in pool.ports]
+        L = 1
+        for _rn, rd in fr:
+            L = L * rd // math.gcd(L, rd)
+        S[i, C.S_POOL] = 2 if pool.alpha is not None else 1
+        S[i, C.S_PSIZE], S[i, C.S_PRES], S[i, C.S_PL] = pool.size, pool.reserve, L
+        S[i, C.S_PB] = base
+        base += len(pool.ports)
+        for p, (rn, rd) in zip(pool.ports, fr):
+            P[p.index, C.P_PW] = rn * (L // rd)
+            P[p.index, C.P_PIDX] = p.pool_idx
+    a["f"][C.F_POOL_ALPHA] = alpha if alpha is not None else 0.0
+
+
+def _write_pools(X: State, engine) -> None:
+    """The shared buffers' state as Python leaves it (ports' ``busy_until`` written first): ``in_pool``,
+    the running sums ``s`` and ``r`` (Python's big integers, from the pooled ports) and the heap (its
+    entries, sorted: a valid heap of the same entries)."""
+    for i, sw in enumerate(engine.switches.values()):
+        pool = getattr(sw, "shared", None)
+        if pool is None:
+            continue
+        inpool = X.P[:, C.P_INPOOL]
+        pool.s = pool.r = 0
+        for p in pool.ports:
+            p.in_pool = bool(inpool[p.index])
+            if p.in_pool:
+                pool.s += p.busy_until * p.rate
+                pool.r += p.rate
+        b, n = int(X.S[i, C.S_PB]), int(X.S[i, C.S_PHN])
+        pool.heap = sorted((int(X.P[b + j, C.P_PHK]), int(X.P[int(X.P[b + j, C.P_PHI]), C.P_PIDX])) for j in range(n))
+
+
 def write_ports(X: State, ports, counters: bool = True) -> None:
     """Port state onto the Port objects: ``busy_until`` and ``tx_bytes`` (what a link sample
     reads), and with ``counters`` every other counter; under PFC also the lossless ports' queue
@@ -782,6 +837,7 @@ def write_back(X: State, engine, qps, nics, states, read_t: int = -1) -> None:
     g = X.g
     ports = engine.ports
     write_ports(X, ports)
+    _write_pools(X, engine)
     _write_nvlink(X, ports, True, read_t)
     # packets still in flight: back into the ports' inflight queues (and the NICs' ctrlq)
     for p in ports:
@@ -856,6 +912,8 @@ def write_back(X: State, engine, qps, nics, states, read_t: int = -1) -> None:
         qp.r_tel = _records(X.RT, qi, n) if n >= 0 else None
         c = int(X.Q[qi, C.Q_RLCNP])
         qp.r_last_cnp = None if c == C.ABSENT else c
+        h = int(X.Q[qi, C.Q_HEIR])
+        qp.heir = qps[h] if h >= 0 else None
         qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[qi, C.Q_SENTB]), int(X.Q[qi, C.Q_ACKB])
         qp.flow.active = bool(X.Q[qi, C.Q_ACTIVE])
         qp.next_ok = int(X.Q[qi, C.Q_NOK])
