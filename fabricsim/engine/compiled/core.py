@@ -837,7 +837,7 @@ def _quality_pick(X, sw, dst, off, n, pkt, now):
     return X.qb[off + np.int64(_draw(X, X.salt[SALT_ROUTE], pkt, sw) % np.uint64(nb))]
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _choose(X, sw, t, pkt):
     # = route = self.route.get(pkt.dst) or self.lookup(pkt.dst); route[0] or self.choose(self, route[1], pkt, t)
     dst = X.K[pkt, K_DST]
@@ -856,7 +856,7 @@ def _choose(X, sw, t, pkt):
     return _quality_pick(X, sw, dst, off, n, pkt, t)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _switch_arrive(X, sw, t, pkt):
     # = Switch.arrive (lossy, no shared pool: coverage); a packet of a strict-priority kind goes to the
     #   egress port's lane (its hop may have been a lane too, which has no samples to settle)
@@ -1041,7 +1041,7 @@ def _lenqueue(X, port, t, pkt, strict):
         _lstart(X, port, t)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _ldone(X, t, port):
     # = LosslessPort._done
     pkt = X.P[port, P_CUR]
@@ -1059,7 +1059,7 @@ def _ldone(X, t, port):
     _lstart(X, port, t)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _lossless_arrive(X, sw, t, pkt):
     # = LosslessSwitch.arrive: a packet of a strict-priority kind joins the port's strict FIFO, unaccounted
     #   to its ingress link (no lanes under PFC: every switch is lossless, so the hop is a port)
@@ -1270,7 +1270,7 @@ def _arm(X, q, t):
     push(X, X.Q[q, Q_RTO_AT], _seq(X), E_RTO, q, 0)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _nic_tx(X, nic, t, token):
     # = Nic.tx (no on_sent: coverage)
     X.N[nic, N_CALLS] += 1
@@ -1491,7 +1491,7 @@ def _rack_scan(X, q, limit):
     return found
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _on_ack(X, q, t, pkt):
     # = Sender._on_ack: an ACK in the per-unit format (naming its trigger), or with ACK coalescing in
     #   the coalesced format (a SACK bitmap; its INT the latest-sent unit's since the previous ACK, its
@@ -2216,7 +2216,7 @@ def _tel_on_ack(X, q, cum_bytes, pkt, rtt_ps):
 # ---------------------------------------------------------------- receiver
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _send_ack(X, q, t, seq, trigger):
     # = Receiver.send_now (kind ACK; ``trigger`` -1 = None), then reply_nic (_reply_nic)
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, seq, t, 1, -1, ACK)
@@ -2429,7 +2429,7 @@ def _send_cnp(X, q, t):
     X.M[X.Q[q, Q_MSG], M_CNPS_SENT] += 1
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _arrived(X, t, pkt):
     # the start of Receiver.on_packet and on_packet_coalesced: the latency histogram and ECN
     # (Receiver._marked: with CNPs, G_CNP_INT >= 0, one unless one went out within the interval)
@@ -2447,7 +2447,7 @@ def _arrived(X, t, pkt):
                 _send_cnp(X, q, t)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _on_packet(X, t, pkt):
     # = Receiver.on_packet, ack_every 1 (the ECN count and the CNP in _arrived); on_gap: ddp holds the unit (G_SELECTIVE),
     #   go-back-N discards it (GoBackN.on_gap)
@@ -2534,7 +2534,7 @@ def _on_packet_coalesced(X, t, pkt):
     _check_done(X, row)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _to_host(X, t, pkt):
     # = PacketEngine._to_host (data to the receiver; control counted, then to the sender)
     _advance_hop(X, pkt)
