@@ -779,7 +779,7 @@ def _known_remote(X, r, now, key):
     return X.PQ[r, PQ_RV] if X.PQ[r, PQ_RKEY] == key else _remote_grade(X, r, now, key)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _quality_best(X, sw, dst, off, n, now):
     # = PortQuality.best (metric queue): fills the group's best list (X.qb[off:]), returns its length
     e = now // X.g[G_REFRESH]
@@ -828,7 +828,7 @@ def _quality_best(X, sw, dst, off, n, now):
     return nb
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _quality_pick(X, sw, dst, off, n, pkt, now):
     # = PortQuality.pick
     nb = _quality_best(X, sw, dst, off, n, now)
@@ -1600,7 +1600,7 @@ def _rewind(X, q, t, psn, cause):
     X.Q[q, Q_OUTB] = 0
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _on_nak(X, q, t, pkt):
     # = Sender._on_nak
     e = X.K[pkt, K_SEQ]
@@ -1727,7 +1727,7 @@ def _on_rto(X, q, t):
 # Only the algorithms in coverage.CC reach here; a hook an algorithm does not override is a no-op.
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _cc_on_send(X, q, t, nbytes):
     # = nic.on_send(flow, t, payload): DCQCN's byte counter (CC_NONE and CC_TELEMETRY do not override it)
     cc = X.g[G_CC]
@@ -1737,7 +1737,7 @@ def _cc_on_send(X, q, t, nbytes):
         _cx_on_send(X, q, nbytes)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _cc_on_ack(X, q, t, seq, newly, pkt):
     # = self._cc_ack(qp.flow, t, AckInfo(min(seq * mtu, size), newly, pkt.ce, pkt.tel, t - pkt.t_data))
     if X.g[G_CC] == CC_TELEMETRY:
@@ -1746,7 +1746,7 @@ def _cc_on_ack(X, q, t, seq, newly, pkt):
         _tel_on_ack(X, q, end if end < size else size, pkt, t - X.K[pkt, K_TDATA])
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _cc_on_cnp(X, q, t):
     # = self.cc.on_cnp(qp.flow, t): DCQCN's reaction point (only the DCQCN algorithms send CNPs:
     #   cnp_interval_ps None otherwise)
@@ -2240,7 +2240,7 @@ def _ack_out(X, q, t, pkt):
     X.M[X.Q[q, Q_MSG], M_ACKS] += 1
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _send_nak(X, q, t, seq, trigger):
     # = Receiver.send_now (kind NAK: no SACK, the trigger's send time; the ACK state untouched),
     #   then reply_nic (_reply_nic)
@@ -2400,7 +2400,7 @@ def _hold(X, t, q, row, pkt):
     _accept(X, t, pkt, row)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _discard(X, t, q, row, pkt):
     # = GoBackN.on_gap: discard; the first unit beyond the gap NAKs the expected PSN
     X.M[row, M_DISC] += X.K[pkt, K_PAY]
