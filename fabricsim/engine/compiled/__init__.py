@@ -97,6 +97,9 @@ class CompiledKernel:
         self._finish_py = engine._finish
         engine._finish = self._finish_hook
         self._conn_last: dict = {}          # queue-pair uid of a connection -> the row of its latest queue pair
+        self._snap = self._snapshot_rows(engine.ports)
+        if self._snap is not None:
+            engine._snapshot = self._snapshot
         self._release = engine.release
         self._sample = engine._sample_links
         self._nics = dict(engine.nics)
@@ -275,6 +278,38 @@ class CompiledKernel:
         S.write_ports(self.X, self.engine.ports)
         self._read_t = t
 
+    def _snapshot_rows(self, ports):
+        """The port rows of ``ports`` (the engine's order) and whether each is a lossless switch port,
+        for :meth:`_snapshot`; None with an NVLink port (a chip port's backlog pops its units:
+        ``PacketEngine._snapshot`` on the written-back ports then)."""
+        from ...net.lossless import LosslessPort
+        from ...net.nvlink import NvlinkPort
+        if any(isinstance(p, NvlinkPort) for p in ports):
+            return None
+        rows = S.np.array([p.index for p in ports], dtype=S.np.int64)
+        lossless = S.np.array([isinstance(p, LosslessPort) and p.nic is None for p in ports], dtype=bool)
+        return rows, lossless
+
+    def _snapshot(self, t):
+        """``PacketEngine._snapshot(t)`` read from the compiled state, the same integers: a lossless
+        switch port has sent ``tx_bytes`` less the packet on the wire and holds ``qbytes``; any other
+        port (Lindley) holds ``(busy_until - t) * rate // PS_BITS`` (as ``_backlog_bytes`` splits it:
+        ``rd / rn`` = PS_BITS / rate, products below 2^62) and has sent ``tx_bytes`` less that."""
+        np = S.np
+        rows, lossless = self._snap
+        P = self.X.P[rows]
+        d = np.maximum(P[:, C.P_BUSY] - t, 0)
+        rn, rd = P[:, C.P_RN], P[:, C.P_RD]
+        queued = (d // rd) * rn + ((d % rd) * rn) // rd
+        txb = P[:, C.P_TXB]
+        sent = txb - queued
+        if lossless.any():
+            cur = P[:, C.P_CUR]
+            wire = np.where(cur >= 0, self.X.K[np.maximum(cur, 0), C.K_WIRE], 0)
+            queued = np.where(lossless, P[:, C.P_QBYTES], queued)
+            sent = np.where(lossless, txb - wire, sent)
+        return (t, sent.tolist(), queued.tolist())
+
     def _reply_ports(self, qp, q: int) -> None:
         """Where the receiver of ``qp`` sends its control packets (``PacketEngine.reply_nic``): one
         port, fixed, when the receiving host has one eligible port towards the sender or ``qp``
@@ -365,7 +400,8 @@ class CompiledKernel:
                 elif kind == C.P_SENT:
                     eng._next_on_connection(t, self.states[a])
                 elif kind == C.P_SAMPLE:
-                    S.write_ports(X, eng.ports, counters=False)
+                    if self._snap is None:      # (else _snapshot reads X: the Port objects wait for the end)
+                        S.write_ports(X, eng.ports, counters=False)
                     self._read_t = t
                     eng._sample_links(t, None)
                 else:

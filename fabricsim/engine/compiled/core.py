@@ -960,7 +960,7 @@ def _known_remote(X, r, now, key):
     return X.PQ[r, PQ_RV] if X.PQ[r, PQ_RKEY] == key else _remote_grade(X, r, now, key)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _quality_best(X, sw, dst, off, n, now):
     # = PortQuality.best: fills the group's best list (X.qb[off:]), returns its length
     e = now // X.g[G_REFRESH]
@@ -1013,7 +1013,7 @@ def _quality_best(X, sw, dst, off, n, now):
     return nb
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _quality_pick(X, sw, dst, off, n, pkt, now):
     # = PortQuality.pick
     nb = _quality_best(X, sw, dst, off, n, now)
@@ -1183,7 +1183,7 @@ def _exact(X, sw, off, n, pkt, now):
     return X.qb[off + np.int64(_draw(X, X.salt[SALT_ROUTE], pkt, sw) % np.uint64(nt))]
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _choose(X, sw, t, pkt):
     # = route = self.route.get(pkt.dst) or self.lookup(pkt.dst); route[0] or self.choose(self, route[1], pkt, t)
     dst = X.K[pkt, K_DST]
@@ -1290,7 +1290,7 @@ def _pool_set(X, sw, port, bu):
         _ph_push(X, sw, bu, port)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _switch_arrive(X, sw, t, pkt):
     # = Switch.arrive (lossy; its shared pool, if any: _pool_used, pool_admits, _pool_set); a packet of a
     #   strict-priority kind goes to the egress port's lane (its hop may have been a lane too, which has
@@ -1487,7 +1487,7 @@ def _lenqueue(X, port, t, pkt, strict):
         _lstart(X, port, t)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _ldone(X, t, port):
     # = LosslessPort._done
     pkt = X.P[port, P_CUR]
@@ -1505,7 +1505,7 @@ def _ldone(X, t, port):
     _lstart(X, port, t)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _lossless_arrive(X, sw, t, pkt):
     # = LosslessSwitch.arrive: a packet of a strict-priority kind joins the port's strict FIFO, unaccounted
     #   to its ingress link (no lanes under PFC: every switch is lossless, so the hop is a port)
@@ -1740,7 +1740,7 @@ def _on_sent(X, row, done):
     push(X, done, _seq(X), E_SENT, row, 0)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _nic_tx(X, nic, t, token):
     # = Nic.tx
     X.N[nic, N_CALLS] += 1
@@ -1964,7 +1964,7 @@ def _rack_scan(X, q, limit):
     return found
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _on_ack(X, q, t, pkt):
     # = Sender._on_ack: an ACK in the per-unit format (naming its trigger), or with ACK coalescing in
     #   the coalesced format (a SACK bitmap; its INT the latest-sent unit's since the previous ACK, its
@@ -2074,7 +2074,7 @@ def _rewind(X, q, t, psn, cause):
     X.Q[q, Q_OUTB] = 0
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _on_nak(X, q, t, pkt):
     # = Sender._on_nak
     e = X.K[pkt, K_SEQ]
@@ -2208,7 +2208,7 @@ def _on_rto(X, q, t):
 # Only the algorithms in coverage.CC reach here; a hook an algorithm does not override is a no-op.
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _cc_on_send(X, q, t, nbytes):
     # = nic.on_send(flow, t, payload): DCQCN's byte counter (CC_NONE and CC_TELEMETRY do not override it)
     cc = X.g[G_CC]
@@ -2218,7 +2218,7 @@ def _cc_on_send(X, q, t, nbytes):
         _cx_on_send(X, q, nbytes)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _cc_on_ack(X, q, t, seq, newly, pkt):
     # = self._cc_ack(qp.flow, t, AckInfo(min(seq * mtu, size), newly, pkt.ce, pkt.tel, t - pkt.t_data))
     if X.g[G_CC] == CC_TELEMETRY:
@@ -2227,7 +2227,7 @@ def _cc_on_ack(X, q, t, seq, newly, pkt):
         _tel_on_ack(X, q, end if end < size else size, pkt, t - X.K[pkt, K_TDATA])
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _cc_on_cnp(X, q, t):
     # = self.cc.on_cnp(qp.flow, t): DCQCN's reaction point (only the DCQCN algorithms send CNPs:
     #   cnp_interval_ps None otherwise)
@@ -2697,7 +2697,7 @@ def _tel_on_ack(X, q, cum_bytes, pkt, rtt_ps):
 # ---------------------------------------------------------------- receiver
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _send_ack(X, q, t, seq, trigger):
     # = Receiver.send_now (kind ACK; ``trigger`` -1 = None), then reply_nic (_reply_nic)
     pkt = _pkt(X, q, X.Q[q, Q_SRC], X.g[G_ACK], 0, seq, t, 1, -1, ACK)
@@ -2721,7 +2721,7 @@ def _ack_out(X, q, t, pkt):
     X.M[X.Q[q, Q_MSG], M_ACKS] += 1
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _send_nak(X, q, t, seq, trigger):
     # = Receiver.send_now (kind NAK: no SACK, the trigger's send time; the ACK state untouched),
     #   then reply_nic (_reply_nic)
@@ -2907,7 +2907,7 @@ def _rb_on_gap(X, t, q, row, pkt):
     return True
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _discard(X, t, q, row, pkt):
     # = GoBackN.on_gap: discard; the first unit beyond the gap NAKs the expected PSN
     X.M[row, M_DISC] += X.K[pkt, K_PAY]
@@ -2936,7 +2936,7 @@ def _send_cnp(X, q, t):
     X.M[X.Q[q, Q_MSG], M_CNPS_SENT] += 1
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _arrived(X, t, pkt):
     # the start of Receiver.on_packet and on_packet_coalesced: the latency histogram and ECN
     # (Receiver._marked: with CNPs, G_CNP_INT >= 0, one unless one went out within the interval)
@@ -2954,7 +2954,7 @@ def _arrived(X, t, pkt):
                 _send_cnp(X, q, t)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _on_packet(X, t, pkt):
     # = Receiver.on_packet, ack_every 1 (the ECN count and the CNP in _arrived); on_gap: ddp holds the unit (G_SELECTIVE),
     #   go-back-N discards it (GoBackN.on_gap), the reorder buffer holds it if its host has room (G_RBUF,
@@ -3045,7 +3045,7 @@ def _on_packet_coalesced(X, t, pkt):
     _check_done(X, row)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _to_host(X, t, pkt):
     # = PacketEngine._to_host (data to the receiver; control counted, then to the sender)
     _advance_hop(X, pkt)
