@@ -96,6 +96,7 @@ class CompiledKernel:
         engine._stop = self._stop_qps
         self._finish_py = engine._finish
         engine._finish = self._finish_hook
+        self._uid_row: dict = {}            # queue-pair uid -> the first row registered with it (Q_FLO)
         self._conn_last: dict = {}          # queue-pair uid of a connection -> the row of its latest queue pair
         self._snap = self._snapshot_rows(engine.ports)
         if self._snap is not None:
@@ -188,6 +189,7 @@ class CompiledKernel:
             raise SimulationError("kernel: compiled: a message's queue pairs were not created together")
         X.M[row, C.M_QN] += 1
         X.Q[q, C.Q_UID] = qp.uid
+        X.Q[q, C.Q_FLO] = self._uid_row.setdefault(qp.uid, q)     # flowlet's and pinned's entries: by uid
         X.Q[q, C.Q_MSG] = row
         X.Q[q, C.Q_SRC] = qp.src
         X.Q[q, C.Q_DST] = qp.dst

@@ -251,6 +251,11 @@ M_OVERFLOW = len(MSG_FIELDS) - 1
 #    its last new byte fires it once, E_SENT)
 QP_FIELDS = QP_FIELDS + ("heir",)
 Q_HEIR = len(QP_FIELDS) - 1
+# Q flo: the row whose routing entries (Q_FLH) this queue pair uses: the first row registered with its uid
+#    (flowlet and pinned key their entries by QueuePair.uid, which a persistent connection's queue pairs
+#    share: its successive messages continue the same flowlets and pins)
+QP_FIELDS = QP_FIELDS + ("flo",)
+Q_FLO = len(QP_FIELDS) - 1
 MSG_FIELDS = MSG_FIELDS + ("onsent",)
 M_ONSENT = len(MSG_FIELDS) - 1
 # slice 4's shared switch buffers (net/port.py SharedBuffer), appended: S pool: the switch's pool (0 none, 1 a
@@ -1027,8 +1032,9 @@ _KEY = (1 << 25) - 1       # a routing entry's key bits (X.D psn): switch << 1 |
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _entry(X, q, key):
-    """The routing entry of queue pair ``q`` with ``key`` (switch << 1 | control), -1 if none."""
-    i = X.Q[q, Q_FLH]
+    """The routing entry of queue pair ``q`` with ``key`` (switch << 1 | control), -1 if none (the
+    entries of its uid: those of row ``Q_FLO``)."""
+    i = X.Q[X.Q[q, Q_FLO], Q_FLH]
     while i >= 0 and (X.D[i, D_PSN] & _KEY) != key:
         i = X.D[i, D_NEXT]
     return i
@@ -1037,8 +1043,9 @@ def _entry(X, q, key):
 @njit(cache=True, nogil=True, _nrt=False)
 def _new_entry(X, q, key, port, t):
     i = _node(X, (port << 25) | key, t)
-    X.D[i, D_NEXT] = X.Q[q, Q_FLH]
-    X.Q[q, Q_FLH] = i
+    f = X.Q[q, Q_FLO]
+    X.D[i, D_NEXT] = X.Q[f, Q_FLH]
+    X.Q[f, Q_FLH] = i
 
 
 @njit(cache=True, nogil=True, _nrt=False)

@@ -79,6 +79,7 @@ _FILL[("Q", "rlcnp")] = C.ABSENT                                           # r_l
 _FILL[("Q", "flh")] = -1                                                   # no routing entries
 _FILL[("P", "us")] = 1                                                     # util_rate 0 / 1 = 0.0
 _FILL[("Q", "heir")] = -1                                                 # QueuePair.heir None
+_FILL[("Q", "flo")] = -1                                                  # set by CompiledKernel.register
 _FILL.update({("N", f): -1 for f in ("ah", "at", "ch", "ct")})
 _FIELDS_OF = {"S": C.SWITCH_FIELDS, "P": C.PORT_FIELDS, "N": C.NIC_FIELDS, "Q": C.QP_FIELDS, "K": C.PKT_FIELDS,
               "D": C.NODE_FIELDS, "M": C.MSG_FIELDS, "HO": C.HOST_FIELDS, "QN": C.QN_FIELDS, "QF": C.QF_FIELDS,
