@@ -899,6 +899,26 @@ def test_a_changed_shared_function_discards_the_cached_core(tmp_path):
     assert not core.check_cache(tmp_path) and (tmp_path / "core.run-1.py311.nbi").exists()
 
 
+def _both_kernels(sc, counts, engines, *states):
+    """Run ``sc`` on ``heap`` then ``compiled`` and compare everything: every table, the summary, the
+    event count and each of ``states`` (a function of a built engine) on the two engines; ``counts``
+    (a dict the test's wrappers fill) is cleared first and ``engines`` collects the built engines
+    (the last two are this pair). Returns the heap run's result, its engine and what it counted."""
+    counts.clear()
+    a = fabricsim.run(sc, overrides=["simulation.kernel=heap"])
+    seen = dict(counts)
+    b = fabricsim.run(sc, overrides=["simulation.kernel=compiled"])
+    ea, eb = engines[-2:]
+    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}, b.summary["run"]["kernel"]
+    for table in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
+        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
+    assert _comparable(a.summary) == _comparable(b.summary)
+    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    for state in states:
+        assert state(ea) == state(eb), state.__name__
+    return a, ea, seen
+
+
 def _engine(sc, kernel):
     """Build and run the packet engine itself (its ports and NICs are read afterwards)."""
     from fabricsim.analysis.recorder import Recorder

@@ -41,7 +41,7 @@ from fabricsim.net.lossless import LosslessPort
 from fabricsim.net.nic import Nic
 from fabricsim.net.switch import Switch
 
-from test_compiled_core import _PLANES_INCAST, _RACKS, _planes, _pxn, _two_racks
+from test_compiled_core import _PLANES_INCAST, _RACKS, _both_kernels, _planes, _pxn, _two_racks
 from test_kernel_equivalence import FABRIC, _comparable
 
 pytest.importorskip("numba")
@@ -248,23 +248,14 @@ def _in_flight(eng):
 
 
 def _check(sc, counts, engines):
-    """Run ``sc`` on both kernels, compare everything; the heap run's result, engine and counts."""
-    counts.clear()
-    a = fabricsim.run(sc, overrides=["simulation.kernel=heap"])
-    seen = dict(counts)
-    b = fabricsim.run(sc, overrides=["simulation.kernel=compiled"])
-    ea, eb = engines[-2:]
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}, b.summary["run"]["kernel"]
-    for table in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
-        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
-    assert _cc_state(ea) == _cc_state(eb)                 # every flow's final CC state, bit for bit
-    assert _ports(ea) == _ports(eb)
-    assert _in_flight(ea) == _in_flight(eb)
-    assert ([st.cnps_sent for st in list(ea._rows) + list(ea.pieces)]
-            == [st.cnps_sent for st in list(eb._rows) + list(eb.pieces)])
-    return a, ea, seen
+    """Run ``sc`` on both kernels, compare everything (:func:`test_compiled_core._both_kernels`: with
+    every flow's final CC state bit for bit, the ports, the packets in flight and each message's CNPs
+    sent); the heap run's result, engine and counts."""
+    return _both_kernels(sc, counts, engines, _cc_state, _ports, _in_flight, _cnps_sent)
+
+
+def _cnps_sent(eng):
+    return [st.cnps_sent for st in list(eng._rows) + list(eng.pieces)]
 
 
 def _fired(a, ea, seen, cc):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import collections
 import itertools
 
-import pandas as pd
 import pytest
 
 import fabricsim
@@ -34,8 +33,8 @@ from fabricsim.net.sender import Sender
 from fabricsim.receiver.base import Receiver
 from fabricsim.receiver.reorder_buffer import ReorderBuffer
 
-from test_compiled_core import _PLANES_INCAST, _RACKS, _lossy_incast, _planes, _pxn, _small, _two_racks
-from test_kernel_equivalence import _comparable
+from test_compiled_core import (_PLANES_INCAST, _RACKS, _both_kernels, _lossy_incast, _planes, _pxn, _small,
+                                _two_racks)
 
 pytest.importorskip("numba")
 
@@ -113,21 +112,9 @@ def _receivers(eng):
 
 
 def _check(sc, counts, engines):
-    """Run ``sc`` on both kernels and compare everything; the heap run's result, engine and counts."""
-    counts.clear()
-    a = fabricsim.run(sc, overrides=["simulation.kernel=heap"])
-    seen = dict(counts)
-    b = fabricsim.run(sc, overrides=["simulation.kernel=compiled"])
-    ea, eb = engines[-2:]
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}, b.summary["run"]["kernel"]
-    for table in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
-        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
-    assert _hosts(ea) == _hosts(eb)
-    assert _in_flight(ea) == _in_flight(eb)
-    assert _receivers(ea) == _receivers(eb)
-    return a, ea, seen
+    """Run ``sc`` on both kernels and compare everything (:func:`test_compiled_core._both_kernels`);
+    the heap run's result, engine and counts."""
+    return _both_kernels(sc, counts, engines, _hosts, _in_flight, _receivers)
 
 
 def _rb(buffer="16KiB", **receiver):

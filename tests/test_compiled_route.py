@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import random
 
-import pandas as pd
 import pytest
 
 import fabricsim
@@ -33,8 +32,8 @@ from fabricsim.routing import pinned as pinned_mod
 from fabricsim.routing.flowlet import Flowlet
 from fabricsim.routing.quality import PortQuality
 
-from test_compiled_core import _RACKS, _planes, _pxn, _two_racks
-from test_kernel_equivalence import FABRIC, _comparable
+from test_compiled_core import _RACKS, _both_kernels, _planes, _pxn, _two_racks
+from test_kernel_equivalence import FABRIC
 
 pytest.importorskip("numba")
 from fabricsim.engine.compiled import core, coverage  # noqa: E402  (numba present)
@@ -159,19 +158,9 @@ def _policy_state(eng):
 
 
 def _check(sc, counts, engines):
-    """Run ``sc`` on both kernels and compare everything; the heap run's result, engine and counts."""
-    counts.clear()
-    a = fabricsim.run(sc, overrides=["simulation.kernel=heap"])
-    seen = dict(counts)
-    b = fabricsim.run(sc, overrides=["simulation.kernel=compiled"])
-    ea, eb = engines[-2:]
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}, b.summary["run"]["kernel"]
-    for table in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
-        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
-    assert _policy_state(ea) == _policy_state(eb)
-    return a, ea, seen
+    """Run ``sc`` on both kernels and compare everything (:func:`test_compiled_core._both_kernels`);
+    the heap run's result, engine and counts."""
+    return _both_kernels(sc, counts, engines, _policy_state)
 
 
 def _flowlets_fired(a, ea, seen):
