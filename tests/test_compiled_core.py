@@ -899,6 +899,17 @@ def test_a_changed_shared_function_discards_the_cached_core(tmp_path):
     assert not core.check_cache(tmp_path) and (tmp_path / "core.run-1.py311.nbi").exists()
 
 
+def _collect_engines(monkeypatch, engines):
+    """Append every :class:`PacketEngine` run from now on to ``engines`` (for :func:`_both_kernels`)."""
+    from fabricsim.engine.packet import PacketEngine
+    orig_run = PacketEngine.run
+
+    def run(self, *a, **k):
+        engines.append(self)
+        return orig_run(self, *a, **k)
+    monkeypatch.setattr(PacketEngine, "run", run)
+
+
 def _both_kernels(sc, counts, engines, *states):
     """Run ``sc`` on ``heap`` then ``compiled`` and compare everything: every table, the summary, the
     event count and each of ``states`` (a function of a built engine) on the two engines; ``counts``

@@ -41,7 +41,7 @@ from fabricsim.net.lossless import LosslessPort
 from fabricsim.net.nic import Nic
 from fabricsim.net.switch import Switch
 
-from test_compiled_core import _PLANES_INCAST, _RACKS, _both_kernels, _planes, _pxn, _two_racks
+from test_compiled_core import _PLANES_INCAST, _RACKS, _both_kernels, _collect_engines, _planes, _pxn, _two_racks
 from test_kernel_equivalence import FABRIC, _comparable
 
 pytest.importorskip("numba")
@@ -193,12 +193,7 @@ def watch(monkeypatch):
             counts[f"cnp_nic.{self.host}.{self.port.index}"] += 1      # the port a CNP left by
         return orig_ctrl(self, t, pkt)
     monkeypatch.setattr(Nic, "send_ctrl", send_ctrl)
-    orig_run = PacketEngine.run
-
-    def run(self, *a, **k):
-        engines.append(self)
-        return orig_run(self, *a, **k)
-    monkeypatch.setattr(PacketEngine, "run", run)
+    _collect_engines(monkeypatch, engines)
     return counts, engines
 
 

@@ -28,13 +28,12 @@ import itertools
 import pytest
 
 import fabricsim
-from fabricsim.engine.packet import PacketEngine
 from fabricsim.net.sender import Sender
 from fabricsim.receiver.base import Receiver
 from fabricsim.receiver.reorder_buffer import ReorderBuffer
 
-from test_compiled_core import (_PLANES_INCAST, _RACKS, _both_kernels, _lossy_incast, _planes, _pxn, _small,
-                                _two_racks)
+from test_compiled_core import (_PLANES_INCAST, _RACKS, _both_kernels, _collect_engines, _lossy_incast, _planes,
+                                _pxn, _small, _two_racks)
 
 pytest.importorskip("numba")
 
@@ -85,12 +84,7 @@ def watch(monkeypatch):
             counts["advance_cells"] += 1        # a cumulative ACK over several units of cells
         return orig_adv(self, t, qp, cum)
     monkeypatch.setattr(Sender, "_advance", advance)
-    orig_run = PacketEngine.run
-
-    def run(self, *a, **k):
-        engines.append(self)
-        return orig_run(self, *a, **k)
-    monkeypatch.setattr(PacketEngine, "run", run)
+    _collect_engines(monkeypatch, engines)
     return counts, engines
 
 

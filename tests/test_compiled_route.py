@@ -26,13 +26,12 @@ import random
 import pytest
 
 import fabricsim
-from fabricsim.engine.packet import PacketEngine
 from fabricsim.routing import adaptive as adaptive_mod
 from fabricsim.routing import pinned as pinned_mod
 from fabricsim.routing.flowlet import Flowlet
 from fabricsim.routing.quality import PortQuality
 
-from test_compiled_core import _RACKS, _both_kernels, _planes, _pxn, _two_racks
+from test_compiled_core import _RACKS, _both_kernels, _collect_engines, _planes, _pxn, _two_racks
 from test_kernel_equivalence import FABRIC
 
 pytest.importorskip("numba")
@@ -133,12 +132,7 @@ def watch(monkeypatch):
             counts[_key] += 1
             return _orig(*a)
         monkeypatch.setattr(mod, name, f)
-    orig_run = PacketEngine.run
-
-    def run(self, *a, **k):
-        engines.append(self)
-        return orig_run(self, *a, **k)
-    monkeypatch.setattr(PacketEngine, "run", run)
+    _collect_engines(monkeypatch, engines)
     return counts, engines
 
 
