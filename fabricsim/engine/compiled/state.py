@@ -617,27 +617,29 @@ def fold_reorder(X: State, rows) -> None:
 
 def sync_message(X: State, st, r: int) -> None:
     """Copy the transport counters of row ``r`` onto its MessageState ``st`` (a message, or a PXN
-    piece: its row follows the messages')."""
-    st.delivered = int(X.M[r, C.M_DELIV])
-    st.dropped = int(X.M[r, C.M_DROP])
-    st.injected = int(X.M[r, C.M_INJ])
-    st.rtx_bytes = {c: int(v) for c, v in zip(CAUSES, X.m_rtx[r]) if v}
-    st.dup_bytes = int(X.M[r, C.M_DUP])
-    st.rx_units = int(X.M[r, C.M_RX])
-    st.ooo_units = int(X.M[r, C.M_OOO])
-    st.peak_hold = int(X.M[r, C.M_PEAKH])
-    st.reorder_wait_ps = int(X.M[r, C.M_RW])
-    st.reorder_wait_max_ps = int(X.M[r, C.M_RWMAX])
-    st.ecn_marked = int(X.M[r, C.M_ECN])
-    st.acks = int(X.M[r, C.M_ACKS])
-    st.ctrl_arrived = int(X.M[r, C.M_CTRL_ARR])
-    st.ctrl_dropped = int(X.M[r, C.M_CTRL_DROP])
-    st.naks = int(X.M[r, C.M_NAKS])
-    st.naks_sent = int(X.M[r, C.M_NAKS_SENT])
-    st.discarded_bytes = int(X.M[r, C.M_DISC])
-    st.cnps = int(X.M[r, C.M_CNPS])
-    st.cnps_sent = int(X.M[r, C.M_CNPS_SENT])
-    st.overflow_bytes = int(X.M[r, C.M_OVERFLOW])
+    piece: its row follows the messages'). The row is read once as Python ints (``tolist``): this
+    runs at every completion and release."""
+    m = X.M[r].tolist()
+    st.delivered = m[C.M_DELIV]
+    st.dropped = m[C.M_DROP]
+    st.injected = m[C.M_INJ]
+    st.rtx_bytes = {c: int(v) for c, v in zip(CAUSES, X.m_rtx[r].tolist()) if v}
+    st.dup_bytes = m[C.M_DUP]
+    st.rx_units = m[C.M_RX]
+    st.ooo_units = m[C.M_OOO]
+    st.peak_hold = m[C.M_PEAKH]
+    st.reorder_wait_ps = m[C.M_RW]
+    st.reorder_wait_max_ps = m[C.M_RWMAX]
+    st.ecn_marked = m[C.M_ECN]
+    st.acks = m[C.M_ACKS]
+    st.ctrl_arrived = m[C.M_CTRL_ARR]
+    st.ctrl_dropped = m[C.M_CTRL_DROP]
+    st.naks = m[C.M_NAKS]
+    st.naks_sent = m[C.M_NAKS_SENT]
+    st.discarded_bytes = m[C.M_DISC]
+    st.cnps = m[C.M_CNPS]
+    st.cnps_sent = m[C.M_CNPS_SENT]
+    st.overflow_bytes = m[C.M_OVERFLOW]
 
 
 def sync_recorder(X: State, rec) -> None:
