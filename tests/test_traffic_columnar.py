@@ -218,3 +218,33 @@ def test_acyclicity_check_agrees_with_networkx(graph, rnd):
     else:
         with pytest.raises(TraceError, match="dependency cycle"):
             check_trace(t, num_hosts=4)
+
+
+def test_iterating_a_message_table_gives_its_rows():
+    """``iter(table)`` (read a chunk of 65,536 rows at a time) gives exactly ``table[i]`` for each
+    row: ids, sizes, times, dependencies (empty, one, several, across a chunk's edge) and tags (a
+    row without a tag has none in its dict; key order kept)."""
+    import numpy as np
+
+    from fabricsim.flows.table import MessageTable
+    n = 70_000
+    r = np.random.default_rng(3)
+    lens = r.integers(0, 4, n)
+    lens[0] = 0
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    ids = np.concatenate([r.integers(0, max(i, 1), k) for i, k in enumerate(lens)]).astype(np.int64)
+    layer = np.array([None if i % 3 else i % 7 for i in range(n)], dtype=object)
+    op = np.array(["x" if i % 5 == 0 else None for i in range(n)], dtype=object)
+    t = MessageTable.from_arrays(dep_ptr=ptr, dep_ids=ids, tags={"layer": layer, "op": op},
+                                 id=np.arange(n), src=r.integers(0, 64, n), dst=r.integers(0, 64, n),
+                                 size_bytes=r.integers(0, 1 << 40, n), start_ps=r.integers(0, 10**12, n),
+                                 qps=r.integers(1, 5, n), gap_ps=r.integers(0, 1000, n), conn=r.integers(-1, 3, n))
+    rows = list(t)
+    assert len(rows) == n
+    for i in [*range(50), *range(65_530, 65_545), n - 1, *r.integers(0, n, 200).tolist()]:
+        a, b = rows[i], t[i]
+        assert a == b and a.deps == b.deps and list(a.tags) == list(b.tags)
+        assert all(type(getattr(a, f)) is int for f in ("id", "src", "dst", "size_bytes", "start_ps", "qps",
+                                                         "gap_ps", "conn"))
+    assert sum(len(m.deps) for m in rows) == len(ids)

@@ -239,8 +239,16 @@ class PacketEngine:
         for n, sw in self.switches.items():
             sw.setup(feats, g.nodes[n], self._to_host)     # priority classes, ECN sampling, INT, buffer pool
         # messages
-        self._rows = [MessageState(m, row=i) for i, m in enumerate(sim.messages)]   # by row
-        self.states = {st.msg.id: st for st in self._rows}                       # by message id
+        # (the collector paused while a state per message is made, as in run(): millions of new
+        # objects and no cycles, which would otherwise set off full collections over them)
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._rows = [MessageState(m, row=i) for i, m in enumerate(sim.messages)]   # by row
+            self.states = {st.msg.id: st for st in self._rows}                       # by message id
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         # releases, dependencies, compute gaps (flows/replay.py); connection order by row
         self.replay = Replay(sim.messages, simcfg.compute)
         self.conns = Connections(self.replay.table)
