@@ -142,6 +142,7 @@ class PacketEngine:
     def __init__(self, sim: SimulationInput, recorder):
         self.sim = sim
         self.recorder = recorder
+        recorder.rows_rebuilt_at_end()            # _end_run's refresh() makes the final rows
         sc = sim.scenario
         simcfg = sc.simulation
         params: PacketParams = simcfg.engine_params or PacketParams()
