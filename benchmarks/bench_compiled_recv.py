@@ -16,8 +16,6 @@ counts equal. Engine s is the CPU time of ``PacketEngine.run``, the fastest of `
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -27,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import fabricsim  # noqa: E402
-from bench_compiled_telemetry import _cpu_timed_engine_run, compare  # noqa: E402
+from bench_compiled_telemetry import _cpu_timed_engine_run, compare, report  # noqa: E402
 
 DEFAULT_OUT = HERE / "results" / "compiled_recv.json"
 
@@ -68,19 +66,7 @@ def main(argv=None) -> int:
         row["overflow_bytes"] = int(res.messages["reorder_overflow_bytes"].sum())
         row["retransmitted_bytes"] = res.summary["run"]["retransmitted_payload_bytes"]
         rows.append(row)
-    res = {"command": "python3 " + " ".join([os.path.relpath(__file__)] + list(sys.argv[1:] if argv is None else argv)),
-           "core_load_s": warm, "rows": rows}
-    print(f"core loaded (or compiled) in {warm:.1f} s")
-    print("| workload | events | packet-hops | overflow bytes | heap engine s (CPU) | compiled engine s (CPU) | "
-          "compiled / heap (CPU) | heap / compiled wall s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['workload']} | {r['events']:,} | {r['packet_hops']:,} | {r['overflow_bytes']:,} | "
-              f"{r['heap_engine_cpu_s']:.2f} | {r['compiled_engine_cpu_s']:.3f} | {r['speedup_cpu']:.1f}x | "
-              f"{r['heap_engine_s']:.2f} / {r['compiled_engine_s']:.3f} |")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    report(__file__, argv, warm, rows, args.out, (("overflow bytes", "overflow_bytes"),))
     return 0
 
 

@@ -109,6 +109,27 @@ def compare(name: str, source, repeat: int) -> dict:
     return out
 
 
+def report(script: str, argv, warm: float, rows: list, out: str, counts=()) -> None:
+    """Print the rows of :func:`compare` as a table (``counts``: ``(header, key)`` columns after
+    the packet-hops, each an integer of the row) and write them, the command and the core's load
+    time to ``out`` as JSON."""
+    res = {"command": "python3 " + " ".join([os.path.relpath(script)] + list(sys.argv[1:] if argv is None else argv)),
+           "core_load_s": warm, "rows": rows}
+    print(f"core loaded (or compiled) in {warm:.1f} s")
+    print("| workload | events | packet-hops | " + "".join(f"{h} | " for h, _k in counts)
+          + "heap engine s (CPU) | compiled engine s (CPU) | compiled / heap (CPU) | compiled hops per CPU s | "
+          "heap / compiled wall s |")
+    print("|---|---:|---:|" + "---:|" * len(counts) + "---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['workload']} | {r['events']:,} | {r['packet_hops']:,} | " + "".join(f"{r[k]:,} | " for _h, k in counts)
+              + f"{r['heap_engine_cpu_s']:.2f} | {r['compiled_engine_cpu_s']:.3f} | {r['speedup_cpu']:.1f}x | "
+              f"{r['packet_hops'] / r['compiled_engine_cpu_s']:,.0f} | "
+              f"{r['heap_engine_s']:.2f} / {r['compiled_engine_s']:.3f} |")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(res, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--message-size", default="4MiB", help="128-host permutation: bytes per host (default 4MiB)")
@@ -127,20 +148,7 @@ def main(argv=None) -> int:
             compare(f"128 hosts (bench_packet), permutation {args.message_size}", permutation_128(args.message_size),
                     args.repeat),
             compare("128 hosts (bench_htsim), permutation 8 MB", permutation_htsim_fabric(), args.repeat)]
-    res = {"command": "python3 " + " ".join([os.path.relpath(__file__)] + list(sys.argv[1:] if argv is None else argv)),
-           "core_load_s": warm, "rows": rows}
-    print(f"core loaded (or compiled) in {warm:.1f} s")
-    print("| workload | events | packet-hops | heap engine s (CPU) | compiled engine s (CPU) | compiled / heap (CPU) | "
-          "compiled hops per CPU s | heap / compiled wall s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['workload']} | {r['events']:,} | {r['packet_hops']:,} | {r['heap_engine_cpu_s']:.2f} | "
-              f"{r['compiled_engine_cpu_s']:.3f} | {r['speedup_cpu']:.1f}x | "
-              f"{r['packet_hops'] / r['compiled_engine_cpu_s']:,.0f} | "
-              f"{r['heap_engine_s']:.2f} / {r['compiled_engine_s']:.3f} |")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    report(__file__, argv, warm, rows, args.out)
     return 0
 
 
