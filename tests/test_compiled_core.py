@@ -899,6 +899,16 @@ def test_a_changed_shared_function_discards_the_cached_core(tmp_path):
     assert not core.check_cache(tmp_path) and (tmp_path / "core.run-1.py311.nbi").exists()
 
 
+def _same_results(a, b):
+    """``b`` (a compiled run) ran compiled and equals ``a`` (heap's): every table, the summary and the
+    event count."""
+    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}, b.summary["run"]["kernel"]
+    for table in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
+        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
+    assert _comparable(a.summary) == _comparable(b.summary)
+    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+
+
 def _collect_engines(monkeypatch, engines):
     """Append every :class:`PacketEngine` run from now on to ``engines`` (for :func:`_both_kernels`)."""
     from fabricsim.engine.packet import PacketEngine
@@ -920,11 +930,7 @@ def _both_kernels(sc, counts, engines, *states):
     seen = dict(counts)
     b = fabricsim.run(sc, overrides=["simulation.kernel=compiled"])
     ea, eb = engines[-2:]
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}, b.summary["run"]["kernel"]
-    for table in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
-        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    _same_results(a, b)
     for state in states:
         assert state(ea) == state(eb), state.__name__
     return a, ea, seen

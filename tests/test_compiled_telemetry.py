@@ -37,7 +37,7 @@ from fabricsim.engine import ENGINES
 from fabricsim.engine.compiled import core
 from fabricsim.net import nic as nic_mod
 
-from test_compiled_core import _PLANES_INCAST, _PXN_INCAST, _RACKS, _planes, _pxn, _two_racks
+from test_compiled_core import _PLANES_INCAST, _PXN_INCAST, _RACKS, _planes, _pxn, _same_results, _two_racks
 from test_kernel_equivalence import FABRIC, _comparable
 
 pytest.importorskip("numba")
@@ -262,11 +262,7 @@ def test_cluster_features_with_telemetry_and_coalescing_run_compiled_identically
     sc = COMBOS[case](tmp_path)
     ea, a = _engine(sc, "heap")
     eb, b = _engine(sc, "compiled")
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}, b.summary["run"]["kernel"]
-    for table in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
-        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    _same_results(a, b)
     assert _cc_state(ea) == _cc_state(eb)
     # ... and each case reaches what it is for
     states = list(ea._rows) + list(ea.pieces)
@@ -466,11 +462,7 @@ def test_telemetry_with_coalesced_acks_runs_compiled_with_the_heap_kernels_resul
     sc = COALESCED[case]()
     ea, a = _engine(sc, "heap")
     eb, b = _engine(sc, "compiled")
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}, b.summary["run"]["kernel"]
-    for table in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
-        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    _same_results(a, b)
     assert _cc_state(ea) == _cc_state(eb)                          # every flow's final CC state, bit for bit
     qa = [(qp.r_tack, qp.r_tsent, qp.r_unacked, qp.r_tel) for st in ea._rows for qp in st.qps]
     qb = [(qp.r_tack, qp.r_tsent, qp.r_unacked, qp.r_tel) for st in eb._rows for qp in st.qps]
