@@ -15,7 +15,8 @@ per-round ratios A/B (above 1: B is faster) and their median::
         --case packet:adaptive:4MiB --rounds 3 --json benchmarks/results/compiled_perf.json
 
 Cases: ``htsim:POLICY:VARIANT:SIZE`` is bench_htsim.py's 128-host permutation (PFC and go-back-N
-with ``as_htsim_roce``), ``packet:POLICY:SIZE`` bench_packet.py's (``FULL``, lossy, DDP).
+with ``as_htsim_roce``), ``packet:POLICY:SIZE`` bench_packet.py's permutation (``FULL``, lossy, DDP) and ``a2a:POLICY:SIZE`` its
+all-to-all of SIZE per ordered pair.
 """
 from __future__ import annotations
 
@@ -36,9 +37,12 @@ assert fabricsim.__file__.startswith(tree), fabricsim.__file__
 from fabricsim.api import prepare
 from fabricsim.analysis.recorder import Recorder
 from fabricsim.engine import ENGINES
-if case[0] == "packet":
+if case[0] in ("packet", "a2a"):
     import bench_packet as bp
-    sc = bp.scenario(dict(bp.FULL, message_size=case[2]), case[1], "compiled")
+    if case[0] == "packet":
+        sc = bp.scenario(dict(bp.FULL, message_size=case[2]), case[1], "compiled")
+    else:
+        sc = bp.scenario(dict(bp.FULL, a2a_size=case[2]), case[1], "compiled", "all_to_all")
 else:
     from bench_htsim import scenario
     sc = scenario(case[1], case[2], 1, kernel="compiled")

@@ -389,12 +389,21 @@ def compare(sc: dict, status: list | None = None) -> list[str]:
 def _count_slice4() -> dict:
     """Counters of the slice-4 features firing, by wrapping the Python methods both kernels call
     (the connections' lifecycle) or heap alone calls (a shared pool's admission, the estimator of a
-    queue pair with an heir)."""
+    queue pair with an heir); and of slice 6's completions recorded from the core's log."""
     from fabricsim.engine.packet import PacketEngine
     from fabricsim.flows.replay import Connections
     from fabricsim.net import port as port_mod
     from fabricsim.net.sender import Sender
-    n = {k: 0 for k in ("handed", "waited", "deferred", "flushed", "refused", "pool_full", "threshold", "heir")}
+    from fabricsim.engine.compiled import CompiledKernel
+    from fabricsim.engine.compiled import core as C
+    n = {k: 0 for k in ("handed", "waited", "deferred", "flushed", "refused", "pool_full", "threshold", "heir",
+                        "quiet")}
+    drain = CompiledKernel._drain
+
+    def drain_(self):
+        n["quiet"] += int(self.X.g[C.G_CL_N])
+        return drain(self)
+    CompiledKernel._drain = drain_
     est = Sender._estimator
     nxt, post, done, admits = (PacketEngine._next_on_connection, Connections.post, Connections.done,
                                port_mod.SharedBuffer.admits)
@@ -542,6 +551,8 @@ def main(argv=None) -> int:
           f"{fired['flushed']} flushed after a queue pair gave up, {fired['refused']} posted to a connection in "
           f"error, {fired['heir']} RTT estimators found through the heir chain (heap runs); shared buffers (heap runs): {fired['pool_full']} packets refused by a full pool, "
           f"{fired['threshold']} by the dynamic threshold")
+    print(f"completions in the core (slice 6, compiled runs): {fired['quiet']} messages' completions logged by the core "
+          "and recorded from its log")
     print(f"{args.cases - bad}/{args.cases} identical in {time.perf_counter() - t0:.1f} s")
     return 1 if bad else 0
 

@@ -406,7 +406,9 @@ def test_compiled_arrays_and_codes_were_appended():
     from fabricsim.engine.compiled import core
     # (the queue pair's flo, the row of its uid's routing entries, came after heir when slices 2 and 4 met)
     assert core.QP_FIELDS[-2:] == ("heir", "flo") and core.Q_HEIR == len(core.QP_FIELDS) - 2
-    assert core.Q_FLO == len(core.QP_FIELDS) - 1 and core.M_ONSENT == len(core.MSG_FIELDS) - 1
+    assert core.Q_FLO == len(core.QP_FIELDS) - 1
+    # (slice 6's quiet flag came after onsent)
+    assert core.MSG_FIELDS[-2:] == ("onsent", "quiet") and core.M_ONSENT == len(core.MSG_FIELDS) - 2
     assert core.E_SENT == 10 and core.P_SENT == 5
     assert core.S_PHN == len(core.SWITCH_FIELDS) - 1 and core.P_PHI == len(core.PORT_FIELDS) - 1
     assert np.all(np.array([core.S_KMIN, core.S_KMAX, core.S_DEQ, core.S_NODE]) == np.arange(4))

@@ -170,6 +170,13 @@ class Recorder:
         of also when its message ends (a 1,024-GPU all-to-all's million rows, 13 us each)."""
         self._rebuilt = True
 
+    @property
+    def rows_at_message_end(self) -> bool:
+        """Whether :meth:`on_message` makes the message's row when it is called (to stream it, or
+        to keep it as it stands): then the message's counters must be as they stood at its end;
+        else (:meth:`rows_rebuilt_at_end`, nothing streamed) only its end time is read now."""
+        return not self._rebuilt or self._writer is not None
+
     def stream_only(self):
         """Rows from now on are streamed to ``messages.partial.csv`` but not kept: the engine hands
         the whole table over at the end (:meth:`hand_over`), as columns (a million messages as

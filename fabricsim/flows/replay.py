@@ -207,6 +207,11 @@ class Replay:
         rel = by + self.table.gap_ps[ready].astype(np.int64)
         return np.maximum(rel, self.table.start_ps[ready].astype(np.int64)), ready
 
+    def leaves(self) -> np.ndarray:
+        """Per row, whether no row depends on it (bool): its completion releases nothing and
+        :meth:`completed` returns ``[]`` for it."""
+        return self._dep_ptr[1:] == self._dep_ptr[:-1]
+
     def min_gap(self) -> np.ndarray:
         """Per row, the smallest compute gap among its dependents (int64, ``2**62`` if it has none):
         a row completed at ``t`` releases nothing before ``t + min_gap`` (a GPU job starts at ``t``

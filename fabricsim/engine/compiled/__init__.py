@@ -101,6 +101,14 @@ class CompiledKernel:
         self._snap = self._snapshot_rows(engine.ports)
         if self._snap is not None:
             engine._snapshot = self._snapshot
+        # slice 6: a message whose completion asks nothing of Python at once (not on a connection, no
+        # dependents: PacketEngine.message_done then only records it) is "quiet": the core logs its
+        # completion (X.CL) and Python records it when it next runs (_drain), in the same order
+        table = engine.replay.table
+        n = len(table)
+        self.quiet_done = 0                 # quiet completions recorded from the log (tests read it)
+        if n:
+            self.X.M[:n, C.M_QUIET] = (table.conn < 0) & engine.replay.leaves()
         self._release = engine.release
         self._sample = engine._sample_links
         self._nics = dict(engine.nics)
@@ -108,6 +116,8 @@ class CompiledKernel:
             engine.nics[h] = [_CompiledNic(nic, self.nic_row[nic], self) for nic in nics]
         self._reply: dict = {}              # (receiving host, sender) -> (offset, count) of its ports in X.RL
         self._rl_n = 0
+        self._slots = 0                     # NIC slots (X.QN rows) and PSNs (arena) given to queue pairs so far
+        self._arena = 0
         self._load()
 
     def _load(self) -> None:
@@ -122,8 +132,9 @@ class CompiledKernel:
         x = numba.typeof(self.X)
         i = numba.int64
         self._fn = {}
+        qp_init = (i,) * 6 + (numba.uint64,) + (i,) * 7 + (numba.float64,) + (i,) * 3 + (numba.boolean, i)
         for fn, args in ((C.run, (i,)), (C.nic_add, (i, i)), (C.push, (i, i, i, i, i)), (C.settle_all, (i,)),
-                         (C.tel_rehash, ()), (C.stop_message, (i,))):
+                         (C.tel_rehash, ()), (C.stop_message, (i,)), (C.qp_init, qp_init)):
             sig = (x, *args)
             fn.compile(sig)
             self._fn[fn.__name__] = fn.overloads[sig].entry_point
@@ -167,48 +178,39 @@ class CompiledKernel:
         per port it may use (``qp.nics``, in order) and the ports its receiver replies by."""
         q = len(self.qps)
         flow = qp.flow
-        if not self.X.g[C.G_CC] and (flow.window_bytes is not None or flow.rate_bps != flow.line_bps):
+        X = self.X
+        cc = X.g[C.G_CC]
+        if not cc and (flow.window_bytes is not None or flow.rate_bps != flow.line_bps):
             raise SimulationError("kernel: compiled: a queue pair outside the compiled slice (a window or a paced "
                                   "rate without congestion control)")
-        self._need("qp", q + 1)
-        s0 = int(self.X.Q[q - 1, C.Q_N0] + self.X.Q[q - 1, C.Q_NN]) if q else 0
-        self._need("qn", s0 + len(qp.nics))
-        X = self.X
-        base = int(X.Q[q - 1, C.Q_BASE] + X.Q[q - 1, C.Q_NPSN]) if q else 0
-        self._need("arena", base + qp.npsn + 1)
-        X = self.X
+        nics = qp.nics
+        nn = len(nics)
+        s0, base = self._slots, self._arena         # this queue pair's first NIC slot and PSN
+        self._slots, self._arena = s0 + nn, base + qp.npsn
+        if q >= X.Q.shape[0]:
+            self._need("qp", q + 1)
+        if s0 + nn > X.QN.shape[0]:
+            self._need("qn", s0 + nn)
+        if base + qp.npsn + 1 > X.a_flag.shape[0]:
+            self._need("arena", base + qp.npsn + 1)
         st = qp.msg
         row = self._row(st)
+        nvlink = nics[0].nvlink
+        rport, rl0, rln = (0, 0, 0) if nvlink else self._reply_ports(qp)
         X = self.X
-        if X.M[row, C.M_QN] == 0:
-            X.M[row, C.M_Q0] = q
-            # the send-completion hook (a message on a persistent connection: PacketEngine._start
-            # set it before creating the queue pairs)
-            X.M[row, C.M_ONSENT] = 1 if st.on_sent else 0
-        elif X.M[row, C.M_Q0] + X.M[row, C.M_QN] != q:
+        if not self._fn["qp_init"](X, q, row, qp.uid, self._uid_row.setdefault(qp.uid, q), qp.src, qp.dst, qp.hash,
+                                   qp.size, qp.npsn, s0, nn, nics[0].index, base, flow.line_bps,
+                                   float(flow.rate_bps), rport, rl0, rln, bool(nvlink),
+                                   # the send-completion hook (a message on a persistent connection:
+                                   # PacketEngine._start set it before creating the queue pairs)
+                                   1 if st.on_sent else 0):
             raise SimulationError("kernel: compiled: a message's queue pairs were not created together")
-        X.M[row, C.M_QN] += 1
-        X.Q[q, C.Q_UID] = qp.uid
-        X.Q[q, C.Q_FLO] = self._uid_row.setdefault(qp.uid, q)     # flowlet's and pinned's entries: by uid
-        X.Q[q, C.Q_MSG] = row
-        X.Q[q, C.Q_SRC] = qp.src
-        X.Q[q, C.Q_DST] = qp.dst
-        X.q_hash[q] = qp.hash
-        X.Q[q, C.Q_SIZE] = qp.size
-        X.Q[q, C.Q_NPSN] = qp.npsn
-        X.Q[q, C.Q_N0], X.Q[q, C.Q_NN] = s0, len(qp.nics)
-        for j, nic in enumerate(qp.nics):
+        for j in range(1, nn):
             X.QN[s0 + j, C.QN_QP] = q
-            X.QN[s0 + j, C.QN_NIC] = nic.index
-        X.Q[q, C.Q_BASE] = base
-        X.Q[q, C.Q_ACTIVE] = 1
-        S.register_flow(X, q, flow)             # the rate, window and CC state cc.start set
-        if qp.nics[0].nvlink:
-            # NVLink (net/nvlink.py): no ACK, no timer, no congestion control, nothing for the sender (sent_done)
-            X.Q[q, C.Q_DONE] = 1
-        else:
-            self._reply_ports(qp, q)
-        if not qp.nics[0].nvlink and self.engine._conn_qp.get(qp.uid) is qp:
+            X.QN[s0 + j, C.QN_NIC] = nics[j].index
+        if cc or flow.window_bytes is not None:
+            S.register_flow(X, q, flow)         # the window and CC state cc.start set
+        if not nvlink and self.engine._conn_qp.get(qp.uid) is qp:
             # a persistent connection's queue pair (PacketEngine._start): it takes over the RTT
             # estimator of the connection's previous one (its heir from now on), whose state is
             # the compiled row's, not the Python object's
@@ -312,27 +314,55 @@ class CompiledKernel:
             sent = np.where(lossless, txb - wire, sent)
         return (t, sent.tolist(), queued.tolist())
 
-    def _reply_ports(self, qp, q: int) -> None:
-        """Where the receiver of ``qp`` sends its control packets (``PacketEngine.reply_nic``): one
-        port, fixed, when the receiving host has one eligible port towards the sender or ``qp``
-        uses one port (``nics[qp.hash % n]``, a pure function of the two hosts and the hash); else
-        -1 and the eligible ports (memoised per pair of hosts, in ``X.RL``), chosen per packet."""
+    def _reply_ports(self, qp) -> tuple:
+        """Where the receiver of ``qp`` sends its control packets (``PacketEngine.reply_nic``), as
+        ``(port, first, count)``: one port, fixed, when the receiving host has one eligible port
+        towards the sender or ``qp`` uses one port (``nics[qp.hash % n]``, a pure function of the two
+        hosts and the hash); else -1 and the eligible ports (memoised per pair of hosts, ``count``
+        of them from ``first`` in ``X.RL``), chosen per packet."""
         nics = self.engine.eligible_nics(qp.dst, qp.src)
         n = len(nics)
-        X = self.X
         if n == 1 or len(qp.nics) == 1:
-            X.Q[q, C.Q_RPORT] = nics[qp.hash % n].index
-            return
+            return nics[qp.hash % n].index, 0, 0
         key = (qp.dst, qp.src)
         got = self._reply.get(key)
         if got is None:
             self._need("rl", self._rl_n + n)
-            X = self.X
-            X.RL[self._rl_n:self._rl_n + n] = [nic.index for nic in nics]
+            self.X.RL[self._rl_n:self._rl_n + n] = [nic.index for nic in nics]
             got = self._reply[key] = (self._rl_n, n)
             self._rl_n += n
-        X.Q[q, C.Q_RPORT] = -1
-        X.Q[q, C.Q_RL0], X.Q[q, C.Q_RLN] = got
+        return -1, got[0], got[1]
+
+    def _drain(self) -> None:
+        """Record the quiet completions the core logged since Python last ran (X.CL), in the order
+        they happened, by the engine's own ``message_done``, with what it reads as it stood at
+        each: the recorder's delivered total, and where the recorder makes the row now
+        (``rows_at_message_end``: streamed) the message's counters. Its reorder histogram is the
+        whole reorder log folded: a message logs reorder distances before its completion only
+        (every unit that arrives after it is a duplicate, which logs none). Runs after every return
+        of the core, before anything else reads its state."""
+        X = self.X
+        n = int(X.g[C.G_CL_N])
+        if not n:
+            return
+        X.g[C.G_CL_N] = 0
+        self.quiet_done += n
+        eng = self.engine
+        rows, rec, done = eng._rows, eng.recorder, eng.message_done
+        log = X.CL[:n].tolist()
+        if rec.rows_at_message_end:
+            S.fold_reorder(X, self.states)
+            w = C.CL_M + X.M.shape[1]
+            for e in log:
+                st = rows[e[C.CL_ROW]]
+                S.sync_values(st, e[C.CL_M:w], e[w:])
+                rec.delivered_total = e[C.CL_DELIV]
+                done(st, e[C.CL_T])
+        else:
+            for e in log:
+                rec.delivered_total = e[C.CL_DELIV]
+                done(rows[e[C.CL_ROW]], e[C.CL_T])
+        S.sync_recorder(X, rec)
 
     def _need(self, group: str, n: int) -> None:
         if n > getattr(self.X, S.POOLS[group]).shape[0]:
@@ -378,7 +408,10 @@ class CompiledKernel:
         run = self._fn["run"]
         try:
             while True:
+                # (the core logs quiet completions up to the last message's, which reaches Python)
+                self.X.g[C.G_QUIET_LEFT] = eng.remaining - 1
                 r = run(self.X, until_ps)
+                self._drain()
                 X = self.X
                 g = X.g
                 if r == C.R_DRAINED:
@@ -428,6 +461,7 @@ class CompiledKernel:
                 if progress is not None and not int(self.X.g[C.G_RUN_N]) & (C.PROGRESS_EVERY - 1):
                     progress(t)
         finally:
+            self._drain()
             eng.nics.update(self._nics)      # the real NIC objects again, for the end-of-run tables
             S.write_back(self.X, eng, self.qps, self.nic_row, self.states, self._read_t)
             if self._built_on.pending():

@@ -258,6 +258,11 @@ QP_FIELDS = QP_FIELDS + ("flo",)
 Q_FLO = len(QP_FIELDS) - 1
 MSG_FIELDS = MSG_FIELDS + ("onsent",)
 M_ONSENT = len(MSG_FIELDS) - 1
+# slice 6's completions handled in the core: M quiet: the message's completion needs nothing of Python at
+#    once (CompiledKernel: not on a connection, no dependents, not a PXN piece); its completion is logged
+#    in X.CL instead of returning to Python (see _log_done)
+MSG_FIELDS = MSG_FIELDS + ("quiet",)
+M_QUIET = len(MSG_FIELDS) - 1
 # slice 4's shared switch buffers (net/port.py SharedBuffer), appended: S pool: the switch's pool (0 none, 1 a
 #    plain shared pool, 2 with the dynamic threshold), psize, pres: its size and reserve (bytes); pl: L, the least
 #    common multiple of its ports' rd (PS_BITS / rate = rd / rn), so that a port's rate / PS_BITS is w / L with
@@ -378,6 +383,15 @@ NG += 2
 # on (metric queue_util) and its window (util_weight is X.f[F_EX_W])
 G_GAP, G_NEWFL, G_USE_Q, G_USE_U, G_NU, G_UWIN, G_NUTHR, G_EX_UTIL, G_EX_WIN = range(NG, NG + 9)
 NG += 9
+# slice 6: the quiet completions the core may still log before the run's last message (Python sets it
+# before each run(): PacketEngine.remaining - 1, so the last completion always reaches Python) and the
+# completions logged in X.CL since Python last read it
+G_QUIET_LEFT, G_CL_N = range(NG, NG + 2)
+NG += 2
+# X.CL, a logged completion: its message row, its time, the payload delivered by then (the recorder's
+# delivered_total), then a copy of the message's X.M row and its X.m_rtx row as they stood (a row made
+# from the log reads those)
+CL_ROW, CL_T, CL_DELIV, CL_M = range(4)
 
 # agenda entry kinds
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
@@ -1599,6 +1613,48 @@ def _act_append(X, nic, slot):
 def _act_popleft(X, nic):
     X.N[nic, N_AL] -= 1
     return _fifo_popleft(X.N, nic, N_AH, N_AT, X.QN, QN_NEXT)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def qp_init(X, q, row, uid, flo, src, dst, h, size, npsn, s0, nn, nic0, base, line, rate, rport, rl0, rln, nvlink,
+            onsent):
+    """A new queue pair's row ``q`` (CompiledKernel.register: one call rather than a numpy write per
+    field): its identity, message row, hash, size in PSNs, NIC slots from ``s0`` (``nn`` of them; the
+    first on NIC ``nic0``, any others set by Python), arena from ``base``, line and pacing rate, the
+    ports its receiver replies by (``rport``, or -1 and the list ``rl0``, ``rln`` in X.RL), ``nvlink``:
+    an NVLink queue pair (no ACK, nothing for the sender: done sending as far as the sender goes);
+    and its message's queue pairs (the first one's row; ``onsent``: the send-completion hook armed).
+    Returns False if the message's queue pairs were not created together (rows q0.. in a row)."""
+    if X.M[row, M_QN] == 0:
+        X.M[row, M_Q0] = q
+        X.M[row, M_ONSENT] = onsent
+    elif X.M[row, M_Q0] + X.M[row, M_QN] != q:
+        return False
+    X.M[row, M_QN] += 1
+    Q = X.Q
+    Q[q, Q_UID] = uid
+    Q[q, Q_FLO] = flo
+    Q[q, Q_MSG] = row
+    Q[q, Q_SRC] = src
+    Q[q, Q_DST] = dst
+    X.q_hash[q] = h
+    Q[q, Q_SIZE] = size
+    Q[q, Q_NPSN] = npsn
+    Q[q, Q_N0] = s0
+    Q[q, Q_NN] = nn
+    X.QN[s0, QN_QP] = q
+    X.QN[s0, QN_NIC] = nic0
+    Q[q, Q_BASE] = base
+    Q[q, Q_ACTIVE] = 1
+    Q[q, Q_LINE] = line
+    X.QF[q, QF_RATE] = rate
+    if nvlink:
+        Q[q, Q_DONE] = 1
+    else:
+        Q[q, Q_RPORT] = rport
+        Q[q, Q_RL0] = rl0
+        Q[q, Q_RLN] = rln
+    return True
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -3316,6 +3372,31 @@ def _nv_rx(X, t, pkt):
         X.g[G_PY_A] = row
     _free_pkt(X, pkt)
 
+
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _log_done(X, t):
+    # slice 6: a quiet message's completion (M_QUIET) logged in X.CL for Python to record when it next
+    # runs (CompiledKernel._drain: the same PacketEngine.message_done, in the same order, with what it
+    # reads as it stood at t), rather than a return to Python now; False (return as before) when the
+    # message is not quiet, when it may be the run's last, or when the log is full
+    row = X.g[G_PY_A]
+    n = X.g[G_CL_N]
+    if not X.M[row, M_QUIET] or X.g[G_QUIET_LEFT] <= 0 or n >= X.CL.shape[0]:
+        return False
+    L = X.CL
+    L[n, CL_ROW] = row
+    L[n, CL_T] = t
+    L[n, CL_DELIV] = X.g[G_DELIV]
+    w = X.M.shape[1]
+    for j in range(w):
+        L[n, CL_M + j] = X.M[row, j]
+    for j in range(X.m_rtx.shape[1]):
+        L[n, CL_M + w + j] = X.m_rtx[row, j]
+    X.g[G_CL_N] = n + 1
+    X.g[G_QUIET_LEFT] -= 1
+    return True
+
+
 # ---------------------------------------------------------------- loop
 
 
@@ -3395,8 +3476,11 @@ def run(X, until_ps):
         g[G_EVENTS] += 1
         g[G_RUN_N] += 1
         if g[G_PY_KIND] != P_NONE:
-            g[G_PY_T] = t
-            return R_PY
+            if g[G_PY_KIND] == P_DONE and _log_done(X, t):
+                g[G_PY_KIND] = P_NONE
+            else:
+                g[G_PY_T] = t
+                return R_PY
         if not g[G_RUN_N] & (PROGRESS_EVERY - 1):
             return R_PROGRESS
 

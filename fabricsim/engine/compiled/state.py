@@ -30,6 +30,8 @@ _I = np.int64
 
 #: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
 CAUSES = ("sack", "timeout", "nak")
+#: the completions the core may log before Python reads them (X.CL; a full log returns to Python)
+CL_ROWS = 4096
 #: the state's arrays: name -> (dtype, fields (columns; 0: 1-D), pool group). A pool group's arrays
 #: grow together along their first axis (one row per object).
 _ARRAYS = {
@@ -64,6 +66,9 @@ _ARRAYS = {
     "QF": (np.float64, len(C.QF_FIELDS), "qp"), "q_hu": (np.float64, "w", "qp"), "q_hts": (_I, "w", "qp"),
     "KT": (_I, "w", "pkt"), "RT": (_I, "w", "qp"),
     "TH": (_I, len(C.TH_FIELDS), "thist"), "TN": (_I, len(C.TN_FIELDS), "tnode"), "HT": (_I, 0, None),
+    # slice 6: the quiet completions logged since Python last read them (core.CL_*: row, time, delivered,
+    # then copies of the message's M and m_rtx rows)
+    "CL": (_I, C.CL_M + len(C.MSG_FIELDS) + len(CAUSES), None),
 }
 State = namedtuple("State", list(_ARRAYS))
 
@@ -214,6 +219,7 @@ def build(engine, nic_index: dict) -> State:
     a["hist"] = np.array(rec.latency.counts, dtype=_I)
     a["good"] = np.zeros(1024, dtype=_I)
     a["OL"] = _arr("OL", 1 << 16)
+    a["CL"] = _arr("CL", CL_ROWS)
     # INT: the longest stack a packet can collect (every switch on its longest route)
     stamp = any(getattr(sw, "stamp", False) for sw in sws)
     maxhop = _longest_route(r_off, r_cnt, cand, ports, s_local) if stamp else 0     # (0: no INT arrays)
@@ -369,11 +375,9 @@ def _congestion_control(X: State, engine) -> None:
 
 
 def register_flow(X: State, q: int, flow) -> None:
-    """Queue pair ``q``'s :class:`~fabricsim.cc.base.Flow` as ``CongestionControl.start`` left it:
-    the line rate, pacing rate and window, and the algorithm's own state (``flow.state``; None for
-    an NVLink queue pair, which no algorithm starts: net/nvlink.py)."""
-    X.Q[q, C.Q_LINE] = flow.line_bps
-    X.QF[q, C.QF_RATE] = flow.rate_bps
+    """Queue pair ``q``'s :class:`~fabricsim.cc.base.Flow` as ``CongestionControl.start`` left it
+    (its line and pacing rates: ``core.qp_init``): the window and the algorithm's own state
+    (``flow.state``; None for an NVLink queue pair, which no algorithm starts: net/nvlink.py)."""
     if flow.window_bytes is not None:
         X.Q[q, C.Q_HASWIN] = 1
         X.QF[q, C.QF_WIN] = flow.window_bytes
@@ -619,11 +623,16 @@ def sync_message(X: State, st, r: int) -> None:
     """Copy the transport counters of row ``r`` onto its MessageState ``st`` (a message, or a PXN
     piece: its row follows the messages'). The row is read once as Python ints (``tolist``): this
     runs at every completion and release."""
-    m = X.M[r].tolist()
+    sync_values(st, X.M[r].tolist(), X.m_rtx[r].tolist())
+
+
+def sync_values(st, m: list, rtx: list) -> None:
+    """:func:`sync_message` from a message's X.M row ``m`` and X.m_rtx row ``rtx`` read already (as
+    they stand now, or as a completion logged in X.CL copied them)."""
     st.delivered = m[C.M_DELIV]
     st.dropped = m[C.M_DROP]
     st.injected = m[C.M_INJ]
-    st.rtx_bytes = {c: int(v) for c, v in zip(CAUSES, X.m_rtx[r].tolist()) if v}
+    st.rtx_bytes = {c: v for c, v in zip(CAUSES, rtx) if v}
     st.dup_bytes = m[C.M_DUP]
     st.rx_units = m[C.M_RX]
     st.ooo_units = m[C.M_OOO]

@@ -1,0 +1,116 @@
+"""Slice 6 of the compiled core: completions handled in the core.
+
+A message whose completion asks nothing of Python at once (not on a connection, no dependents, not a
+PXN piece: "quiet", ``M_QUIET``) is not handed to Python when it completes: the core logs it (X.CL:
+its row and time, the recorder's delivered total, the reorder log's length and copies of its
+counters then) and the driver records it when the core next returns (``CompiledKernel._drain``), by
+the engine's own ``message_done``, in the same order. The last message always reaches Python
+(``G_QUIET_LEFT``). These tests pin what that must keep: the tables, summary and event count of heap;
+the rows streamed while the run goes (``messages.partial.csv``), which read the counters as they
+stood at each completion; rows made at completion by a recorder that does not rebuild them.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_compiled_core import _engine  # noqa: E402
+from test_kernel_equivalence import FABRIC, _comparable  # noqa: E402
+
+import fabricsim  # noqa: E402
+
+pytest.importorskip("numba")
+
+
+def _a2a(**over):
+    """Every host of the 8-host leaf-spine to every other, sprayed into 32 KiB buffers: drops,
+    retransmissions and reordering, some of them after a message's own completion (12 of the 56
+    messages' rows change after it)."""
+    sc = {"name": "quiet", "topology": {**FABRIC, "buffer": {"mode": "per_port", "size": "32KiB"}},
+          "traffic": {"pattern": "all_to_all", "message_size": "48KiB"}, "routing": {"policy": "spray"},
+          # (timeouts short enough to fire spuriously: resends still arriving after their message's end)
+          "receiver": {"model": "ddp", "rto_low": "6us", "rto_high": "6us"},
+          "simulation": {"seed": 3, "time_limit": "20ms"}, "outputs": {"link_sample_interval": "1us"}}
+    for k, v in over.items():
+        sc[k] = {**sc[k], **v} if isinstance(v, dict) else v
+    return sc
+
+
+def _streamed(sc, kernel, path, rebuilt=True):
+    """Run the engine with its rows streamed to ``path``; (engine, outcome, the streamed text, rows kept)."""
+    from fabricsim.analysis.recorder import Recorder
+    from fabricsim.api import prepare
+    from fabricsim.engine.interface import ENGINES
+    _loaded, sim = prepare({**sc, "simulation": {**sc["simulation"], "kernel": kernel}})
+    s = sim.scenario
+    rec = Recorder(s.outputs.latency_rel_error, s.outputs.timeseries_bin, stream_path=path)
+    eng = ENGINES.get("packet")(sim, rec)
+    if not rebuilt:
+        rec._rebuilt = False            # a recorder that keeps each row as made at its message's end
+    out = eng.run()
+    rec.close()
+    return eng, out, Path(path).read_text(), list(rec.rows)
+
+
+def test_quiet_completions_give_heaps_tables():
+    sc = _a2a()
+    a, b = fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": "heap"}}), \
+        fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": "compiled"}})
+    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
+    pd.testing.assert_frame_equal(a.messages, b.messages)
+    pd.testing.assert_frame_equal(a.links, b.links)
+    assert _comparable(a.summary) == _comparable(b.summary)
+    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    eng, _out = _engine(sc, "compiled")
+    # every message but the last was recorded from the core's log
+    assert eng.kernel.quiet_done == len(eng._rows) - 1 == 55
+
+
+@pytest.mark.parametrize("rebuilt", [True, False])
+def test_rows_made_at_completion_read_the_counters_as_they_stood(tmp_path, rebuilt):
+    """The streamed rows (and, for a recorder that keeps rows as made, the kept ones) hold each
+    message's counters and reorder histogram at its completion, as heap's do: some messages' counters
+    change after their completion here (late retransmissions, duplicates), so reading them at the
+    log's drain instead would differ."""
+    sc = _a2a(outputs={"link_sample_interval": "off"})     # (no link samples: the log is read rarely)
+    ea, _oa, text_a, rows_a = _streamed(sc, "heap", tmp_path / "a.csv", rebuilt)
+    eb, _ob, text_b, rows_b = _streamed(sc, "compiled", tmp_path / "b.csv", rebuilt)
+    assert eb.kernel.name == "compiled" and eb.kernel.quiet_done == len(eb._rows) - 1
+    assert text_a == text_b
+    assert rows_a == rows_b
+    # the run does change counters after completions: the streamed rows are not the final ones
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    for st in ea.recorder._states:
+        w.writerow(["" if v is None else v for v in ea.recorder._row(st)])
+    streamed, at_end = text_a.splitlines()[1:], buf.getvalue().splitlines()
+    assert len(streamed) == len(at_end) == 56
+    assert sum(x != y for x, y in zip(streamed, at_end)) == 12
+
+
+def test_messages_with_dependents_still_reach_python_at_once(tmp_path):
+    """A trace with dependencies: the dependents are released at their dependency's completion (a
+    message with dependents is not quiet), the others are logged; heap's tables either way."""
+    rows = ["id,src,dst,size_bytes,start_ps,gap_ps,deps"]
+    mid = 0
+    for h in range(8):
+        for k in range(3):
+            deps = "" if k == 0 else str(mid - 1)
+            rows.append(f"{mid},{h},{(h + 1 + 2 * k) % 8},{16384 * (k + 1)},0,{1000000 * k},{deps}")
+            mid += 1
+    (tmp_path / "deps.csv").write_text("\n".join(rows) + "\n")
+    sc = _a2a()
+    sc["traffic"] = {"pattern": "csv", "path": str(tmp_path / "deps.csv")}
+    a = fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": "heap"}})
+    b = fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": "compiled"}})
+    pd.testing.assert_frame_equal(a.messages, b.messages)
+    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    eng, _out = _engine(sc, "compiled")
+    # the last of each chain has no dependents: quiet, but for the run's last completion
+    assert eng.kernel.quiet_done == 7
