@@ -432,6 +432,14 @@ class CompiledKernel:
                 S.sync_recorder(X, eng.recorder)
                 if kind == C.P_RELEASE:
                     eng.release(t, rows[a])
+                    n = int(g[C.G_PY_N])
+                    if n:
+                        # the releases popped with it (core._more_releases), in agenda order; each may push
+                        # entries (its NICs' attempts), so the agenda keeps the room the core leaves
+                        for a in X.RB[:n].tolist():
+                            if g[C.G_HN] + C.SPACE > self.X.HP.shape[0]:
+                                self._need("heap", int(g[C.G_HN]) + C.SPACE)
+                            eng.release(t, rows[a])
                 elif kind == C.P_SENT:
                     eng._next_on_connection(t, self.states[a])
                 elif kind == C.P_SAMPLE:

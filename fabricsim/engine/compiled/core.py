@@ -392,6 +392,10 @@ NG += 2
 # delivered_total), then a copy of the message's X.M row and its X.m_rtx row as they stood (a row made
 # from the log reads those)
 CL_ROW, CL_T, CL_DELIV, CL_M = range(4)
+# releases handed to Python together: the agenda's next entries when they are releases at the same time
+# as the one popped (X.RB, their message rows; G_PY_N of them after G_PY_A's: see _more_releases)
+G_PY_N = NG
+NG += 1
 
 # agenda entry kinds
 E_DELIVER, E_TX, E_RTO, E_RELEASE, E_SAMPLE = 0, 1, 2, 3, 4
@@ -3373,6 +3377,22 @@ def _nv_rx(X, t, pkt):
     _free_pkt(X, pkt)
 
 
+@njit(cache=True, nogil=True, _nrt=False)
+def _more_releases(X, t):
+    # the releases that follow the one being run in the agenda, at the same time t, popped with it (at most
+    # X.RB's length; each an event): Python runs them in this order (CompiledKernel.run). Nothing else could
+    # run between them: what Python pushes while releasing comes at t or later with a later seq, after them
+    n = 0
+    H = X.HP
+    while n < len(X.RB) and X.g[G_HN] > 0 and H[0, 0] == t and H[0, 2] == E_RELEASE:
+        X.RB[n] = H[0, 3]
+        _pop_root(X)
+        X.g[G_EVENTS] += 1
+        X.g[G_RUN_N] += 1
+        n += 1
+    return n
+
+
 @njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _log_done(X, t):
     # slice 6: a quiet message's completion (M_QUIET) logged in X.CL for Python to record when it next
@@ -3464,6 +3484,7 @@ def run(X, until_ps):
         elif kind == E_RELEASE:
             g[G_PY_KIND] = P_RELEASE
             g[G_PY_A] = a
+            g[G_PY_N] = _more_releases(X, t)
         elif kind == E_SAMPLE:
             g[G_PY_KIND] = P_SAMPLE
             g[G_PY_A] = a

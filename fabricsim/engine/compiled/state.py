@@ -30,7 +30,8 @@ _I = np.int64
 
 #: the packet-engine causes of ``MessageState.rtx_bytes``, by column of ``m_rtx``
 CAUSES = ("sack", "timeout", "nak")
-#: the completions the core may log before Python reads them (X.CL; a full log returns to Python)
+#: the completions the core may log before Python reads them (X.CL; a full log returns to Python), and
+#: the releases it may hand over at once (X.RB)
 CL_ROWS = 4096
 #: the state's arrays: name -> (dtype, fields (columns; 0: 1-D), pool group). A pool group's arrays
 #: grow together along their first axis (one row per object).
@@ -69,6 +70,8 @@ _ARRAYS = {
     # slice 6: the quiet completions logged since Python last read them (core.CL_*: row, time, delivered,
     # then copies of the message's M and m_rtx rows)
     "CL": (_I, C.CL_M + len(C.MSG_FIELDS) + len(CAUSES), None),
+    # the message rows of the releases handed to Python with the one popped (core._more_releases)
+    "RB": (_I, 0, None),
 }
 State = namedtuple("State", list(_ARRAYS))
 
@@ -220,6 +223,7 @@ def build(engine, nic_index: dict) -> State:
     a["good"] = np.zeros(1024, dtype=_I)
     a["OL"] = _arr("OL", 1 << 16)
     a["CL"] = _arr("CL", CL_ROWS)
+    a["RB"] = _arr("RB", CL_ROWS)
     # INT: the longest stack a packet can collect (every switch on its longest route)
     stamp = any(getattr(sw, "stamp", False) for sw in sws)
     maxhop = _longest_route(r_off, r_cnt, cand, ports, s_local) if stamp else 0     # (0: no INT arrays)
