@@ -114,3 +114,39 @@ def test_messages_with_dependents_still_reach_python_at_once(tmp_path):
     eng, _out = _engine(sc, "compiled")
     # the last of each chain has no dependents: quiet, but for the run's last completion
     assert eng.kernel.quiet_done == 7
+
+
+def test_the_core_returns_to_python_once_per_batch_not_per_message(tmp_path):
+    """Releases at the same time are handed to Python together and quiet completions are logged: a
+    56-message all-to-all (every message released at 0, no link samples) returns from the core a few
+    times, not twice per message; with the messages posted 1 us apart (one release per time), once
+    per release."""
+    from fabricsim.analysis.recorder import Recorder
+    from fabricsim.api import prepare
+    from fabricsim.engine.interface import ENGINES
+
+    def returns(sc):
+        _loaded, sim = prepare({**sc, "simulation": {**sc["simulation"], "kernel": "compiled"}})
+        eng = ENGINES.get("packet")(sim, Recorder())
+        k = eng.kernel
+        run, n = k._fn["run"], [0]
+
+        def counted(X, until):
+            n[0] += 1
+            return run(X, until)
+        k._fn["run"] = counted
+        out = eng.run()
+        assert out.status == "complete"
+        return n[0], k.quiet_done
+
+    sc = _a2a(outputs={"link_sample_interval": "off"})
+    calls, quiet = returns(sc)
+    assert quiet == 55 and calls <= 3          # the releases, the last completion, the end
+    # a trace releasing one message per microsecond: no two releases at one time
+    rows = ["id,src,dst,size_bytes,start_ps,gap_ps,deps"]
+    for i in range(16):
+        rows.append(f"{i},{i % 8},{(i + 3) % 8},16384,{i * 1_000_000},0,")
+    (tmp_path / "staggered.csv").write_text("\n".join(rows) + "\n")
+    sc["traffic"] = {"pattern": "csv", "path": str(tmp_path / "staggered.csv")}
+    calls, quiet = returns(sc)
+    assert quiet == 15 and 16 <= calls <= 18
