@@ -30,7 +30,9 @@ schedules the initial releases and the link sampler through :meth:`CompiledKerne
 and calls :meth:`CompiledKernel.run`, which runs the compiled loop (:mod:`.core`) and, whenever
 an event belongs to the message lifecycle (a release, a completion, a failure, a link sample),
 runs the engine's own Python method for it, with the compiled state copied where that method
-reads it. At the end the state is written back onto the Python objects, and the engine builds
+reads it. Releases due at the same time come back together; a quiet message's completion (on no
+connection, with no dependents) is logged by the core and recorded when it next returns
+(:meth:`CompiledKernel._drain`). At the end the state is written back onto the Python objects, and the engine builds
 every table from them as it always does.
 
 numba compiles the core the first time it is used on a machine (about a minute) and caches it

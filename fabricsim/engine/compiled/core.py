@@ -8,12 +8,14 @@ equal after every event. Model arithmetic longer than one expression is not rewr
 model's own function compiled from its source (:data:`ecmp_pick`, :data:`packet_draw_fields`,
 :data:`red_below`; see :func:`_rebind`).
 
-The message lifecycle is Python's: an agenda entry of kind ``E_RELEASE``, ``E_SAMPLE`` or
-``E_SENT`` (a message on a persistent connection has put its last new byte on the wire: the NIC's
-send-completion hook), and a datapath event that ends in a message completion (``P_DONE``) or a
-queue pair's failure (``P_FAIL``), return to the Python driver
-(:class:`fabricsim.engine.compiled.CompiledKernel`), which runs the unchanged
-:class:`~fabricsim.engine.packet.PacketEngine` method and resumes.
+The message lifecycle is Python's: an agenda entry of kind ``E_RELEASE`` (with the releases that
+follow it at the same time: ``_more_releases``), ``E_SAMPLE`` or ``E_SENT`` (a message on a
+persistent connection has put its last new byte on the wire: the NIC's send-completion hook), and a
+datapath event that ends in a message completion (``P_DONE``) or a queue pair's failure
+(``P_FAIL``), return to the Python driver (:class:`fabricsim.engine.compiled.CompiledKernel`),
+which runs the unchanged :class:`~fabricsim.engine.packet.PacketEngine` method and resumes. A
+"quiet" message's completion (``M_QUIET``: no connection, no dependents) does not return: it is
+logged (``_log_done``, X.CL) and Python records it by the same method when the core next returns.
 
 Hash arithmetic is uint64 throughout (numba types ``uint64 op int64`` as int64, whose ``>>``
 sign-extends: docs/compiled-core.md 3.3); times and byte counts are int64, which floors ``//``
