@@ -1024,3 +1024,74 @@ def test_bench_cluster_compiled_runs_and_checks_both_kernels(tmp_path):
     assert mod.main(["--cases", "planes_32_a2a", "--out", str(out)]) == 0
     row = json.loads(out.read_text())["cases"][0]
     assert row["identical"] and {r["kernel"]: r["ran"] for r in row["runs"]} == {"heap": "heap", "compiled": "compiled"}
+
+
+#: what write_back puts back on each queue pair, its flow and its message (state.py), compared by value
+#: and type: the tables read only part of it (a queue pair's PSNs and timers, a message's ACK and
+#: control counters none)
+_QP_BACK = ("uid", "seq", "una", "high", "out_bytes", "sent_done", "timeouts", "rto_armed", "rto_at", "r_cum", "r_max",
+            "r_hold", "r_acks", "reo", "rack_t", "srtt", "rttvar", "reo_t", "rto_draws", "rto_u", "goback_t",
+            "gb_cause", "r_nak", "r_unacked", "r_ce", "r_tack", "r_tsent", "r_last_rx", "r_tel", "r_last_cnp",
+            "next_ok")
+_FLOW_BACK = ("rate_bps", "window_bytes", "sent_bytes", "acked_bytes", "active")
+_MSG_BACK = ("delivered", "dropped", "injected", "dup_bytes", "rx_units", "ooo_units", "peak_hold", "reorder_wait_ps",
+             "reorder_wait_max_ps", "ecn_marked", "acks", "ctrl_arrived", "ctrl_dropped", "naks", "naks_sent",
+             "discarded_bytes", "cnps", "cnps_sent", "overflow_bytes")
+
+
+def _typed(v):
+    return type(v).__name__, v
+
+
+def _written_back(eng):
+    """Every message's (and PXN piece's) counters and each of its queue pairs' and flows' state, as
+    (type, value) pairs (dicts as their items, in order)."""
+    out = []
+    for st in list(eng._rows) + list(eng.pieces):
+        qps = []
+        for qp in st.qps:
+            f, s = qp.flow, qp.flow.state
+            cc = [] if s is None else [(k, _typed(getattr(s, k, None))) for k in type(s).__slots__
+                                       if k not in ("ports", "last_hops")]
+            if s is not None and hasattr(s, "ports"):
+                cc.append(sorted((k, list(h.rate), list(h.qmin), h.last_ts, h.last_q) for k, h in s.ports.items()))
+            qps.append(([_typed(getattr(qp, k)) for k in _QP_BACK], qp.heir.uid if qp.heir else None,
+                        [_typed(getattr(f, k)) for k in _FLOW_BACK], cc))
+        out.append(([_typed(getattr(st, k)) for k in _MSG_BACK], list(st.rtx_bytes.items()),
+                    list(st.reorder_hist.items()), qps))
+    return out
+
+
+WRITE_BACK = {
+    "lossy-fixed": _lossy_incast(),
+    "lossy-cut": _lossy_incast(simulation={"time_limit": "30us"}),
+    "gbn-adaptive-cut": _lossy_incast(receiver={"model": "go_back_n", "rto_mode": "adaptive", "rto_min": "5us"},
+                                      simulation={"time_limit": "60us"}),
+    "dcqcn": _lossy_incast(congestion_control={"algorithm": "dcqcn", "cnp_interval": "4us", "alpha_timer": "10us",
+                                               "rate_increase_timer": "5us", "byte_counter": "64KB"}),
+    "dcqcn_cx-cut": _lossy_incast(congestion_control={"algorithm": "dcqcn_cx", "min_time_between_cnps": "4us"},
+                                  simulation={"time_limit": "40us"}),
+    "telemetry-coalesced-cut": _small(congestion_control={"algorithm": "telemetry"}, receiver={"ack_every": 4},
+                                      simulation={"time_limit": "15us"}),
+}
+
+
+@pytest.mark.parametrize("case", list(WRITE_BACK))
+def test_the_end_of_a_compiled_run_leaves_every_queue_pair_and_message_as_heap_does(case):
+    """write_back reads the queue pairs' and messages' rows at once (state.py): each queue pair,
+    its flow and congestion-control state and each message's counters must be exactly heap's
+    (values and types), in runs that complete and runs cut with packets in flight and timers
+    armed; the compared values differ from row to row, so a row or column read off by one fails."""
+    a, oa = _engine(WRITE_BACK[case], "heap")
+    b, ob = _engine(WRITE_BACK[case], "compiled")
+    assert b.kernel_info == {"requested": "compiled", "ran": "compiled"}
+    assert oa.status == ob.status
+    wa, wb = _written_back(a), _written_back(b)
+    assert wa == wb
+    # (the rows differ: a shifted row, or a column read for another, would show)
+    assert len({repr(m[0]) for m in wa}) > 1
+    qps = [q for m in wa for q in m[3]]
+    varying = [k for i, k in enumerate(_QP_BACK) if k != "uid" and len({repr(q[0][i]) for q in qps}) > 1]
+    assert len({repr(q[0][_QP_BACK.index("rto_at")]) for q in qps}) == len(qps) > 1 and len(varying) >= 5, varying
+    if not case.endswith("-cut"):
+        assert any(m[1] for m in wa)      # retransmissions

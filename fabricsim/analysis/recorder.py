@@ -52,10 +52,18 @@ def transport_row(st) -> tuple:
     rb = st.rtx_bytes
     h = st.reorder_hist
     rx = st.rx_units
-    return (sum(rb.values()), rb.get("sack", 0), rb.get("timeout", 0), rb.get("nak", 0), st.dup_bytes, rx,
-            (st.ooo_units / rx) if rx else 0.0, hist_percentile(h, 50), hist_percentile(h, 99),
-            max(h) if h else 0, st.peak_hold, (st.reorder_wait_ps / rx) if rx else 0.0, st.reorder_wait_max_ps,
-            st.ecn_marked, st.cnps, st.naks, st.overflow_bytes, st.discarded_bytes)
+    # (most messages resend nothing and arrive in order: their empty dicts skip the sums, 0 each)
+    if rb:
+        rtx, sack, timeout, nak = sum(rb.values()), rb.get("sack", 0), rb.get("timeout", 0), rb.get("nak", 0)
+    else:
+        rtx = sack = timeout = nak = 0
+    if h:
+        p50, p99, most = hist_percentile(h, 50), hist_percentile(h, 99), max(h)
+    else:
+        p50 = p99 = most = 0
+    return (rtx, sack, timeout, nak, st.dup_bytes, rx, (st.ooo_units / rx) if rx else 0.0, p50, p99, most,
+            st.peak_hold, (st.reorder_wait_ps / rx) if rx else 0.0, st.reorder_wait_max_ps, st.ecn_marked, st.cnps,
+            st.naks, st.overflow_bytes, st.discarded_bytes)
 
 
 class Recorder:

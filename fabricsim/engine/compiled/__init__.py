@@ -357,7 +357,7 @@ class CompiledKernel:
             w = C.CL_M + X.M.shape[1]
             for e in log:
                 st = rows[e[C.CL_ROW]]
-                S.sync_values(st, e[C.CL_M:w], e[w:])
+                S.sync_row(st, e[C.CL_M:w], e[w:])
                 rec.delivered_total = e[C.CL_DELIV]
                 done(st, e[C.CL_T])
         else:

@@ -422,41 +422,40 @@ def register_flow(X: State, q: int, flow) -> None:
             raise ValueError("kernel: compiled: a dcqcn_cx flow registered after it reacted")
 
 
-def _flow_back(X: State, q: int, flow) -> None:
-    """Queue pair ``q``'s rate, window and algorithm state onto its Flow (:func:`register_flow`'s inverse)."""
-    rate = float(X.QF[q, C.QF_RATE])
+def _flow_back(X: State, q: int, flow, haswin: int, F: list, Q: list | None, cc: int) -> None:
+    """Queue pair ``q``'s rate, window and algorithm state onto its Flow (:func:`register_flow`'s
+    inverse). ``haswin``: its ``Q_HASWIN``; ``F``: its row of ``X.QF`` (at least the rate and window
+    columns) and ``Q`` its row of ``X.Q`` (None under no algorithm), already read (``tolist``: Python
+    ints and floats); ``cc``: the algorithm's code (``X.g[G_CC]``)."""
+    rate = F[C.QF_RATE]
     flow.rate_bps = flow.line_bps if rate == flow.line_bps else rate
-    flow.window_bytes = float(X.QF[q, C.QF_WIN]) if X.Q[q, C.Q_HASWIN] else None
-    if X.g[C.G_CC] == C.CC_TELEMETRY and flow.state is not None:
-        s = flow.state
-        F = X.QF
-        s.w, s.wc, s.u, s.rtt_scale = (float(F[q, C.TF_W]), float(F[q, C.TF_WC]), float(F[q, C.TF_U]),
-                                       float(F[q, C.TF_SCALE]))
-        s.srtt = float(F[q, C.TF_SRTT]) if X.Q[q, C.TQ_HAVE_SRTT] else None
-        s.inc_stage, s.last_update_seq = int(X.Q[q, C.TQ_STAGE]), int(X.Q[q, C.TQ_LUS])
-        nh = int(X.Q[q, C.TQ_NH])
+    flow.window_bytes = F[C.QF_WIN] if haswin else None
+    if flow.state is None or cc == C.CC_NONE:
+        return
+    s = flow.state
+    if cc == C.CC_TELEMETRY:
+        s.w, s.wc, s.u, s.rtt_scale = F[C.TF_W], F[C.TF_WC], F[C.TF_U], F[C.TF_SCALE]
+        s.srtt = F[C.TF_SRTT] if Q[C.TQ_HAVE_SRTT] else None
+        s.inc_stage, s.last_update_seq = Q[C.TQ_STAGE], Q[C.TQ_LUS]
+        nh = Q[C.TQ_NH]
         s.hop_u = X.q_hu[q, :nh].tolist()
         s.hop_ts = [None if v == C.ABSENT else v for v in X.q_hts[q, :nh].tolist()]
-    elif X.g[C.G_CC] == C.CC_DCQCN and flow.state is not None:
-        s = flow.state
-        F, Q = X.QF, X.Q
-        s.rc, s.rt, s.alpha = float(F[q, C.DF_RC]), float(F[q, C.DF_RT]), float(F[q, C.DF_ALPHA])
-        s.t_count, s.bc_count, s.bytes = int(Q[q, C.DQ_T]), int(Q[q, C.DQ_BC]), int(Q[q, C.DQ_BYTES])
-        s.alpha_gen, s.inc_gen, s.cnps = int(Q[q, C.DQ_AGEN]), int(Q[q, C.DQ_IGEN]), int(Q[q, C.DQ_CNPS])
-        ph = int(Q[q, C.DQ_PHASE])
+    elif cc == C.CC_DCQCN:
+        s.rc, s.rt, s.alpha = F[C.DF_RC], F[C.DF_RT], F[C.DF_ALPHA]
+        s.t_count, s.bc_count, s.bytes = Q[C.DQ_T], Q[C.DQ_BC], Q[C.DQ_BYTES]
+        s.alpha_gen, s.inc_gen, s.cnps = Q[C.DQ_AGEN], Q[C.DQ_IGEN], Q[C.DQ_CNPS]
+        ph = Q[C.DQ_PHASE]
         s.alpha_phase = None if ph == C.ABSENT else ph
-        fl = int(Q[q, C.DQ_FLAGS])
+        fl = Q[C.DQ_FLAGS]
         s.alpha_running, s.inc_running, s.increased = bool(fl & C.CF_ARUN), bool(fl & C.CF_IRUN), bool(fl & C.CF_INCR)
         if fl & C.CF_RATEF:
             flow.rate_bps = rate                      # the algorithm's float, even at line rate
-    elif X.g[C.G_CC] == C.CC_DCQCN_CX and flow.state is not None:
-        s = flow.state
-        F, Q = X.QF, X.Q
-        s.rc, s.rt = float(F[q, C.XF_RC]), float(F[q, C.XF_RT])
-        s.alpha, s.t0, s.alpha_k = int(Q[q, C.XQ_ALPHA]), int(Q[q, C.XQ_T0]), int(Q[q, C.XQ_K])
-        s.t_stage, s.b_stage, s.bytes = int(Q[q, C.XQ_TS]), int(Q[q, C.XQ_BS]), int(Q[q, C.XQ_BYTES])
-        s.inc_gen, s.cuts = int(Q[q, C.XQ_IGEN]), int(Q[q, C.XQ_CUTS])
-        fl = int(Q[q, C.XQ_FLAGS])
+    elif cc == C.CC_DCQCN_CX:
+        s.rc, s.rt = F[C.XF_RC], F[C.XF_RT]
+        s.alpha, s.t0, s.alpha_k = Q[C.XQ_ALPHA], Q[C.XQ_T0], Q[C.XQ_K]
+        s.t_stage, s.b_stage, s.bytes = Q[C.XQ_TS], Q[C.XQ_BS], Q[C.XQ_BYTES]
+        s.inc_gen, s.cuts = Q[C.XQ_IGEN], Q[C.XQ_CUTS]
+        fl = Q[C.XQ_FLAGS]
         s.first, s.alpha_cnp, s.dec_cnp = bool(fl & C.CF_FIRST), bool(fl & C.CF_ACNP), bool(fl & C.CF_DCNP)
         s.dec_pending, s.inc_running = bool(fl & C.CF_DPEND), bool(fl & C.CF_IRUN)
         if fl & C.CF_RATEF:
@@ -626,17 +625,17 @@ def fold_reorder(X: State, rows) -> None:
 def sync_message(X: State, st, r: int) -> None:
     """Copy the transport counters of row ``r`` onto its MessageState ``st`` (a message, or a PXN
     piece: its row follows the messages'). The row is read once as Python ints (``tolist``): this
-    runs at every completion and release."""
-    sync_values(st, X.M[r].tolist(), X.m_rtx[r].tolist())
+    runs at every completion and release (the end of the run reads every row at once: :func:`write_back`)."""
+    sync_row(st, X.M[r].tolist(), X.m_rtx[r].tolist())
 
 
-def sync_values(st, m: list, rtx: list) -> None:
-    """:func:`sync_message` from a message's X.M row ``m`` and X.m_rtx row ``rtx`` read already (as
-    they stand now, or as a completion logged in X.CL copied them)."""
+def sync_row(st, m: list, rtx: list) -> None:
+    """:func:`sync_message` from the row already read: ``m`` the row of ``X.M``, ``rtx`` that of
+    ``X.m_rtx`` (Python ints), as they stand now or as a completion logged in X.CL copied them."""
     st.delivered = m[C.M_DELIV]
     st.dropped = m[C.M_DROP]
     st.injected = m[C.M_INJ]
-    st.rtx_bytes = {c: v for c, v in zip(CAUSES, rtx) if v}
+    st.rtx_bytes = {c: v for c, v in zip(CAUSES, rtx) if v} if any(rtx) else {}
     st.dup_bytes = m[C.M_DUP]
     st.rx_units = m[C.M_RX]
     st.ooo_units = m[C.M_OOO]
@@ -845,6 +844,13 @@ def _lossless_packet(X: State, i: int, qps, ports) -> Packet:
     return pkt
 
 
+#: the queue pairs' fields :func:`write_back` puts back (columns of X.Q, read at once in this order)
+_QP_BACK = ("seq", "una", "high", "outb", "done", "tmo", "armed", "rto_at", "rcum", "rmax", "rhold", "racks", "reo",
+            "rack", "srtt", "rttvar", "reot", "draws", "u", "gbc", "gbt", "rnak", "runack", "rce", "rtack", "rtsent",
+            "rlast", "rteln", "rlcnp", "heir", "sentb", "ackb", "active", "nok", "haswin")
+_QP_COLS = [C.QP_FIELDS.index(f) for f in _QP_BACK]
+
+
 def write_back(X: State, engine, qps, nics, states, read_t: int = -1) -> None:
     """The whole state onto the engine's objects, as the Python kernel would have left them
     (docs/compiled-core.md 4.4): what the end of ``PacketEngine.run`` reads. ``states``: the
@@ -909,41 +915,46 @@ def write_back(X: State, engine, qps, nics, states, read_t: int = -1) -> None:
         while c >= 0:
             nic.ctrlq.append(_packet(X, c, qps, ports))
             c = int(X.K[c, C.K_NEXT])
-    for qi, qp in enumerate(qps):
-        qp.seq, qp.una, qp.high = int(X.Q[qi, C.Q_SEQ]), int(X.Q[qi, C.Q_UNA]), int(X.Q[qi, C.Q_HIGH])
-        qp.out_bytes, qp.sent_done = int(X.Q[qi, C.Q_OUTB]), bool(X.Q[qi, C.Q_DONE])
-        qp.timeouts, qp.rto_armed, qp.rto_at = int(X.Q[qi, C.Q_TMO]), bool(X.Q[qi, C.Q_ARMED]), int(X.Q[qi, C.Q_RTO_AT])
-        qp.r_cum, qp.r_max, qp.r_hold, qp.r_acks = int(X.Q[qi, C.Q_RCUM]), int(X.Q[qi, C.Q_RMAX]), int(X.Q[qi, C.Q_RHOLD]), \
-            int(X.Q[qi, C.Q_RACKS])
-        qp.reo, qp.rack_t = int(X.Q[qi, C.Q_REO]), int(X.Q[qi, C.Q_RACK])
-        qp.srtt, qp.rttvar, qp.reo_t = int(X.Q[qi, C.Q_SRTT]), int(X.Q[qi, C.Q_RTTVAR]), int(X.Q[qi, C.Q_REOT])
-        qp.rto_draws, qp.rto_u = int(X.Q[qi, C.Q_DRAWS]), int(X.Q[qi, C.Q_U])
-        gbc = int(X.Q[qi, C.Q_GBC])
-        qp.goback_t, qp.gb_cause = int(X.Q[qi, C.Q_GBT]), CAUSES[gbc] if gbc >= 0 else ""
-        qp.r_nak = bool(X.Q[qi, C.Q_RNAK])
-        qp.r_unacked, qp.r_ce = int(X.Q[qi, C.Q_RUNACK]), int(X.Q[qi, C.Q_RCE])
-        qp.r_tack, qp.r_tsent, qp.r_last_rx = int(X.Q[qi, C.Q_RTACK]), int(X.Q[qi, C.Q_RTSENT]), \
-            int(X.Q[qi, C.Q_RLAST])
-        n = int(X.Q[qi, C.Q_RTELN])
-        qp.r_tel = _records(X.RT, qi, n) if n >= 0 else None
-        c = int(X.Q[qi, C.Q_RLCNP])
-        qp.r_last_cnp = None if c == C.ABSENT else c
-        h = int(X.Q[qi, C.Q_HEIR])
-        qp.heir = qps[h] if h >= 0 else None
-        qp.flow.sent_bytes, qp.flow.acked_bytes = int(X.Q[qi, C.Q_SENTB]), int(X.Q[qi, C.Q_ACKB])
-        qp.flow.active = bool(X.Q[qi, C.Q_ACTIVE])
-        qp.next_ok = int(X.Q[qi, C.Q_NOK])
-        _flow_back(X, qi, qp.flow)
+    # the queue pairs' rows, read at once as Python ints and floats: the columns of _QP_BACK, in its
+    # order; the flows' rates and windows and, under an algorithm, its columns of X.Q and X.QF
+    cc = int(g[C.G_CC])
+    nq = len(qps)
+    full = X.Q[:nq].tolist() if cc != C.CC_NONE else [None] * nq
+    F = (X.QF[:nq] if cc != C.CC_NONE else X.QF[:nq, :max(C.QF_RATE, C.QF_WIN) + 1]).tolist()
+    rows = X.Q[:nq, _QP_COLS].tolist()
+    for qi, (qp, f, q, (seq, una, high, outb, done, tmo, armed, rto_at, rcum, rmax, rhold, racks, reo, rack, srtt,
+                        rttvar, reot, draws, u, gbc, gbt, rnak, runack, rce, rtack, rtsent, rlast, rteln, rlcnp, heir,
+                        sentb, ackb, active, nok, haswin)) in enumerate(zip(qps, F, full, rows, strict=True)):
+        qp.seq, qp.una, qp.high = seq, una, high
+        qp.out_bytes, qp.sent_done = outb, bool(done)
+        qp.timeouts, qp.rto_armed, qp.rto_at = tmo, bool(armed), rto_at
+        qp.r_cum, qp.r_max, qp.r_hold, qp.r_acks = rcum, rmax, rhold, racks
+        qp.reo, qp.rack_t = reo, rack
+        qp.srtt, qp.rttvar, qp.reo_t = srtt, rttvar, reot
+        qp.rto_draws, qp.rto_u = draws, u
+        qp.goback_t, qp.gb_cause = gbt, CAUSES[gbc] if gbc >= 0 else ""
+        qp.r_nak = bool(rnak)
+        qp.r_unacked, qp.r_ce = runack, rce
+        qp.r_tack, qp.r_tsent, qp.r_last_rx = rtack, rtsent, rlast
+        qp.r_tel = _records(X.RT, qi, rteln) if rteln >= 0 else None
+        qp.r_last_cnp = None if rlcnp == C.ABSENT else rlcnp
+        qp.heir = qps[heir] if heir >= 0 else None
+        flow = qp.flow
+        flow.sent_bytes, flow.acked_bytes = sentb, ackb
+        flow.active = bool(active)
+        qp.next_ok = nok
+        _flow_back(X, qi, flow, haswin, f, q, cc)
     if X.g[C.G_CC] == C.CC_TELEMETRY:
         _port_histories_back(X, qps)
     _routing_back(X, engine, qps)
     fold_reorder(X, states)
-    qn = X.M[:len(states), C.M_QN].tolist()
-    for r, st in enumerate(states):
-        if qn[r]:
+    # every message row read at once (as sync_message reads one)
+    n = len(states)
+    for st, m, rtx in zip(states, X.M[:n].tolist(), X.m_rtx[:n].tolist(), strict=True):
+        if m[C.M_QN]:
             # (a message without queue pairs has nothing here: not started, or relayed by PXN, whose
             #  counters are its pieces', added up in Python)
-            sync_message(X, st, r)
+            sync_row(st, m, rtx)
     engine.dropped_payload = int(g[C.G_DROP_PAY])
     engine.dropped_packets = int(g[C.G_DROP_PK])
     engine.dropped_ctrl = int(g[C.G_DROP_CTRL])
