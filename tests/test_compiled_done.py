@@ -150,3 +150,18 @@ def test_the_core_returns_to_python_once_per_batch_not_per_message(tmp_path):
     sc["traffic"] = {"pattern": "csv", "path": str(tmp_path / "staggered.csv")}
     calls, quiet = returns(sc)
     assert quiet == 15 and 16 <= calls <= 18
+
+
+def test_compiled_queue_pairs_hold_no_psn_queues():
+    """On the compiled kernel the sender's PSN queues and sets live in the core's arrays: its queue
+    pairs are made without their own (about 2 KB each, 2 GB on a 1,024-GPU all-to-all); on heap
+    they have them. The tables are heap's either way (the tests above)."""
+    sc = _a2a(outputs={"link_sample_interval": "off"})
+    eh, _ = _engine(sc, "heap")
+    ec, _ = _engine(sc, "compiled")
+    qh = [qp for st in eh._rows for qp in st.qps]
+    qc = [qp for st in ec._rows for qp in st.qps]
+    assert len(qh) == len(qc) == 56
+    assert all(qp.rtx is not None and qp.outstanding is not None and qp.sacked is not None for qp in qh)
+    assert all(qp.rtx is None and qp.outstanding is None and qp.sacked is None and qp.lost is None
+               and qp.resent is None for qp in qc)

@@ -276,6 +276,7 @@ class PacketEngine:
         if self.cc.needs_fabric_base_rtt:   # e.g. HPCC ns-3 GLOBAL_T: one T for every flow
             self.cc.set_fabric_base_rtt(self.max_base_rtt())
         self.kernel_info = {"requested": params.kernel, "ran": self.kernel.name}
+        self._qp_queues = True          # queue pairs hold their PSN queues (not when the compiled core runs)
         if params.kernel == "compiled":
             self._use_compiled()
 
@@ -292,6 +293,7 @@ class PacketEngine:
         from .compiled import CompiledKernel
         self.kernel = CompiledKernel(self)
         self.kernel_info["ran"] = "compiled"
+        self._qp_queues = False
 
     def _nvlink_link(self, u, v, d, nvsw):
         """Both directions of a GPU-chip link of a credit-flow-controlled NVLink domain."""
@@ -450,12 +452,12 @@ class PacketEngine:
             if nvlink:
                 # NVLink: units of the domain's size, no congestion control, no ACK (net/nvlink.py)
                 unit = eligible[0].unit
-                qp = QueuePair(uid, st, m.src, m.dst, sport, h, size, unit)
+                qp = QueuePair(uid, st, m.src, m.dst, sport, h, size, unit, self._qp_queues)
                 nics = qp.nics = self.split.ports(qp, eligible)
                 qp.flow = Flow(uid, sum(n.port.rate for n in nics), 0, unit)
                 qp.sent_done = True           # nothing for the sender's timers or ACK processing
             else:
-                qp = QueuePair(uid, st, m.src, m.dst, sport, h, size, self.mtu)
+                qp = QueuePair(uid, st, m.src, m.dst, sport, h, size, self.mtu, self._qp_queues)
                 if m.conn >= 0:
                     # a persistent queue pair keeps one RTT estimator for all its messages: the
                     # next one takes it over, and late ACKs of earlier ones feed it (Sender._rtt_sample)
