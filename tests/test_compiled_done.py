@@ -16,14 +16,12 @@ import io
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_compiled_core import _engine  # noqa: E402
-from test_kernel_equivalence import FABRIC, _comparable  # noqa: E402
-
-import fabricsim  # noqa: E402
+from test_compiled_conn import _run  # noqa: E402
+from test_compiled_core import _engine, _same_results  # noqa: E402
+from test_kernel_equivalence import FABRIC  # noqa: E402
 
 pytest.importorskip("numba")
 
@@ -60,13 +58,7 @@ def _streamed(sc, kernel, path, rebuilt=True):
 
 def test_quiet_completions_give_heaps_tables():
     sc = _a2a()
-    a, b = fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": "heap"}}), \
-        fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": "compiled"}})
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
-    pd.testing.assert_frame_equal(a.messages, b.messages)
-    pd.testing.assert_frame_equal(a.links, b.links)
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    _same_results(_run(sc, "heap"), _run(sc, "compiled"))
     eng, _out = _engine(sc, "compiled")
     # every message but the last was recorded from the core's log
     assert eng.kernel.quiet_done == len(eng._rows) - 1 == 55
@@ -107,10 +99,7 @@ def test_messages_with_dependents_still_reach_python_at_once(tmp_path):
     (tmp_path / "deps.csv").write_text("\n".join(rows) + "\n")
     sc = _a2a()
     sc["traffic"] = {"pattern": "csv", "path": str(tmp_path / "deps.csv")}
-    a = fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": "heap"}})
-    b = fabricsim.run({**sc, "simulation": {**sc["simulation"], "kernel": "compiled"}})
-    pd.testing.assert_frame_equal(a.messages, b.messages)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    _same_results(_run(sc, "heap"), _run(sc, "compiled"))
     eng, _out = _engine(sc, "compiled")
     # the last of each chain has no dependents: quiet, but for the run's last completion
     assert eng.kernel.quiet_done == 7
