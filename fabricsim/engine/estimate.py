@@ -42,14 +42,15 @@ class Speed(NamedTuple):
 #: the cost model per kernel, one core, fitted (least squares on the log of the wall time) to the
 #: measured scaling curves: heap to benchmarks/results/packet_scale.json (128-1,024 hosts,
 #: permutation and all-to-all, 7 runs: each within 0.80-1.17x of its measured engine time), compiled
-#: to results/packet_scale_compiled.json (8 runs, 0.87-1.13x); simpy runs 1.16-1.61x slower than
+#: to results/packet_scale_compiled_slice6_2026-12-07.json (8 runs, 0.87-1.21x; the core records
+#: most completions itself since slice 6: 47 us per message, was 273); simpy runs 1.16-1.61x slower than
 #: heap (results/packet_speed_workloads.json): heap's figures / 1.4. Machine-dependent figures:
 #: the machine that measured them varied 1.3-2.2x from day to day. The compiled figures hold only
 #: where the scenario is in the compiled core's coverage: outside it the run falls back to heap,
 #: which the estimate cannot know before the engine is built, so the warning says so
 SPEED = {"heap": Speed(126_000, 0.384, 516e-6),
          "simpy": Speed(126_000 / 1.4, 0.384, 516e-6 * 1.4),
-         "compiled": Speed(876_000, 0.178, 273e-6)}
+         "compiled": Speed(6_959_000, 0.581, 46.6e-6)}
 #: a run estimated to take longer than this (s) gets a warning suggesting the flow engine
 LONG_RUN_S = 3600.0
 #: host pairs whose path length is measured (the rest take their mean)
