@@ -3383,10 +3383,12 @@ def _nv_rx(X, t, pkt):
 def _more_releases(X, t):
     # the releases that follow the one being run in the agenda, at the same time t, popped with it (at most
     # X.RB's length; each an event): Python runs them in this order (CompiledKernel.run). Nothing else could
-    # run between them: what Python pushes while releasing comes at t or later with a later seq, after them
+    # run between them: what Python pushes while releasing comes at t or later with a later seq, after them.
+    # The batch ends at a progress report's event count (PROGRESS_EVERY), where Python reports after it
     n = 0
     H = X.HP
-    while n < len(X.RB) and X.g[G_HN] > 0 and H[0, 0] == t and H[0, 2] == E_RELEASE:
+    while (n < len(X.RB) and X.g[G_RUN_N] & (PROGRESS_EVERY - 1) != PROGRESS_EVERY - 1 and X.g[G_HN] > 0
+           and H[0, 0] == t and H[0, 2] == E_RELEASE):
         X.RB[n] = H[0, 3]
         _pop_root(X)
         X.g[G_EVENTS] += 1
