@@ -24,15 +24,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 import fabricsim
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from test_compiled_core import _engine, _nvl, _planes, _pxn  # noqa: E402
-from test_kernel_equivalence import FABRIC, _comparable  # noqa: E402
+from test_compiled_core import _engine, _nvl, _planes, _pxn, _same_results  # noqa: E402
+from test_kernel_equivalence import FABRIC  # noqa: E402
 
 pytest.importorskip("numba")
 
@@ -256,13 +255,7 @@ def test_slice4_compiled_gives_the_heap_kernels_tables(case, tmp_path, monkeypat
     ca = counts.take()
     b = _run(sc, "compiled")
     cb = counts.take()
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
-    pd.testing.assert_frame_equal(a.messages, b.messages)
-    pd.testing.assert_frame_equal(a.links, b.links)
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
-    for table in ("latency", "goodput", "link_timeseries", "nics"):
-        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
+    _same_results(a, b)
     # the connections' lifecycle ran alike (Python's, on both kernels)
     assert {k: ca.get(k, 0) for k in Counts.LIFECYCLE} == {k: cb.get(k, 0) for k in Counts.LIFECYCLE}
     ca["cnps"] = int(a.messages["cnps"].sum())
@@ -287,9 +280,7 @@ def test_a_deferred_message_whose_queue_pair_gives_up_fails_as_on_heap(tmp_path,
     ca = counts.take()
     b = _run(sc, "compiled")
     cb = counts.take()
-    assert b.summary["run"]["kernel"]["ran"] == "compiled"
-    pd.testing.assert_frame_equal(a.messages, b.messages)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    _same_results(a, b)
     assert ca["deferred_failed"] > 0
     assert {k: ca.get(k, 0) for k in Counts.LIFECYCLE} == {k: cb.get(k, 0) for k in Counts.LIFECYCLE}
 
@@ -423,11 +414,7 @@ def test_a_connections_messages_share_their_flowlets_and_pins(policy, tmp_path):
     from collections import Counter
     sc = _conn(tmp_path, routing=policy, topology={**FABRIC, "buffer": {"mode": "per_port", "size": "256KiB"}})
     a, b = _run(sc, "heap"), _run(sc, "compiled")
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
-    pd.testing.assert_frame_equal(a.messages, b.messages)
-    pd.testing.assert_frame_equal(a.links, b.links)
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    _same_results(a, b)
     ea, _ = _engine(sc, "heap")
     eb, _ = _engine(sc, "compiled")
     pol_a, pol_b = ea.routing, eb.routing

@@ -38,7 +38,7 @@ from fabricsim.engine.compiled import core
 from fabricsim.net import nic as nic_mod
 
 from test_compiled_core import _PLANES_INCAST, _PXN_INCAST, _RACKS, _planes, _pxn, _same_results, _two_racks
-from test_kernel_equivalence import FABRIC, _comparable
+from test_kernel_equivalence import FABRIC
 
 pytest.importorskip("numba")
 
@@ -173,13 +173,7 @@ def test_telemetry_runs_compiled_with_the_heap_kernels_results(case):
     sc = CASES[case]()
     ea, a = _engine(sc, "heap")
     eb, b = _engine(sc, "compiled")
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}, b.summary["run"]["kernel"]
-    pd.testing.assert_frame_equal(a.messages, b.messages)
-    pd.testing.assert_frame_equal(a.links, b.links)
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
-    for table in ("latency", "goodput", "link_timeseries", "nics"):
-        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
+    _same_results(a, b)
     sa, sb = _cc_state(ea), _cc_state(eb)
     assert sa == sb
     # ... and each case reaches what it is for
@@ -300,12 +294,8 @@ def test_the_shipped_quickstart_runs_compiled_with_identical_results():
     """``fabricsim run scenarios/quickstart.yaml --set simulation.kernel=compiled`` (spectrum_x)."""
     a = fabricsim.run("scenarios/quickstart.yaml")
     b = fabricsim.run("scenarios/quickstart.yaml", overrides=["simulation.kernel=compiled"])
-    assert b.summary["run"]["kernel"] == {"requested": "compiled", "ran": "compiled"}
     assert not [w for w in b.summary.get("warnings", []) if w.startswith("kernel: ")]
-    for table in ("messages", "links", "latency", "goodput", "link_timeseries", "nics"):
-        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
-    assert _comparable(a.summary) == _comparable(b.summary)
-    assert a.summary["run"]["events"] == b.summary["run"]["events"]
+    _same_results(a, b)
 
 
 def test_telemetry_pools_that_start_small_grow_without_losing_state(monkeypatch):
