@@ -50,7 +50,7 @@ HOT_FILES = [
     "fabricsim/net/port.py", "fabricsim/routing/adaptive.py", "fabricsim/routing/ecmp.py",
     "fabricsim/routing/flowlet.py", "fabricsim/routing/spray.py", "fabricsim/routing/base.py",
     "fabricsim/receiver/ddp.py", "fabricsim/receiver/base.py", "fabricsim/flows/replay.py",
-    "fabricsim/flows/identity.py",
+    "fabricsim/flows/identity.py", "fabricsim/net/sender.py", "fabricsim/net/nic.py",
 ]
 
 SCENARIOS = {

@@ -148,7 +148,7 @@ class PacketEngine:
     def __init__(self, sim: SimulationInput, recorder):
         self.sim = sim
         self.recorder = recorder
-        recorder.rows_rebuilt_at_end()            # _end_run's refresh() makes the final rows
+        recorder.rows_rebuilt_at_end()            # run()'s recorder.refresh() makes the final rows
         sc = sim.scenario
         simcfg = sc.simulation
         params: PacketParams = simcfg.engine_params or PacketParams()
@@ -699,7 +699,9 @@ class PacketEngine:
         counters["dropped_control_packets"] = self.dropped_ctrl
         counters["packet_hops_data"] = hops - hops_ctrl
         counters["packet_hops_control"] = hops_ctrl
-        counters.update(self.sender.counters())
+        # the engine's byte and packet balance (checked below); the transport's run totals are its sums
+        balance = self.conservation()
+        counters.update(self.sender.counters(balance["data"]))
         counters["pfc_pause_events"] = sum(p.pause_events for p in self.ports)
         counters["kernel"] = dict(self.kernel_info)
         if self.gpu_compute:
@@ -718,7 +720,6 @@ class PacketEngine:
         warnings = self._config_warnings()
         if "fallback" in self.kernel_info:
             warnings.append(self.kernel_info["fallback"])
-        balance = self.conservation()
         counters["conservation"] = balance
         if status != "interrupted" and not balance["holds"]:
             # an interruption can land inside an event, between two counters of one packet

@@ -335,21 +335,21 @@ class Sender:
         qp.lost.clear()
         qp.out_bytes = 0
 
-    def counters(self) -> dict:
+    def counters(self, balance: dict) -> dict:
         """Run counters of the transport (merged into the summary's ``run`` section).
 
         Byte totals are over the whole run, including what happens after a message completed
         (its last ACK still on the way back: the sender may still resend), so that for the data
         payload ``injected + retransmitted = delivered + duplicate + discarded + dropped +
         in_network`` holds at the end of the run (``discarded``: go-back-N and reorder-buffer
-        discards; ``in_network``: payload of data units still on a link or in a queue).
+        discards; ``in_network``: payload of data units still on a link or in a queue). The totals
+        are the engine's balance, ``balance``: ``PacketEngine.conservation()["data"]``, summed over
+        the same flows (every message and PXN piece with queue pairs) and the same packets in
+        the network (``PacketEngine.in_flight``): one count of each, not two.
         """
         eng = self.engine
-        states = [st for st in eng.states.values() if st.qps] + list(eng.pieces)
-        # what the network holds: the engine's one definition (every port's agenda entries, the
-        # strict-priority lanes and, with PFC, the lossless queues)
-        in_net = sum(pkt.payload for pkt in eng.in_flight() if pkt.kind == DATA)
-        # (each counter summed over the flows by map: a 1,024-GPU all-to-all has a million of them)
+        states = [st for st in eng.states.values() if st.qps] + [p for p in eng.pieces if p.qps]
+        # (summed over the flows by map: a 1,024-GPU all-to-all has a million of them)
         rtx = sum(sum(rb.values()) for rb in map(attrgetter("rtx_bytes"), states) if rb)
         return {
             "retransmission_timeouts": self.timeouts,
@@ -358,12 +358,11 @@ class Sender:
             "timeout_probes": self.probes,
             "spurious_timeout_probes": self.spurious_probes,
             "dsacks_received": self.dsacks,
-            "sent_payload_bytes": sum(map(attrgetter("injected"), states)) + rtx,
+            "sent_payload_bytes": balance["sent_payload_bytes"],
             "retransmitted_payload_bytes": rtx,
-            "duplicate_payload_bytes": sum(map(attrgetter("dup_bytes"), states)),
-            "discarded_payload_bytes": sum(map(attrgetter("discarded_bytes"), states))
-            + sum(map(attrgetter("overflow_bytes"), states)),
-            "in_network_payload_bytes": in_net,
+            "duplicate_payload_bytes": balance["duplicate_payload_bytes"],
+            "discarded_payload_bytes": balance["discarded_payload_bytes"],
+            "in_network_payload_bytes": balance["in_flight_payload_bytes"],
         }
 
     def _finish(self, t, qp):

@@ -47,7 +47,7 @@ connection lifecycle in Python) are compiled with all of the above, and so are s
 on lossy switches (a plain pool or ``switch.buffer.admission: dynamic``), unless the bytes that can
 reach a switch by the time limit, times the least common multiple of its ports' ``rd``, reach 2^62,
 or with the pool's size 2^52 (its exact running sums in int64, the dynamic threshold's float
-comparison). ``simulation.cell_packets > 1`` runs on heap (slice 4).
+comparison).
 """
 from __future__ import annotations
 
