@@ -246,18 +246,24 @@ def _run(sc, kernel):
     return fabricsim.run({**sc, "simulation": {**sc.get("simulation", {}), "kernel": kernel}})
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_slice4_compiled_gives_the_heap_kernels_tables(case, tmp_path, monkeypatch):
-    make, expect = CASES[case]
-    sc = make(tmp_path)
+def _both_kernels_counted(sc, monkeypatch):
+    """Run ``sc`` on heap then compiled: every table, the summary and the events equal, and the
+    connections' lifecycle (Python's, on both kernels) ran alike. Returns heap's result and counts."""
     counts = Counts(monkeypatch)
     a = _run(sc, "heap")
     ca = counts.take()
     b = _run(sc, "compiled")
     cb = counts.take()
     _same_results(a, b)
-    # the connections' lifecycle ran alike (Python's, on both kernels)
     assert {k: ca.get(k, 0) for k in Counts.LIFECYCLE} == {k: cb.get(k, 0) for k in Counts.LIFECYCLE}
+    return a, ca
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_slice4_compiled_gives_the_heap_kernels_tables(case, tmp_path, monkeypatch):
+    make, expect = CASES[case]
+    sc = make(tmp_path)
+    a, ca = _both_kernels_counted(sc, monkeypatch)
     ca["cnps"] = int(a.messages["cnps"].sum())
     ca["pauses"] = int(a.links["pfc_pause_events"].sum())
     for k in expect:
@@ -275,14 +281,8 @@ def test_a_deferred_message_whose_queue_pair_gives_up_fails_as_on_heap(tmp_path,
     sc = _conn(tmp_path, topology={**FABRIC, "buffer": {"mode": "per_port", "size": "8KiB"}},
                receiver={"rto_low": "3us", "rto_high": "3us", "retry_limit": 2, "reorder_window": "2us"},
                traffic=_conn_trace(tmp_path, 8, n=14, size=24000, seed=3), simulation={"seed": 3, "time_limit": "20ms"})
-    counts = Counts(monkeypatch)
-    a = _run(sc, "heap")
-    ca = counts.take()
-    b = _run(sc, "compiled")
-    cb = counts.take()
-    _same_results(a, b)
+    _a, ca = _both_kernels_counted(sc, monkeypatch)
     assert ca["deferred_failed"] > 0
-    assert {k: ca.get(k, 0) for k in Counts.LIFECYCLE} == {k: cb.get(k, 0) for k in Counts.LIFECYCLE}
 
 
 def _pool_state(eng):
